@@ -1,0 +1,28 @@
+// Every difference between LibTorch versions (Debian's 1.13 CPU build and
+// PyTorch 2.x CUDA builds) lives here and in compat.cpp, never in #ifs
+// scattered over the code.
+#pragma once
+#include <torch/version.h>
+
+#include <ATen/core/Tensor.h>
+
+namespace titan {
+
+inline const char* torch_version_string() { return TORCH_VERSION; }
+
+namespace compat {
+
+// Causal scaled-dot-product attention on [batch, heads, seq, head_dim]
+// tensors; kv heads may be fewer than q heads (GQA, repeated here when the
+// LibTorch version has no native GQA).
+at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v);
+
+// True when this LibTorch was built with CUDA and a device is present.
+bool cuda_available();
+
+// Bytes currently allocated on a device (CUDA caching allocator), 0 on CPU.
+int64_t device_memory_allocated(const c10::Device& device);
+int64_t device_peak_memory(const c10::Device& device);
+
+}  // namespace compat
+}  // namespace titan

@@ -1,0 +1,66 @@
+// The core sections of a run's YAML, with TorchTitan's knob names. Plugin
+// sections (model, optimizer, lr_scheduler, checkpoint, plugins[*]) are
+// read by the plugins themselves.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "titan/config.hpp"
+
+namespace titan {
+
+struct JobConfig {
+  std::string dump_folder = "./outputs";
+  std::string description;
+  std::vector<std::string> plugin_path;  // extra plugin folders
+};
+
+struct TrainingConfig {
+  int64_t local_batch_size = 8;
+  int64_t global_batch_size = -1;  // -1: local * data-parallel degree (no accumulation)
+  int64_t seq_len = 2048;
+  int64_t steps = 10000;
+  double max_norm = 1.0;
+  std::string dataset = "stories";
+  std::string dataset_path;  // overrides `dataset` when set
+  int64_t seed = 0;
+  bool deterministic = false;
+  std::string device = "cpu";
+  int64_t threads = 0;  // CPU intra-op threads; 0 = all cores
+  std::string mixed_precision_param = "float32";
+  std::string mixed_precision_reduce = "float32";
+  std::string on_nonfinite_loss = "error";  // or "skip"
+};
+
+struct MetricsConfig {
+  int64_t log_freq = 10;
+  bool enable_tensorboard = false;
+  std::string save_tb_folder = "tb";
+  bool enable_jsonl = true;
+  double peak_flops = 0;  // 0: from the GPU name, or measured on CPU
+};
+
+struct CommConfig {
+  int64_t init_timeout_seconds = 300;
+  int64_t train_timeout_seconds = 100;
+  bool verify_collectives = false;
+};
+
+struct DebugConfig {
+  int64_t inject_nonfinite_loss_at_step = -1;  // test hook
+};
+
+struct CoreConfig {
+  JobConfig job;
+  TrainingConfig training;
+  MetricsConfig metrics;
+  CommConfig comm;
+  DebugConfig debug;
+  std::string tokenizer_path;
+};
+
+// Reads the core sections (and model.tokenizer_path), validating values.
+CoreConfig read_core_config(const ConfigNode& root);
+
+}  // namespace titan

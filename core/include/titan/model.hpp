@@ -1,0 +1,65 @@
+// ModelSpec (a model family's flavors, costs and plans) and CausalLM, the
+// module the trainer drives. The model knows nothing of parallelism: its
+// forward runs every block through run_block(), where plugins wrap it.
+#pragma once
+#include <torch/nn/module.h>
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace titan {
+
+using BlockBody = std::function<at::Tensor(const at::Tensor& hidden)>;
+// A wrapper gets the block index, its input and the next layer of the chain.
+using BlockWrapper =
+    std::function<at::Tensor(int64_t block, const at::Tensor& hidden, const BlockBody& inner)>;
+
+class CausalLM : public torch::nn::Module {
+ public:
+  // tokens [batch, seq] (int64) -> logits [batch, seq, vocab]
+  virtual at::Tensor forward(const at::Tensor& tokens) = 0;
+  virtual int64_t num_blocks() const = 0;
+  virtual std::shared_ptr<torch::nn::Module> block(int64_t index) = 0;
+  // Initializes every parameter in place (TorchTitan's scheme) and
+  // recomputes buffers (e.g. rotary tables). Each parameter draws from its
+  // own generator seeded by (seed, parameter name), so the values do not
+  // depend on init order or on which other parameters exist.
+  virtual void init_weights(uint64_t seed) = 0;
+
+  // Wrappers compose like middleware: the last added runs outermost.
+  void add_block_wrapper(BlockWrapper wrapper) { wrappers_.push_back(std::move(wrapper)); }
+
+ protected:
+  at::Tensor run_block(int64_t index, const at::Tensor& hidden, const BlockBody& body) const;
+
+ private:
+  std::vector<BlockWrapper> wrappers_;
+};
+
+// How tensor parallelism may split a linear layer (by submodule path).
+enum class TpStyle { colwise, rowwise, sequence_parallel_norm };
+
+class ModelSpec {
+ public:
+  virtual ~ModelSpec() = default;
+  virtual std::string flavor() const = 0;
+  // The tokenizer decides the vocabulary (as in TorchTitan).
+  virtual void set_vocab_size(int64_t vocab_size) = 0;
+  // Builds the module; on the meta device no parameter memory is used.
+  virtual std::shared_ptr<CausalLM> build(const c10::Device& device) const = 0;
+  virtual int64_t vocab_size() const = 0;
+  virtual int64_t num_params(bool include_embedding = true) const = 0;
+  // Training FLOPs per token (forward + backward) at a sequence length.
+  virtual double flops_per_token(int64_t seq_len) const = 0;
+  // Block-relative parameter path prefix -> how TP splits it.
+  virtual std::map<std::string, TpStyle> tp_plan() const { return {}; }
+  // Block indices where a pipeline may cut (before that block).
+  virtual std::vector<int64_t> pipeline_split_points(int64_t stages) const;
+  // Titan parameter name -> Hugging Face name.
+  virtual std::map<std::string, std::string> hf_names() const { return {}; }
+};
+
+}  // namespace titan

@@ -1,0 +1,96 @@
+// The plugin contract: each plugin library exports one C function returning
+// a PluginDescriptor. The host checks abi_version and torch_version before
+// it calls anything else, then lets the plugin register its factories.
+//
+// ABI rule: bump kPluginAbiVersion whenever a class in titan/*.hpp that a
+// plugin implements or calls changes layout or virtual methods, or the
+// descriptor changes; the first field of the descriptor never moves.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "titan/config.hpp"
+
+namespace titan {
+
+constexpr int kPluginAbiVersion = 1;
+
+enum PluginKind : uint32_t {
+  kind_model = 1u << 0,
+  kind_parallelizer = 1u << 1,
+  kind_schedule = 1u << 2,
+  kind_optimizer = 1u << 3,
+  kind_lr_schedule = 1u << 4,
+  kind_precision = 1u << 5,
+  kind_checkpointer = 1u << 6,
+  kind_comm_observer = 1u << 7,
+  kind_metrics_sink = 1u << 8,
+};
+std::string kinds_to_string(uint32_t kinds);
+
+class ModelSpec;
+class Parallelizer;
+class Schedule;
+class OptimizerFactory;
+class LrSchedule;
+class PrecisionPolicy;
+class Checkpointer;
+class CommObserver;
+class MetricsSink;
+
+// What a factory gets: its options (read them all, with defaults, so that
+// unknown keys are caught and `plugins inspect` can list them) and the job.
+struct PluginContext {
+  ConfigNode options;
+  std::string dump_folder;
+  int rank = 0;
+  int world_size = 1;
+  int64_t training_steps = 0;  // training.steps, for schedules
+};
+
+template <class T>
+using Factory = std::function<std::unique_ptr<T>(const PluginContext&)>;
+
+// The host's side of registration; a plugin fills the kinds it declared.
+class PluginRegistrar {
+ public:
+  virtual ~PluginRegistrar() = default;
+  virtual void model(Factory<ModelSpec> factory) = 0;
+  virtual void parallelizer(Factory<Parallelizer> factory) = 0;
+  virtual void schedule(Factory<Schedule> factory) = 0;
+  virtual void optimizer(Factory<OptimizerFactory> factory) = 0;
+  virtual void lr_schedule(Factory<LrSchedule> factory) = 0;
+  virtual void precision(Factory<PrecisionPolicy> factory) = 0;
+  virtual void checkpointer(Factory<Checkpointer> factory) = 0;
+  virtual void comm_observer(Factory<CommObserver> factory) = 0;
+  virtual void metrics_sink(Factory<MetricsSink> factory) = 0;
+};
+
+struct PluginDescriptor {
+  int abi_version;            // must stay the first field
+  const char* name;
+  const char* version;
+  const char* torch_version;  // LibTorch the plugin was compiled against
+  uint32_t kinds;             // PluginKind bits
+  const char* summary;
+  void (*register_factories)(PluginRegistrar& registrar);
+};
+
+}  // namespace titan
+
+#define TITAN_PLUGIN_ENTRY titan_plugin_descriptor
+#define TITAN_PLUGIN_ENTRY_NAME "titan_plugin_descriptor"
+
+// Defines the plugin's one exported symbol. Use once per plugin library.
+#define TITAN_PLUGIN(NAME, VERSION, KINDS, SUMMARY, REGISTER_FN)                      \
+  extern "C" __attribute__((visibility("default"))) const ::titan::PluginDescriptor* \
+  TITAN_PLUGIN_ENTRY() {                                                               \
+    static const ::titan::PluginDescriptor descriptor{                                 \
+        ::titan::kPluginAbiVersion, NAME, VERSION, ::titan::torch_version_string(),    \
+        static_cast<uint32_t>(KINDS), SUMMARY, REGISTER_FN};                           \
+    return &descriptor;                                                                \
+  }
+
+#include "titan/compat.hpp"

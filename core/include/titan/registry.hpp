@@ -1,0 +1,58 @@
+// The plugin registry: finds plugin libraries on the search path, checks
+// their descriptor (ABI, LibTorch version) and creates objects from their
+// factories. Libraries stay loaded for the life of the process, so no
+// plugin object can outlive its code.
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "titan/plugin.hpp"
+
+namespace titan {
+
+struct PluginInfo {
+  std::string name;
+  std::string version;
+  std::string torch_version;
+  uint32_t kinds = 0;
+  std::string summary;
+  std::string path;
+};
+
+class PluginRegistry {
+ public:
+  // The process-wide registry (never destroyed).
+  static PluginRegistry& instance();
+
+  // Search order: dirs added here (YAML plugin_path), TITAN_PLUGIN_PATH,
+  // the build tree, the install prefix.
+  void add_search_dir(const std::string& dir);
+  std::vector<std::string> search_dirs() const;
+
+  // Names of the plugin files found on the search path (not loaded).
+  std::vector<std::string> available() const;
+  // Loads by name (or by a path to a .so); idempotent.
+  const PluginInfo& load(const std::string& name_or_path);
+  std::vector<PluginInfo> loaded() const;
+
+  // Creates an object of one kind from a loaded plugin. Errors name the
+  // plugin; config errors from the factory pass through unchanged.
+  std::unique_ptr<ModelSpec> create_model(const std::string& name, const PluginContext& context);
+  std::unique_ptr<Parallelizer> create_parallelizer(const std::string& name, const PluginContext& context);
+  std::unique_ptr<Schedule> create_schedule(const std::string& name, const PluginContext& context);
+  std::unique_ptr<OptimizerFactory> create_optimizer(const std::string& name, const PluginContext& context);
+  std::unique_ptr<LrSchedule> create_lr_schedule(const std::string& name, const PluginContext& context);
+  std::unique_ptr<PrecisionPolicy> create_precision(const std::string& name, const PluginContext& context);
+  std::unique_ptr<Checkpointer> create_checkpointer(const std::string& name, const PluginContext& context);
+  std::unique_ptr<CommObserver> create_comm_observer(const std::string& name, const PluginContext& context);
+  std::unique_ptr<MetricsSink> create_metrics_sink(const std::string& name, const PluginContext& context);
+
+  struct Impl;
+
+ private:
+  PluginRegistry();
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace titan

@@ -1,0 +1,48 @@
+// A run, planned: the config read and checked, every plugin loaded and its
+// object created (factories only parse options; nothing heavy happens), the
+// parallelizers sorted into the canonical order. `titan config check` stops
+// here; `titan train` hands the plan to the trainer.
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "titan/checkpointer.hpp"
+#include "titan/comm_observer.hpp"
+#include "titan/config.hpp"
+#include "titan/job_config.hpp"
+#include "titan/metrics_sink.hpp"
+#include "titan/model.hpp"
+#include "titan/optimizer.hpp"
+#include "titan/parallelizer.hpp"
+#include "titan/precision.hpp"
+#include "titan/schedule.hpp"
+
+namespace titan {
+
+struct NamedParallelizer {
+  std::string plugin;
+  std::unique_ptr<Parallelizer> parallelizer;
+};
+
+struct RunPlan {
+  ConfigNode root;
+  CoreConfig core;
+  std::string model_plugin;
+  std::unique_ptr<ModelSpec> model;
+  std::unique_ptr<OptimizerFactory> optimizer;
+  std::unique_ptr<LrSchedule> lr_schedule;
+  std::unique_ptr<Checkpointer> checkpointer;
+  std::vector<NamedParallelizer> parallelizers;  // canonical order
+  std::unique_ptr<Schedule> schedule;            // null: gradient accumulation
+  std::unique_ptr<PrecisionPolicy> precision;    // null: float32
+  std::vector<std::unique_ptr<MetricsSink>> metrics_sinks;
+  std::vector<std::unique_ptr<CommObserver>> comm_observers;
+};
+
+RunPlan plan_run(const ConfigNode& root, int rank = 0, int world_size = 1);
+
+// Sorts by Stage, keeping the user's order among equal stages.
+void sort_canonical(std::vector<NamedParallelizer>& parallelizers);
+
+}  // namespace titan

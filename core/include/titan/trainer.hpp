@@ -1,0 +1,21 @@
+// The training loop (DESIGN.md section 4): data -> schedule step -> global
+// gradient clipping -> optimizer -> LR -> metrics -> checkpoint, with the
+// non-finite loss policy and a clean stop on SIGINT/SIGTERM.
+#pragma once
+#include <cstdint>
+
+#include "titan/run_plan.hpp"
+
+namespace titan {
+
+struct TrainResult {
+  int64_t first_step = 0;   // first step run by this process
+  int64_t last_step = 0;    // last completed step
+  double last_loss = 0;
+  bool stopped_by_signal = false;
+  int64_t skipped_steps = 0;
+};
+
+TrainResult train(RunPlan& plan);
+
+}  // namespace titan

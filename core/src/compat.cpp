@@ -1,0 +1,54 @@
+// LibTorch-version differences (see compat.hpp).
+#include "titan/compat.hpp"
+
+#include <torch/torch.h>
+
+#ifdef TITAN_WITH_CUDA
+#include <c10/cuda/CUDACachingAllocator.h>
+#endif
+
+namespace titan::compat {
+
+at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 5)
+  bool gqa = q.size(1) != k.size(1);
+  return at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true, std::nullopt, gqa);
+#else
+  at::Tensor key = k, value = v;
+  if (q.size(1) != k.size(1)) {
+    int64_t repeats = q.size(1) / k.size(1);
+    key = k.repeat_interleave(repeats, 1);
+    value = v.repeat_interleave(repeats, 1);
+  }
+#if TORCH_VERSION_MAJOR >= 2
+  return at::scaled_dot_product_attention(q, key, value, {}, 0.0, /*is_causal=*/true);
+#else
+  // 1.13 has only the private entry point; it returns (output, weights).
+  return std::get<0>(at::_scaled_dot_product_attention(q, key, value, {}, 0.0, false, true));
+#endif
+#endif
+}
+
+bool cuda_available() { return torch::cuda::is_available(); }
+
+int64_t device_memory_allocated(const c10::Device& device) {
+#ifdef TITAN_WITH_CUDA
+  if (device.is_cuda()) {
+    auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device.index());
+    return stats.allocated_bytes[0].current;
+  }
+#endif
+  return 0;
+}
+
+int64_t device_peak_memory(const c10::Device& device) {
+#ifdef TITAN_WITH_CUDA
+  if (device.is_cuda()) {
+    auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device.index());
+    return stats.allocated_bytes[0].peak;
+  }
+#endif
+  return 0;
+}
+
+}  // namespace titan::compat

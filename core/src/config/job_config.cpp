@@ -1,0 +1,75 @@
+// Reads and validates the core sections of a run config.
+#include "titan/job_config.hpp"
+
+namespace titan {
+
+namespace {
+
+void require_positive(const ConfigNode& node, const std::string& key, int64_t value) {
+  if (value <= 0) node.fail(key, "expected a positive integer, got " + std::to_string(value));
+}
+
+}  // namespace
+
+CoreConfig read_core_config(const ConfigNode& root) {
+  CoreConfig config;
+  ConfigNode job = root.child("job");
+  config.job.dump_folder = job.get<std::string>("dump_folder", "./outputs", "folder for logs, metrics, checkpoints");
+  config.job.description = job.get<std::string>("description", "", "free text shown in the log");
+  config.job.plugin_path = job.get<std::vector<std::string>>("plugin_path", {}, "extra folders searched for plugins");
+
+  ConfigNode training = root.child("training");
+  auto& t = config.training;
+  t.local_batch_size = training.get<int64_t>("local_batch_size", 8, "sequences per data-parallel rank per microbatch");
+  require_positive(training, "local_batch_size", t.local_batch_size);
+  t.global_batch_size = training.get<int64_t>("global_batch_size", -1,
+                                              "sequences per step over all ranks; -1 = no gradient accumulation");
+  if (t.global_batch_size == 0 || t.global_batch_size < -1) {
+    training.fail("global_batch_size", "expected -1 or a positive integer, got " + std::to_string(t.global_batch_size));
+  }
+  t.seq_len = training.get<int64_t>("seq_len", 2048, "tokens per sequence");
+  require_positive(training, "seq_len", t.seq_len);
+  t.steps = training.get<int64_t>("steps", 10000, "training steps");
+  require_positive(training, "steps", t.steps);
+  t.max_norm = training.get<double>("max_norm", 1.0, "gradient clipping max global norm; <= 0 disables");
+  t.dataset = training.get<std::string>("dataset", "stories", "built-in dataset name (stories)");
+  t.dataset_path = training.get<std::string>("dataset_path", "", "data file (.jsonl[.gz], .txt, .bin); overrides dataset");
+  t.seed = training.get<int64_t>("seed", 0, "random seed for init and data-independent randomness");
+  t.deterministic = training.get<bool>("deterministic", false, "use deterministic algorithms only");
+  t.device = training.choice("device", "cpu", {"cpu", "cuda"}, "where to train");
+  t.threads = training.get<int64_t>("threads", 0, "CPU intra-op threads; 0 = all cores of the machine");
+  if (t.threads < 0) training.fail("threads", "expected >= 0, got " + std::to_string(t.threads));
+  t.mixed_precision_param = training.choice("mixed_precision_param", "float32", {"float32", "bfloat16"},
+                                            "dtype of parameters in compute (FSDP)");
+  t.mixed_precision_reduce = training.choice("mixed_precision_reduce", "float32", {"float32", "bfloat16"},
+                                             "dtype of gradient reduction (FSDP)");
+  t.on_nonfinite_loss = training.choice("on_nonfinite_loss", "error", {"error", "skip"},
+                                        "NaN/inf loss: stop with an error, or skip the optimizer step");
+
+  ConfigNode metrics = root.child("metrics");
+  auto& m = config.metrics;
+  m.log_freq = metrics.get<int64_t>("log_freq", 10, "log every N steps");
+  require_positive(metrics, "log_freq", m.log_freq);
+  m.enable_tensorboard = metrics.get<bool>("enable_tensorboard", false, "write TensorBoard event files");
+  m.save_tb_folder = metrics.get<std::string>("save_tb_folder", "tb", "TensorBoard folder under dump_folder");
+  m.enable_jsonl = metrics.get<bool>("enable_jsonl", true, "write metrics.jsonl under dump_folder");
+  m.peak_flops = metrics.get<double>("peak_flops", 0.0, "peak FLOP/s for MFU; 0 = GPU datasheet or measured CPU");
+  if (m.peak_flops < 0) metrics.fail("peak_flops", "expected >= 0");
+
+  ConfigNode comm = root.child("comm");
+  auto& c = config.comm;
+  c.init_timeout_seconds = comm.get<int64_t>("init_timeout_seconds", 300, "rendezvous timeout");
+  require_positive(comm, "init_timeout_seconds", c.init_timeout_seconds);
+  c.train_timeout_seconds = comm.get<int64_t>("train_timeout_seconds", 100, "timeout of each collective");
+  require_positive(comm, "train_timeout_seconds", c.train_timeout_seconds);
+  c.verify_collectives = comm.get<bool>("verify_collectives", false, "compare collective sequences across ranks");
+
+  config.debug.inject_nonfinite_loss_at_step = root.child("debug").get<int64_t>(
+      "inject_nonfinite_loss_at_step", -1, "test hook: treat this step's loss as NaN");
+
+  config.tokenizer_path = root.child("model").get<std::string>(
+      "tokenizer_path", "assets/tokenizer/stories_bpe_2k.json", "tokenizer file (tiktoken, tokenizer.json, or 'bytes')");
+  return config;
+}
+
+}  // namespace titan

@@ -1,0 +1,95 @@
+// Plans a run: core sections, plugin selection and creation, unknown keys.
+#include "titan/run_plan.hpp"
+
+#include <algorithm>
+#include <cctype>
+
+#include "titan/registry.hpp"
+
+namespace titan {
+
+namespace {
+
+std::string lowercase(std::string text) {
+  std::transform(text.begin(), text.end(), text.begin(), [](unsigned char c) { return std::tolower(c); });
+  return text;
+}
+
+PluginContext context_for(const ConfigNode& options, const CoreConfig& core, int rank, int world_size) {
+  PluginContext context;
+  context.options = options;
+  context.dump_folder = core.job.dump_folder;
+  context.rank = rank;
+  context.world_size = world_size;
+  context.training_steps = core.training.steps;
+  return context;
+}
+
+}  // namespace
+
+void sort_canonical(std::vector<NamedParallelizer>& parallelizers) {
+  std::stable_sort(parallelizers.begin(), parallelizers.end(), [](const auto& a, const auto& b) {
+    return static_cast<int>(a.parallelizer->stage()) < static_cast<int>(b.parallelizer->stage());
+  });
+}
+
+RunPlan plan_run(const ConfigNode& root, int rank, int world_size) {
+  RunPlan plan;
+  plan.root = root;
+  plan.core = read_core_config(root);
+  auto& registry = PluginRegistry::instance();
+  for (const auto& dir : plan.core.job.plugin_path) registry.add_search_dir(dir);
+  auto make_context = [&](const ConfigNode& options) { return context_for(options, plan.core, rank, world_size); };
+
+  ConfigNode model = root.child("model");
+  plan.model_plugin = model.get<std::string>("name", "llama3", "model plugin");
+  model.get<std::string>("tokenizer_path", "", "");  // read by read_core_config
+  plan.model = registry.create_model(plan.model_plugin, make_context(model));
+
+  ConfigNode optimizer = root.child("optimizer");
+  std::string optimizer_plugin = lowercase(optimizer.get<std::string>("name", "adamw", "optimizer plugin (AdamW -> adamw)"));
+  plan.optimizer = registry.create_optimizer(optimizer_plugin, make_context(optimizer));
+
+  ConfigNode lr = root.child("lr_scheduler");
+  std::string lr_plugin = lr.get<std::string>("name", "lr_schedules", "LR schedule plugin");
+  plan.lr_schedule = registry.create_lr_schedule(lr_plugin, make_context(lr));
+
+  ConfigNode checkpoint = root.child("checkpoint");
+  std::string checkpoint_plugin = checkpoint.get<std::string>("name", "checkpoint", "checkpointer plugin");
+  plan.checkpointer = registry.create_checkpointer(checkpoint_plugin, make_context(checkpoint));
+
+  if (plan.core.metrics.enable_tensorboard) {
+    ConfigNode metrics = root.child("metrics");
+    plan.metrics_sinks.push_back(registry.create_metrics_sink("tensorboard", make_context(metrics)));
+  }
+
+  for (const ConfigNode& entry : root.children("plugins")) {
+    std::string name = entry.require<std::string>("name", "plugin name");
+    const PluginInfo& info = registry.load(name);
+    uint32_t selectable = kind_model | kind_optimizer | kind_lr_schedule | kind_checkpointer;
+    if ((info.kinds & ~selectable) == 0) {
+      entry.fail("name", "plugin '" + name + "' provides " + kinds_to_string(info.kinds) +
+                             ", which is chosen by its own section (model.name, optimizer.name, "
+                             "lr_scheduler.name, checkpoint.name), not in plugins:");
+    }
+    auto context = make_context(entry);
+    if (info.kinds & kind_parallelizer) {
+      plan.parallelizers.push_back({name, registry.create_parallelizer(name, context)});
+    }
+    if (info.kinds & kind_schedule) {
+      if (plan.schedule) entry.fail("name", "a second schedule plugin ('" + name + "'); list only one");
+      plan.schedule = registry.create_schedule(name, context);
+    }
+    if (info.kinds & kind_precision) {
+      if (plan.precision) entry.fail("name", "a second precision plugin ('" + name + "'); list only one");
+      plan.precision = registry.create_precision(name, context);
+    }
+    if (info.kinds & kind_comm_observer) plan.comm_observers.push_back(registry.create_comm_observer(name, context));
+    if (info.kinds & kind_metrics_sink) plan.metrics_sinks.push_back(registry.create_metrics_sink(name, context));
+  }
+  sort_canonical(plan.parallelizers);
+  root.check_unknown_keys();
+  return plan;
+}
+
+}  // namespace titan

@@ -1,0 +1,275 @@
+// Plugin discovery and loading on Boost.DLL. The descriptor is checked
+// (ABI first, then LibTorch version) before any plugin code runs beyond the
+// one exported function.
+#include "titan/registry.hpp"
+
+#include <boost/dll/shared_library.hpp>
+
+#include <cstdlib>
+#include <filesystem>
+#include <map>
+#include <mutex>
+#include <sstream>
+
+#include "titan/checkpointer.hpp"
+#include "titan/comm_observer.hpp"
+#include "titan/metrics_sink.hpp"
+#include "titan/model.hpp"
+#include "titan/optimizer.hpp"
+#include "titan/parallelizer.hpp"
+#include "titan/precision.hpp"
+#include "titan/schedule.hpp"
+
+namespace titan {
+namespace build_info {
+const char* plugin_build_dir();
+const char* plugin_install_dir();
+}  // namespace build_info
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr const char* kFilePrefix = "libtitan_plugin_";
+constexpr const char* kFileSuffix = ".so";
+
+std::string plugin_name_of(const fs::path& file) {
+  std::string stem = file.filename().string();
+  std::string prefix = kFilePrefix;
+  if (stem.rfind(prefix, 0) != 0 || file.extension() != kFileSuffix) return "";
+  return stem.substr(prefix.size(), stem.size() - prefix.size() - std::string(kFileSuffix).size());
+}
+
+std::string join(const std::vector<std::string>& items) {
+  std::string out;
+  for (const auto& item : items) out += (out.empty() ? "" : ", ") + item;
+  return out;
+}
+
+std::string major_minor(const std::string& version) {
+  auto first = version.find('.');
+  auto second = version.find('.', first == std::string::npos ? 0 : first + 1);
+  return version.substr(0, second);
+}
+
+}  // namespace
+
+std::string kinds_to_string(uint32_t kinds) {
+  static const std::pair<uint32_t, const char*> names[] = {
+      {kind_model, "model"},           {kind_parallelizer, "parallelizer"},
+      {kind_schedule, "schedule"},     {kind_optimizer, "optimizer"},
+      {kind_lr_schedule, "lr_schedule"}, {kind_precision, "precision"},
+      {kind_checkpointer, "checkpointer"}, {kind_comm_observer, "comm_observer"},
+      {kind_metrics_sink, "metrics_sink"}};
+  std::vector<std::string> out;
+  for (const auto& [bit, name] : names) {
+    if (kinds & bit) out.push_back(name);
+  }
+  return join(out);
+}
+
+struct PluginRegistry::Impl : PluginRegistrar {
+  struct Loaded {
+    PluginInfo info;
+    boost::dll::shared_library library;
+    Factory<ModelSpec> model_factory;
+    Factory<Parallelizer> parallelizer_factory;
+    Factory<Schedule> schedule_factory;
+    Factory<OptimizerFactory> optimizer_factory;
+    Factory<LrSchedule> lr_schedule_factory;
+    Factory<PrecisionPolicy> precision_factory;
+    Factory<Checkpointer> checkpointer_factory;
+    Factory<CommObserver> comm_observer_factory;
+    Factory<MetricsSink> metrics_sink_factory;
+  };
+
+  std::mutex mutex;
+  std::vector<std::string> extra_dirs;
+  std::map<std::string, std::unique_ptr<Loaded>> plugins;  // by name
+  Loaded* registering = nullptr;
+
+  void model(Factory<ModelSpec> f) override { registering->model_factory = std::move(f); }
+  void parallelizer(Factory<Parallelizer> f) override { registering->parallelizer_factory = std::move(f); }
+  void schedule(Factory<Schedule> f) override { registering->schedule_factory = std::move(f); }
+  void optimizer(Factory<OptimizerFactory> f) override { registering->optimizer_factory = std::move(f); }
+  void lr_schedule(Factory<LrSchedule> f) override { registering->lr_schedule_factory = std::move(f); }
+  void precision(Factory<PrecisionPolicy> f) override { registering->precision_factory = std::move(f); }
+  void checkpointer(Factory<Checkpointer> f) override { registering->checkpointer_factory = std::move(f); }
+  void comm_observer(Factory<CommObserver> f) override { registering->comm_observer_factory = std::move(f); }
+  void metrics_sink(Factory<MetricsSink> f) override { registering->metrics_sink_factory = std::move(f); }
+
+  std::vector<std::string> dirs() const {
+    std::vector<std::string> out = extra_dirs;
+    if (const char* env = std::getenv("TITAN_PLUGIN_PATH")) {
+      std::stringstream stream(env);
+      for (std::string dir; std::getline(stream, dir, ':');) {
+        if (!dir.empty()) out.push_back(dir);
+      }
+    }
+    out.push_back(build_info::plugin_build_dir());
+    out.push_back(build_info::plugin_install_dir());
+    return out;
+  }
+
+  std::map<std::string, std::string> discover() const {  // name -> first file found
+    std::map<std::string, std::string> found;
+    for (const auto& dir : dirs()) {
+      std::error_code error;
+      if (!fs::is_directory(dir, error)) continue;
+      for (const auto& entry : fs::directory_iterator(dir, error)) {
+        std::string name = plugin_name_of(entry.path());
+        if (!name.empty() && !found.count(name)) found[name] = entry.path().string();
+      }
+    }
+    return found;
+  }
+
+  Loaded& load_file(const std::string& path, const std::string& expected_name) {
+    boost::dll::shared_library library;
+    try {
+      library.load(path, boost::dll::load_mode::rtld_now | boost::dll::load_mode::rtld_global);
+    } catch (const std::exception& error) {
+      throw Error("plugin file '" + path + "' cannot be loaded: " + error.what());
+    }
+    if (!library.has(TITAN_PLUGIN_ENTRY_NAME)) {
+      throw Error("'" + path + "' is not a Titan plugin: it exports no '" + TITAN_PLUGIN_ENTRY_NAME +
+                  "' (define one with TITAN_PLUGIN(...) in the plugin's sources)");
+    }
+    using Entry = const PluginDescriptor*();
+    const PluginDescriptor* descriptor = library.get<Entry>(TITAN_PLUGIN_ENTRY_NAME)();
+    if (descriptor == nullptr) throw Error("plugin '" + path + "' returned no descriptor");
+    if (descriptor->abi_version != kPluginAbiVersion) {
+      throw Error("plugin '" + path + "' was built for Titan plugin ABI " +
+                  std::to_string(descriptor->abi_version) + ", but this titan uses ABI " +
+                  std::to_string(kPluginAbiVersion) + "; rebuild the plugin against this Titan SDK");
+    }
+    std::string plugin_torch = descriptor->torch_version ? descriptor->torch_version : "?";
+    if (major_minor(plugin_torch) != major_minor(torch_version_string())) {
+      throw Error("plugin '" + std::string(descriptor->name) + "' (" + path + ") was built against LibTorch " +
+                  plugin_torch + ", but titan runs LibTorch " + torch_version_string() +
+                  "; rebuild the plugin against the same LibTorch");
+    }
+    std::string name = descriptor->name ? descriptor->name : "";
+    if (!expected_name.empty() && name != expected_name) {
+      throw Error("plugin file '" + path + "' declares the name '" + name + "', expected '" + expected_name +
+                  "' (the file must be named libtitan_plugin_<name>.so)");
+    }
+    if (auto existing = plugins.find(name); existing != plugins.end()) return *existing->second;
+    auto loaded = std::make_unique<Loaded>();
+    loaded->info = {name,
+                    descriptor->version ? descriptor->version : "",
+                    plugin_torch,
+                    descriptor->kinds,
+                    descriptor->summary ? descriptor->summary : "",
+                    path};
+    loaded->library = std::move(library);
+    registering = loaded.get();
+    try {
+      if (descriptor->register_factories) descriptor->register_factories(*this);
+    } catch (const std::exception& error) {
+      registering = nullptr;
+      throw Error("plugin '" + name + "' failed while registering its factories: " + error.what());
+    }
+    registering = nullptr;
+    auto& slot = plugins[name];
+    slot = std::move(loaded);
+    return *slot;
+  }
+
+  Loaded& get(const std::string& name_or_path) {
+    if (name_or_path.find('/') != std::string::npos || fs::path(name_or_path).extension() == ".so") {
+      return load_file(name_or_path, "");
+    }
+    if (auto existing = plugins.find(name_or_path); existing != plugins.end()) return *existing->second;
+    auto found = discover();
+    auto file = found.find(name_or_path);
+    if (file == found.end()) {
+      std::vector<std::string> names;
+      for (const auto& [name, path] : found) names.push_back(name);
+      std::string hint = closest_match(name_or_path, names);
+      throw Error("plugin '" + name_or_path + "' not found in [" + join(dirs()) + "]" +
+                  (hint.empty() ? "" : "; did you mean '" + hint + "'?") + " (known: " + join(names) + ")");
+    }
+    return load_file(file->second, name_or_path);
+  }
+
+  template <class T>
+  std::unique_ptr<T> create(const std::string& name, const PluginContext& context, Factory<T> Loaded::*slot,
+                            PluginKind kind) {
+    std::lock_guard<std::mutex> lock(mutex);
+    Loaded& plugin = get(name);
+    const Factory<T>& factory = plugin.*slot;
+    if (!factory) {
+      throw Error("plugin '" + plugin.info.name + "' provides no " + kinds_to_string(kind) +
+                  " (it provides: " + kinds_to_string(plugin.info.kinds) + ")");
+    }
+    std::unique_ptr<T> object;
+    try {
+      object = factory(context);
+    } catch (const ConfigError&) {
+      throw;
+    } catch (const std::exception& error) {
+      throw Error("plugin '" + plugin.info.name + "' failed to create its " + kinds_to_string(kind) + ": " +
+                  error.what());
+    }
+    if (!object) throw Error("plugin '" + plugin.info.name + "' returned no " + kinds_to_string(kind));
+    return object;
+  }
+};
+
+PluginRegistry::PluginRegistry() : impl_(std::make_unique<Impl>()) {}
+
+PluginRegistry& PluginRegistry::instance() {
+  // Deliberately leaked: plugin objects may be destroyed during static
+  // destruction, and their code must still be mapped then.
+  static PluginRegistry* registry = new PluginRegistry();
+  return *registry;
+}
+
+void PluginRegistry::add_search_dir(const std::string& dir) {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  if (std::find(impl_->extra_dirs.begin(), impl_->extra_dirs.end(), dir) == impl_->extra_dirs.end()) {
+    impl_->extra_dirs.push_back(dir);
+  }
+}
+
+std::vector<std::string> PluginRegistry::search_dirs() const {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  return impl_->dirs();
+}
+
+std::vector<std::string> PluginRegistry::available() const {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  std::vector<std::string> names;
+  for (const auto& [name, path] : impl_->discover()) names.push_back(name);
+  return names;
+}
+
+const PluginInfo& PluginRegistry::load(const std::string& name_or_path) {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  return impl_->get(name_or_path).info;
+}
+
+std::vector<PluginInfo> PluginRegistry::loaded() const {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  std::vector<PluginInfo> out;
+  for (const auto& [name, plugin] : impl_->plugins) out.push_back(plugin->info);
+  return out;
+}
+
+#define TITAN_REGISTRY_CREATE(METHOD, TYPE, SLOT, KIND)                                              \
+  std::unique_ptr<TYPE> PluginRegistry::METHOD(const std::string& name, const PluginContext& context) { \
+    return impl_->create<TYPE>(name, context, &Impl::Loaded::SLOT, KIND);                             \
+  }
+TITAN_REGISTRY_CREATE(create_model, ModelSpec, model_factory, kind_model)
+TITAN_REGISTRY_CREATE(create_parallelizer, Parallelizer, parallelizer_factory, kind_parallelizer)
+TITAN_REGISTRY_CREATE(create_schedule, Schedule, schedule_factory, kind_schedule)
+TITAN_REGISTRY_CREATE(create_optimizer, OptimizerFactory, optimizer_factory, kind_optimizer)
+TITAN_REGISTRY_CREATE(create_lr_schedule, LrSchedule, lr_schedule_factory, kind_lr_schedule)
+TITAN_REGISTRY_CREATE(create_precision, PrecisionPolicy, precision_factory, kind_precision)
+TITAN_REGISTRY_CREATE(create_checkpointer, Checkpointer, checkpointer_factory, kind_checkpointer)
+TITAN_REGISTRY_CREATE(create_comm_observer, CommObserver, comm_observer_factory, kind_comm_observer)
+TITAN_REGISTRY_CREATE(create_metrics_sink, MetricsSink, metrics_sink_factory, kind_metrics_sink)
+#undef TITAN_REGISTRY_CREATE
+
+}  // namespace titan

@@ -1,0 +1,26 @@
+// Gradient accumulation over microbatches (no pipeline).
+#include "accumulation_schedule.hpp"
+
+#include <torch/torch.h>
+
+namespace titan {
+
+at::Tensor AccumulationSchedule::step(CausalLM& model, const std::vector<Microbatch>& microbatches,
+                                      const LossFn& loss) {
+  at::Tensor total;
+  const double scale = 1.0 / static_cast<double>(microbatches.size());
+  for (const auto& microbatch : microbatches) {
+    at::Tensor logits = model.forward(microbatch.inputs);
+    at::Tensor value = loss(logits, microbatch.labels) * scale;
+    value.backward();
+    at::Tensor detached = value.detach();
+    total = total.defined() ? total + detached : detached;
+  }
+  return total;
+}
+
+at::Tensor cross_entropy_loss(const at::Tensor& logits, const at::Tensor& labels) {
+  return torch::nn::functional::cross_entropy(logits.flatten(0, 1).to(at::kFloat), labels.flatten(0, 1));
+}
+
+}  // namespace titan

@@ -1,0 +1,16 @@
+// The default Schedule: forward and backward over each microbatch in turn,
+// gradients accumulated, the loss averaged over microbatches.
+#pragma once
+#include "titan/schedule.hpp"
+
+namespace titan {
+
+class AccumulationSchedule : public Schedule {
+ public:
+  at::Tensor step(CausalLM& model, const std::vector<Microbatch>& microbatches, const LossFn& loss) override;
+};
+
+// Mean token cross-entropy in float32 (TorchTitan's loss).
+at::Tensor cross_entropy_loss(const at::Tensor& logits, const at::Tensor& labels);
+
+}  // namespace titan

@@ -1,0 +1,41 @@
+// Naming scheme of the train state: model.<param>, optim.<param>.<state>,
+// rng.cpu; values step and data.position.
+#include "train_state.hpp"
+
+#include <ATen/CPUGeneratorImpl.h>
+
+#include "titan/error.hpp"
+
+namespace titan {
+
+namespace {
+at::Tensor cpu_rng_state() { return at::detail::getDefaultCPUGenerator().get_state(); }
+}  // namespace
+
+TrainStateView::TrainStateView(CausalLM& model, Optimizer& optimizer, TokenWindowLoader& loader)
+    : model_(model), optimizer_(optimizer), loader_(loader) {
+  for (const auto& item : model_.named_parameters()) slots_.tensors["model." + item.key()] = item.value();
+  for (const auto& [key, tensor] : optimizer_.state_tensors()) slots_.tensors["optim." + key] = tensor;
+  slots_.tensors["rng.cpu"] = cpu_rng_state();
+}
+
+TrainState TrainStateView::capture(int64_t step) {
+  TrainState state = slots_;
+  state.tensors["rng.cpu"] = cpu_rng_state();
+  state.values["step"] = std::to_string(step);
+  state.values["data.position"] = std::to_string(loader_.position());
+  return state;
+}
+
+int64_t TrainStateView::restore(const TrainState& state) {
+  auto value = [&](const std::string& key) -> int64_t {
+    auto found = state.values.find(key);
+    if (found == state.values.end()) throw Error("checkpoint has no '" + key + "' value");
+    return std::stoll(found->second);
+  };
+  loader_.set_position(value("data.position"));
+  at::detail::getDefaultCPUGenerator().set_state(state.tensors.at("rng.cpu"));
+  return value("step");
+}
+
+}  // namespace titan

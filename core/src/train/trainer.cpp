@@ -1,0 +1,182 @@
+// The training loop. Plugins transform the model in canonical order before
+// it is materialized, so no stage ever holds more than its shards.
+#include "titan/trainer.hpp"
+
+#include <torch/torch.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include "accumulation_schedule.hpp"
+#include "step_metrics.hpp"
+#include "stop_signal.hpp"
+#include "train_state.hpp"
+#include "titan/compat.hpp"
+#include "titan/data.hpp"
+#include "titan/error.hpp"
+#include "titan/grad_clip.hpp"
+#include "titan/logging.hpp"
+#include "titan/tokenizer.hpp"
+
+namespace titan {
+namespace build_info {
+const char* source_dir();
+}
+
+namespace {
+
+// Relative paths are tried from the working directory, then from the
+// Titan source tree (so shipped assets work from anywhere).
+std::string resolve_asset(const std::string& path) {
+  namespace fs = std::filesystem;
+  if (path.empty() || fs::path(path).is_absolute() || fs::exists(path) || path == "bytes") return path;
+  fs::path shipped = fs::path(build_info::source_dir()) / path;
+  return fs::exists(shipped) ? shipped.string() : path;
+}
+
+c10::Device choose_device(const TrainingConfig& training) {
+  if (training.device == "cuda") {
+    if (!compat::cuda_available()) {
+      throw Error("training.device is 'cuda' but this titan has no CUDA (LibTorch " +
+                  std::string(torch_version_string()) + " without CUDA, or no GPU visible); use training.device=cpu");
+    }
+    return c10::Device(c10::kCUDA, 0);
+  }
+  return c10::Device(c10::kCPU);
+}
+
+void materialize(torch::nn::Module& model, const c10::Device& device) {
+  torch::NoGradGuard no_grad;
+  for (auto& tensor : model.parameters()) {
+    if (tensor.device().is_meta()) tensor.set_data(at::empty(tensor.sizes(), tensor.options().device(device)));
+  }
+  for (auto& tensor : model.buffers()) {
+    if (tensor.device().is_meta()) tensor.set_data(at::empty(tensor.sizes(), tensor.options().device(device)));
+  }
+}
+
+void write_resolved_config(const RunPlan& plan) {
+  std::filesystem::create_directories(plan.core.job.dump_folder);
+  std::string path = plan.core.job.dump_folder + "/config.resolved.yaml";
+  std::ofstream out(path);
+  out << plan.root.dump() << "\n";
+  if (!out) throw Error("cannot write '" + path + "' (check job.dump_folder)");
+}
+
+int64_t accumulation_steps(const TrainingConfig& training, int64_t dp_degree) {
+  if (training.global_batch_size == -1) return 1;
+  int64_t per_step = training.local_batch_size * dp_degree;
+  if (training.global_batch_size % per_step != 0) {
+    throw Error("training.global_batch_size (" + std::to_string(training.global_batch_size) +
+                ") must be a multiple of training.local_batch_size x data-parallel degree (" +
+                std::to_string(training.local_batch_size) + " x " + std::to_string(dp_degree) + ")");
+  }
+  return training.global_batch_size / per_step;
+}
+
+}  // namespace
+
+TrainResult train(RunPlan& plan) {
+  const CoreConfig& core = plan.core;
+  const TrainingConfig& training = core.training;
+  write_resolved_config(plan);
+  if (training.threads > 0) at::set_num_threads(static_cast<int>(training.threads));
+  at::manual_seed(static_cast<uint64_t>(training.seed));
+  if (training.deterministic) at::globalContext().setDeterministicAlgorithms(true, false);
+  c10::Device device = choose_device(training);
+
+  auto tokenizer = std::shared_ptr<const Tokenizer>(load_tokenizer(resolve_asset(core.tokenizer_path)));
+  plan.model->set_vocab_size(tokenizer->vocab_size());
+  std::string data = training.dataset_path.empty() ? training.dataset : resolve_asset(training.dataset_path);
+  TokenWindowLoader loader(open_dataset(data), tokenizer, training.seq_len);
+
+  std::shared_ptr<CausalLM> model = plan.model->build(c10::Device(c10::kMeta));
+  ParallelizeContext parallel_context{*plan.model, device, nullptr};
+  for (auto& [name, parallelizer] : plan.parallelizers) {
+    spdlog::info("applying {} ({})", name, stage_name(parallelizer->stage()));
+    parallelizer->parallelize(*model, parallel_context);
+  }
+  materialize(*model, device);
+  model->init_weights(static_cast<uint64_t>(training.seed));
+  model->train();
+  spdlog::info("model {} flavor {}: {:.2f}M parameters, vocab {}, on {}", plan.model_plugin, plan.model->flavor(),
+               plan.model->num_params() / 1e6, plan.model->vocab_size(), device.str());
+
+  std::vector<NamedParameter> parameters;
+  std::vector<at::Tensor> parameter_tensors;
+  for (const auto& item : model->named_parameters()) {
+    if (!item.value().requires_grad()) continue;
+    parameters.push_back({item.key(), item.value()});
+    parameter_tensors.push_back(item.value());
+  }
+  std::unique_ptr<Optimizer> optimizer = plan.optimizer->build(parameters);
+  AccumulationSchedule default_schedule;
+  Schedule& schedule = plan.schedule ? *plan.schedule : default_schedule;
+
+  TrainStateView state(*model, *optimizer, loader);
+  int64_t step = 0;
+  if (auto loaded = plan.checkpointer->load(state.slots())) {
+    step = state.restore(state.slots());
+    spdlog::info("resumed from checkpoint at step {} (data position {})", step, loader.position());
+  }
+
+  double peak = core.metrics.peak_flops;
+  if (peak == 0) peak = device.is_cuda() ? 0 : measure_cpu_peak_flops();
+  std::vector<MetricsSink*> sinks;
+  for (auto& sink : plan.metrics_sinks) sinks.push_back(sink.get());
+  StepMetrics metrics(core.metrics, core.job.dump_folder, plan.model->flops_per_token(training.seq_len), peak, sinks,
+                      device);
+
+  const int64_t accumulation = accumulation_steps(training, 1);
+  const int64_t debug_nan_step = core.debug.inject_nonfinite_loss_at_step;
+  StopSignal stop;
+  TrainResult result;
+  result.first_step = step + 1;
+  StepRecord record;
+  while (step < training.steps) {
+    ++step;
+    std::vector<Microbatch> microbatches;
+    for (int64_t i = 0; i < accumulation; ++i) {
+      at::Tensor windows = loader.next_batch(training.local_batch_size).to(device);
+      int64_t length = windows.size(1) - 1;
+      microbatches.push_back({windows.narrow(1, 0, length), windows.narrow(1, 1, length)});
+    }
+    at::Tensor loss = schedule.step(*model, microbatches, cross_entropy_loss);
+    double loss_value = loss.item<double>();
+    if (step == debug_nan_step) loss_value = std::nan("");
+    double grad_norm = clip_grad_norm(parameter_tensors, training.max_norm);
+    double lr = plan.optimizer->base_lr() * plan.lr_schedule->factor(step);
+    if (!std::isfinite(loss_value) || !std::isfinite(grad_norm)) {
+      if (training.on_nonfinite_loss == "error") {
+        throw Error("step " + std::to_string(step) + ": loss is " + std::to_string(loss_value) + " and grad norm " +
+                    std::to_string(grad_norm) +
+                    "; training stopped (checkpoints already saved are kept). Lower optimizer.lr, check the "
+                    "data, or set training.on_nonfinite_loss=skip to skip such steps");
+      }
+      spdlog::warn("step {}: non-finite loss {} / grad norm {}; optimizer step skipped", step, loss_value, grad_norm);
+      ++result.skipped_steps;
+    } else {
+      optimizer->step(lr);
+    }
+    optimizer->zero_grad();
+    record = {step, loss_value, grad_norm, lr, training.local_batch_size * training.seq_len * accumulation};
+    metrics.record(record);
+    bool stopping = stop.requested();
+    if (plan.checkpointer->should_save(step, step == training.steps) || (stopping && plan.checkpointer->enabled())) {
+      plan.checkpointer->save(step, state.capture(step));
+    }
+    result.last_step = step;
+    result.last_loss = loss_value;
+    if (stopping) {
+      spdlog::warn("received signal {}; stopped cleanly after step {}", stop.signal_number(), step);
+      result.stopped_by_signal = true;
+      break;
+    }
+  }
+  metrics.flush_pending(record);
+  plan.checkpointer->wait();
+  return result;
+}
+
+}  // namespace titan

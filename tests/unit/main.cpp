@@ -1,0 +1,14 @@
+// The doctest main of titan_tests: every test file registers its cases.
+#include <torch/torch.h>
+#undef CHECK
+#define DOCTEST_CONFIG_IMPLEMENT
+#include <doctest/doctest.h>
+
+#include "titan/logging.hpp"
+
+int main(int argc, char** argv) {
+  at::set_num_threads(1);
+  titan::init_logging(0, "warn");
+  doctest::Context context(argc, argv);
+  return context.run();
+}

@@ -1,0 +1,26 @@
+// The titan subcommands; each takes its own arguments (after the
+// subcommand name) and returns the process exit code.
+#pragma once
+#include <string>
+#include <vector>
+
+namespace titan::cli {
+
+using Args = std::vector<std::string>;
+
+int train_command(const Args& args);
+int plugins_command(const Args& args);
+int config_command(const Args& args);
+int tokenizer_command(const Args& args);
+
+// Shared helpers.
+bool wants_help(const Args& args);
+// Reads CONFIG, applies every `--set k=v`, returns the remaining arguments.
+struct RunArgs {
+  std::string config_path;
+  std::vector<std::string> overrides;
+  std::string log_level;
+};
+RunArgs parse_run_args(const Args& args, const std::string& usage);
+
+}  // namespace titan::cli

@@ -1,0 +1,56 @@
+// titan: the command-line entry point. Every error a user can act on ends
+// here as one message and a non-zero exit, never a bare trace.
+#include <cstdio>
+#include <exception>
+#include <iostream>
+
+#include "commands.h"
+#include "titan/error.hpp"
+
+namespace {
+
+const char* kUsage = R"(titan: LLM pre-training in C++ on LibTorch
+
+usage: titan <command> [options]
+
+commands:
+  train CONFIG [--set key=value ...]   train as the YAML config says
+  config check CONFIG [--set ...]      validate a config without training
+  plugins list                         list the plugins found on the search path
+  plugins inspect NAME                 a plugin's kinds, ABI and options
+  tokenizer train CORPUS... --out FILE train a byte-level BPE tokenizer
+
+`titan <command> --help` explains each command.
+)";
+
+int dispatch(const titan::cli::Args& args) {
+  if (args.empty() || args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
+    std::cout << kUsage;
+    return args.empty() ? 2 : 0;
+  }
+  titan::cli::Args rest(args.begin() + 1, args.end());
+  const std::string& command = args[0];
+  if (command == "train") return titan::cli::train_command(rest);
+  if (command == "plugins") return titan::cli::plugins_command(rest);
+  if (command == "config") return titan::cli::config_command(rest);
+  if (command == "tokenizer") return titan::cli::tokenizer_command(rest);
+  std::cerr << "titan: unknown command '" << command << "'\n\n" << kUsage;
+  return 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  titan::cli::Args args(argv + 1, argv + argc);
+  try {
+    return dispatch(args);
+  } catch (const titan::Error& error) {
+    std::fflush(stdout);
+    std::cerr << "titan: error: " << error.what() << "\n";
+  } catch (const std::exception& error) {
+    std::fflush(stdout);
+    std::cerr << "titan: internal error: " << error.what() << "\n"
+              << "(this is a bug or an unchecked input; please report it with the command and config)\n";
+  }
+  return 1;
+}

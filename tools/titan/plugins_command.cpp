@@ -1,0 +1,103 @@
+// `titan plugins list` and `titan plugins inspect NAME`.
+#include <iomanip>
+#include <iostream>
+
+#include "commands.h"
+#include "titan/checkpointer.hpp"
+#include "titan/comm_observer.hpp"
+#include "titan/error.hpp"
+#include "titan/metrics_sink.hpp"
+#include "titan/model.hpp"
+#include "titan/optimizer.hpp"
+#include "titan/parallelizer.hpp"
+#include "titan/precision.hpp"
+#include "titan/registry.hpp"
+#include "titan/schedule.hpp"
+
+namespace titan::cli {
+
+namespace {
+
+const char* kUsage =
+    "usage: titan plugins list\n"
+    "       titan plugins inspect NAME|PATH.so\n"
+    "  Search path: job.plugin_path, TITAN_PLUGIN_PATH, the build tree, the install prefix.\n";
+
+void print_options(const std::string& kind, const ConfigNode& options) {
+  const auto& docs = options.documented();
+  std::cout << "  " << kind << " options:" << (docs.empty() ? " (none)" : "") << "\n";
+  for (const auto& doc : docs) {
+    std::cout << "    " << std::left << std::setw(28) << doc.key << std::setw(14) << doc.type
+              << std::setw(14) << (doc.fallback.empty() ? "(required)" : doc.fallback) << doc.doc << "\n";
+  }
+}
+
+// Creates each kind with empty options so that every option it reads is
+// recorded with its type, default and doc.
+void inspect(const std::string& name) {
+  auto& registry = PluginRegistry::instance();
+  const PluginInfo& info = registry.load(name);
+  std::cout << info.name << " " << info.version << "\n"
+            << "  " << info.summary << "\n"
+            << "  kinds:        " << kinds_to_string(info.kinds) << "\n"
+            << "  plugin ABI:   " << kPluginAbiVersion << "\n"
+            << "  LibTorch:     " << info.torch_version << "\n"
+            << "  file:         " << info.path << "\n";
+  auto show = [&](uint32_t kind, auto create) {
+    if (!(info.kinds & kind)) return;
+    PluginContext context;
+    context.options = ConfigNode::parse("{}", "<inspect>");
+    context.training_steps = 1000;
+    try {
+      create(context);
+    } catch (const std::exception& error) {
+      std::cout << "  " << kinds_to_string(kind) << ": needs options to be created (" << error.what() << ")\n";
+    }
+    print_options(kinds_to_string(kind), context.options);
+  };
+  show(kind_model, [&](auto& c) { registry.create_model(info.name, c); });
+  show(kind_parallelizer, [&](auto& c) { registry.create_parallelizer(info.name, c); });
+  show(kind_schedule, [&](auto& c) { registry.create_schedule(info.name, c); });
+  show(kind_optimizer, [&](auto& c) { registry.create_optimizer(info.name, c); });
+  show(kind_lr_schedule, [&](auto& c) { registry.create_lr_schedule(info.name, c); });
+  show(kind_precision, [&](auto& c) { registry.create_precision(info.name, c); });
+  show(kind_checkpointer, [&](auto& c) { registry.create_checkpointer(info.name, c); });
+  show(kind_comm_observer, [&](auto& c) { registry.create_comm_observer(info.name, c); });
+  show(kind_metrics_sink, [&](auto& c) { registry.create_metrics_sink(info.name, c); });
+}
+
+}  // namespace
+
+int plugins_command(const Args& args) {
+  if (args.empty() || wants_help(args)) {
+    std::cout << kUsage;
+    return args.empty() ? 2 : 0;
+  }
+  auto& registry = PluginRegistry::instance();
+  if (args[0] == "list") {
+    auto names = registry.available();
+    std::cout << std::left << std::setw(22) << "plugin" << std::setw(10) << "version" << std::setw(40) << "kinds"
+              << "summary\n";
+    int failures = 0;
+    for (const auto& name : names) {
+      try {
+        const PluginInfo& info = registry.load(name);
+        std::cout << std::setw(22) << info.name << std::setw(10) << info.version << std::setw(40)
+                  << kinds_to_string(info.kinds) << info.summary << "\n";
+      } catch (const std::exception& error) {
+        ++failures;
+        std::cout << std::setw(22) << name << "(cannot be loaded: " << error.what() << ")\n";
+      }
+    }
+    if (names.empty()) std::cout << "(no plugins found)\n";
+    return failures ? 1 : 0;
+  }
+  if (args[0] == "inspect") {
+    if (args.size() != 2) throw Error(std::string("plugins inspect needs one plugin name\n") + kUsage);
+    inspect(args[1]);
+    return 0;
+  }
+  throw Error("unknown plugins command '" + args[0] + "'\n" + kUsage);
+}
+
+}  // namespace titan::cli

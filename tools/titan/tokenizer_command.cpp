@@ -1,0 +1,66 @@
+// `titan tokenizer train CORPUS... --out FILE [--vocab-size N]`: trains a
+// byte-level BPE on text files, JSONL files or the built-in `stories`.
+#include <iostream>
+
+#include "commands.h"
+#include "titan/data.hpp"
+#include "titan/error.hpp"
+#include "titan/logging.hpp"
+#include "titan/tokenizer.hpp"
+
+namespace titan::cli {
+
+namespace {
+const char* kUsage =
+    "usage: titan tokenizer train CORPUS... --out FILE [--vocab-size N] [--max-bytes N]\n"
+    "  CORPUS is a dataset path (.jsonl, .jsonl.gz, .txt) or 'stories' (the built-in corpus).\n"
+    "  Writes a Hugging Face style tokenizer.json.\n";
+}
+
+int tokenizer_command(const Args& args) {
+  if (args.empty() || wants_help(args)) {
+    std::cout << kUsage;
+    return args.empty() ? 2 : 0;
+  }
+  if (args[0] != "train") throw Error("unknown tokenizer command '" + args[0] + "'\n" + kUsage);
+  std::vector<std::string> corpora;
+  std::string out;
+  BpeTrainingOptions options;
+  for (size_t i = 1; i < args.size(); ++i) {
+    auto value = [&]() -> std::string {
+      if (i + 1 >= args.size()) throw Error(args[i] + " needs a value\n" + kUsage);
+      return args[++i];
+    };
+    if (args[i] == "--out") {
+      out = value();
+    } else if (args[i] == "--vocab-size") {
+      options.vocab_size = std::stoll(value());
+    } else if (args[i] == "--max-bytes") {
+      options.max_bytes = std::stoll(value());
+    } else if (args[i].rfind("--", 0) == 0) {
+      throw Error("unknown option '" + args[i] + "'\n" + kUsage);
+    } else {
+      corpora.push_back(args[i]);
+    }
+  }
+  if (corpora.empty() || out.empty()) throw Error(std::string("a corpus and --out are required\n") + kUsage);
+  init_logging(0);
+  std::vector<std::string> documents;
+  int64_t bytes = 0;
+  for (const auto& corpus : corpora) {
+    auto source = open_dataset(corpus);
+    while (bytes < options.max_bytes) {
+      auto text = source->next_text();
+      if (!text) break;
+      bytes += static_cast<int64_t>(text->size());
+      documents.push_back(std::move(*text));
+    }
+  }
+  spdlog::info("training a {}-token BPE on {} documents ({:.1f} MB)", options.vocab_size, documents.size(),
+               bytes / 1e6);
+  train_bpe_tokenizer(documents, options, out);
+  spdlog::info("wrote {}", out);
+  return 0;
+}
+
+}  // namespace titan::cli

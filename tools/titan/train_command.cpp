@@ -1,0 +1,34 @@
+// `titan train CONFIG [--set k=v ...] [--log-level L]`
+#include <iostream>
+
+#include "commands.h"
+#include "titan/logging.hpp"
+#include "titan/run_plan.hpp"
+#include "titan/trainer.hpp"
+
+namespace titan::cli {
+
+namespace {
+const char* kUsage =
+    "usage: titan train CONFIG [--set key.path=value ...] [--log-level trace|debug|info|warn|error]\n"
+    "  Trains as CONFIG says; --set overrides any key (e.g. --set training.steps=20).\n";
+}
+
+int train_command(const Args& args) {
+  if (wants_help(args)) {
+    std::cout << kUsage;
+    return 0;
+  }
+  RunArgs run = parse_run_args(args, kUsage);
+  init_logging(0, run.log_level);
+  ConfigNode config = ConfigNode::load_file(run.config_path);
+  for (const auto& assignment : run.overrides) config.apply_override(assignment);
+  RunPlan plan = plan_run(config);
+  spdlog::info("config {} ({} plugins in canonical order)", run.config_path, plan.parallelizers.size());
+  TrainResult result = train(plan);
+  spdlog::info("training done: steps {}..{}, last loss {:.4f}{}", result.first_step, result.last_step,
+               result.last_loss, result.stopped_by_signal ? " (stopped by signal)" : "");
+  return 0;
+}
+
+}  // namespace titan::cli
