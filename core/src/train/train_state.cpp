@@ -34,7 +34,9 @@ int64_t TrainStateView::restore(const TrainState& state) {
     return std::stoll(found->second);
   };
   loader_.set_position(value("data.position"));
-  at::detail::getDefaultCPUGenerator().set_state(state.tensors.at("rng.cpu"));
+  at::Generator generator = at::detail::getDefaultCPUGenerator();  // a handle to the global one
+  std::lock_guard<std::mutex> lock(generator.mutex());
+  generator.set_state(state.tensors.at("rng.cpu"));
   return value("step");
 }
 

@@ -1,0 +1,134 @@
+// Config: typed reads, defaults written back, every error class with its
+// file:line:col and key path, unknown keys with did-you-mean, overrides.
+#include <torch/torch.h>
+#undef CHECK
+#undef CHECK_EQ
+#undef CHECK_NE
+#undef CHECK_LT
+#undef CHECK_LE
+#undef CHECK_GT
+#undef CHECK_GE
+#include <doctest/doctest.h>
+
+#include "titan/config.hpp"
+#include "titan/job_config.hpp"
+
+using titan::ConfigError;
+using titan::ConfigNode;
+
+namespace {
+std::string error_of(const std::function<void()>& action) {
+  try {
+    action();
+  } catch (const ConfigError& error) {
+    return error.what();
+  }
+  return "<no error>";
+}
+}  // namespace
+
+TEST_SUITE("config") {
+  TEST_CASE("typed reads return values and write defaults back") {
+    ConfigNode root = ConfigNode::parse("training:\n  steps: 20\n  max_norm: 0.5\n  dataset: x\n", "run.yaml");
+    ConfigNode training = root.child("training");
+    CHECK(training.get<int64_t>("steps", 1) == 20);
+    CHECK(training.get<double>("max_norm", 1.0) == doctest::Approx(0.5));
+    CHECK(training.get<std::string>("dataset", "y") == "x");
+    CHECK(training.get<int64_t>("seq_len", 2048) == 2048);
+    CHECK(training.get<bool>("deterministic", false) == false);
+    CHECK(root.dump().find("seq_len: 2048") != std::string::npos);
+    CHECK(training.documented().size() == 5);
+  }
+
+  TEST_CASE("a wrong type names file, line, column, key and expected type") {
+    ConfigNode root = ConfigNode::parse("training:\n  steps: twenty\n", "configs/run.yaml");
+    std::string message = error_of([&] { root.child("training").get<int64_t>("steps", 1); });
+    CHECK(message == "configs/run.yaml:2:10: training.steps: expected int, got \"twenty\"");
+    CHECK(error_of([&] { root.child("training").get<bool>("steps", false); }).find("expected bool") !=
+          std::string::npos);
+  }
+
+  TEST_CASE("an int does not silently accept a float") {
+    ConfigNode root = ConfigNode::parse("steps: 1.5\n", "a.yaml");
+    CHECK(error_of([&] { root.get<int64_t>("steps", 1); }).find("expected int, got \"1.5\"") != std::string::npos);
+  }
+
+  TEST_CASE("choice lists the allowed values and suggests the closest") {
+    ConfigNode root = ConfigNode::parse("fsdp:\n  reshard_after_forward: alway\n", "b.yaml");
+    std::string message = error_of(
+        [&] { root.child("fsdp").choice("reshard_after_forward", "default", {"default", "always", "never"}); });
+    CHECK(message.find("b.yaml:2:26: fsdp.reshard_after_forward: expected one of {default, always, never}, got "
+                       "\"alway\"") == 0);
+    CHECK(message.find("did you mean \"always\"") != std::string::npos);
+  }
+
+  TEST_CASE("unknown keys are errors with a did-you-mean") {
+    ConfigNode root = ConfigNode::parse("training:\n  stpes: 3\n  seq_len: 8\n", "c.yaml");
+    root.child("training").get<int64_t>("steps", 1);
+    root.child("training").get<int64_t>("seq_len", 1);
+    std::string message = error_of([&] { root.check_unknown_keys(); });
+    CHECK(message.find("c.yaml:2:3: training.stpes: unknown key; did you mean 'steps'?") == 0);
+  }
+
+  TEST_CASE("an unknown section is reported at the root") {
+    ConfigNode root = ConfigNode::parse("trainig:\n  steps: 3\n", "d.yaml");
+    titan::read_core_config(root);
+    std::string message = error_of([&] { root.check_unknown_keys(); });
+    CHECK(message.find("d.yaml:1:1: trainig: unknown key; did you mean 'training'?") == 0);
+  }
+
+  TEST_CASE("malformed YAML is a syntax error with its position") {
+    std::string message = error_of([] { ConfigNode::parse("training:\n  steps: [1, 2\n", "e.yaml"); });
+    CHECK(message.find("e.yaml:") == 0);
+    CHECK(message.find("YAML syntax error") != std::string::npos);
+  }
+
+  TEST_CASE("a missing file is a clear error") {
+    CHECK(error_of([] { ConfigNode::load_file("/nonexistent/run.yaml"); }).find("cannot be read") !=
+          std::string::npos);
+  }
+
+  TEST_CASE("--set overrides values, creates keys and selects list elements by name") {
+    ConfigNode root = ConfigNode::parse(
+        "training:\n  steps: 3\nplugins:\n  - name: fsdp\n    dp_shard: 2\n  - name: ddp\n", "f.yaml");
+    root.apply_override("training.steps=7");
+    root.apply_override("metrics.log_freq=1");
+    root.apply_override("plugins.fsdp.dp_shard=-1");
+    root.apply_override("plugins.1.bucket_mb=25");
+    CHECK(root.child("training").get<int64_t>("steps", 0) == 7);
+    CHECK(root.child("metrics").get<int64_t>("log_freq", 0) == 1);
+    auto plugins = root.children("plugins");
+    REQUIRE(plugins.size() == 2);
+    CHECK(plugins[0].get<int64_t>("dp_shard", 0) == -1);
+    CHECK(plugins[1].get<int64_t>("bucket_mb", 0) == 25);
+  }
+
+  TEST_CASE("an overridden bad value is attributed to --set") {
+    ConfigNode root = ConfigNode::parse("training:\n  steps: 3\n", "g.yaml");
+    root.apply_override("training.steps=abc");
+    CHECK(error_of([&] { root.child("training").get<int64_t>("steps", 0); }) ==
+          "--set training.steps: training.steps: expected int, got \"abc\"");
+    CHECK(error_of([&] { root.apply_override("training.steps"); }).find("expected key.path=value") !=
+          std::string::npos);
+    CHECK(error_of([&] { root.apply_override("plugins.fsdp.x=1"); }).find("not") != std::string::npos);
+  }
+
+  TEST_CASE("core config validates values") {
+    auto bad = [](const std::string& yaml) {
+      return error_of([&] { titan::read_core_config(ConfigNode::parse(yaml, "h.yaml")); });
+    };
+    CHECK(bad("training:\n  local_batch_size: 0\n").find("training.local_batch_size: expected a positive") !=
+          std::string::npos);
+    CHECK(bad("training:\n  device: tpu\n").find("expected one of {cpu, cuda}") != std::string::npos);
+    CHECK(bad("metrics:\n  log_freq: -1\n").find("metrics.log_freq") != std::string::npos);
+    CHECK(bad("training:\n  global_batch_size: 0\n").find("global_batch_size") != std::string::npos);
+    auto config = titan::read_core_config(ConfigNode::parse("training:\n  steps: 5\n", "ok.yaml"));
+    CHECK(config.training.steps == 5);
+    CHECK(config.training.local_batch_size == 8);
+  }
+
+  TEST_CASE("closest_match finds near spellings only") {
+    CHECK(titan::closest_match("tensor_paralel", {"ddp", "fsdp", "tensor_parallel"}) == "tensor_parallel");
+    CHECK(titan::closest_match("zzzzzz", {"ddp", "fsdp"}).empty());
+  }
+}
