@@ -37,5 +37,12 @@ target_link_libraries(titan_pch PUBLIC titan_build_flags ${TORCH_LIBRARIES})
 target_precompile_headers(titan_pch PRIVATE <torch/torch.h>)
 
 function(titan_use_pch target)
+  # The PCH is built with -fPIC; executables would get -fPIE, which GCC
+  # treats as a different setting and silently ignores the PCH.
+  get_target_property(type ${target} TYPE)
+  if(type STREQUAL "EXECUTABLE")
+    set_target_properties(${target} PROPERTIES POSITION_INDEPENDENT_CODE OFF)
+    target_compile_options(${target} PRIVATE -fPIC)
+  endif()
   target_precompile_headers(${target} REUSE_FROM titan_pch)
 endfunction()

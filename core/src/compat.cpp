@@ -29,6 +29,13 @@ at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::
 #endif
 }
 
+void materialize_in_place(at::Tensor& tensor, const c10::Device& device) {
+  at::Tensor fresh = at::empty(tensor.sizes(), tensor.options().device(device));
+  // set_data() refuses a meta -> dense change of TensorImpl type; the
+  // shallow copy it performs after that check is what we need here.
+  tensor.unsafeGetTensorImpl()->shallow_copy_from(fresh.getIntrusivePtr());
+}
+
 bool cuda_available() { return torch::cuda::is_available(); }
 
 int64_t device_memory_allocated(const c10::Device& device) {

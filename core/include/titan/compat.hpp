@@ -17,6 +17,11 @@ namespace compat {
 // LibTorch version has no native GQA).
 at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v);
 
+// Gives a tensor (e.g. a parameter built on the meta device) fresh,
+// uninitialized storage on `device` in place, keeping its identity and
+// autograd leaf status, as `Module::to_empty` does in Python.
+void materialize_in_place(at::Tensor& tensor, const c10::Device& device);
+
 // True when this LibTorch was built with CUDA and a device is present.
 bool cuda_available();
 

@@ -68,7 +68,7 @@ CoreConfig read_core_config(const ConfigNode& root) {
       "inject_nonfinite_loss_at_step", -1, "test hook: treat this step's loss as NaN");
 
   config.tokenizer_path = root.child("model").get<std::string>(
-      "tokenizer_path", "assets/tokenizer/stories_bpe_2k.json", "tokenizer file (tiktoken, tokenizer.json, or 'bytes')");
+      "tokenizer_path", "assets/tokenizer/stories_bpe.json", "tokenizer file (tiktoken, tokenizer.json, or 'bytes')");
   return config;
 }
 

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include "accumulation_schedule.hpp"
 #include "step_metrics.hpp"
@@ -49,10 +50,10 @@ c10::Device choose_device(const TrainingConfig& training) {
 void materialize(torch::nn::Module& model, const c10::Device& device) {
   torch::NoGradGuard no_grad;
   for (auto& tensor : model.parameters()) {
-    if (tensor.device().is_meta()) tensor.set_data(at::empty(tensor.sizes(), tensor.options().device(device)));
+    if (tensor.device().is_meta()) compat::materialize_in_place(tensor, device);
   }
   for (auto& tensor : model.buffers()) {
-    if (tensor.device().is_meta()) tensor.set_data(at::empty(tensor.sizes(), tensor.options().device(device)));
+    if (tensor.device().is_meta()) compat::materialize_in_place(tensor, device);
   }
 }
 
@@ -81,7 +82,10 @@ TrainResult train(RunPlan& plan) {
   const CoreConfig& core = plan.core;
   const TrainingConfig& training = core.training;
   write_resolved_config(plan);
-  if (training.threads > 0) at::set_num_threads(static_cast<int>(training.threads));
+  // LibTorch starts with one intra-op thread here; use the machine unless told.
+  int threads = training.threads > 0 ? static_cast<int>(training.threads)
+                                     : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  at::set_num_threads(threads);
   at::manual_seed(static_cast<uint64_t>(training.seed));
   if (training.deterministic) at::globalContext().setDeterministicAlgorithms(true, false);
   c10::Device device = choose_device(training);
