@@ -1,0 +1,58 @@
+// Training data: document sources, and a loader that packs
+// [BOS] doc [EOS] streams into disjoint windows of seq_len + 1 tokens and
+// shards them over data-parallel ranks. Its state is one global window
+// count, so a run may resume on another data-parallel degree.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+#include "titan/tokenizer.hpp"
+
+namespace titan {
+
+// A finite, re-iterable sequence of documents (epochs repeat it).
+class DocumentSource {
+ public:
+  virtual ~DocumentSource() = default;
+  virtual std::string describe() const = 0;
+  virtual void rewind() = 0;
+  // Next document's text; none at the end of the epoch.
+  virtual std::optional<std::string> next_text() = 0;
+  // Sources of pre-tokenized ids return them here instead of text; the
+  // loader takes them as the stream itself (no BOS/EOS added).
+  virtual bool pretokenized() const { return false; }
+  virtual std::optional<std::vector<int32_t>> next_tokens() { return std::nullopt; }
+};
+
+// "stories" (the built-in generated corpus), or a path: *.jsonl,
+// *.jsonl.gz ({"text": ...} per line), *.txt (documents separated by blank
+// lines), *.bin / *.u16 / *.u32 (pre-tokenized shards, memory-mapped).
+std::unique_ptr<DocumentSource> open_dataset(const std::string& name_or_path);
+
+// The built-in corpus: deterministic generated English stories.
+std::string generate_story(uint64_t seed, int64_t index);
+
+class TokenWindowLoader {
+ public:
+  TokenWindowLoader(std::unique_ptr<DocumentSource> source, std::shared_ptr<const Tokenizer> tokenizer,
+                    int64_t seq_len, int dp_rank = 0, int dp_degree = 1);
+  ~TokenWindowLoader();
+  // This rank's next `local_batch` windows: int64 [local_batch, seq_len + 1].
+  // Globally one call consumes local_batch * dp_degree windows; rank r gets
+  // windows [pos + r * local_batch, pos + (r + 1) * local_batch).
+  at::Tensor next_batch(int64_t local_batch);
+  int64_t position() const;  // global windows consumed so far
+  void set_position(int64_t windows);  // to resume
+  int64_t epoch() const;  // passes over the source before the next window's first token
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace titan

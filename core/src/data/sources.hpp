@@ -1,0 +1,43 @@
+// Constructors of the document sources that open_dataset dispatches to, and
+// the gzip-aware line reader the text formats share. Private to core/src/data.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "titan/data.hpp"
+
+namespace titan::data {
+
+constexpr int64_t kStoriesPerEpoch = 20000;
+constexpr uint64_t kStoriesSeed = 0x5107135;
+
+std::unique_ptr<DocumentSource> make_stories_source(uint64_t seed, int64_t documents_per_epoch);
+std::unique_ptr<DocumentSource> make_jsonl_source(const std::string& path);
+std::unique_ptr<DocumentSource> make_text_source(const std::string& path);
+// *.bin / *.u16 / *.u32, memory-mapped; the format is documented in its .cpp.
+std::unique_ptr<DocumentSource> make_token_shard_source(const std::string& path);
+
+// Reads lines from a plain or gzip-compressed file (zlib reads both).
+class LineReader {
+ public:
+  explicit LineReader(const std::string& path);  // throws titan::Error if it cannot be opened
+  ~LineReader();
+  LineReader(const LineReader&) = delete;
+  LineReader& operator=(const LineReader&) = delete;
+  // The next line without its "\n" or "\r\n"; false at the end of the file.
+  bool next(std::string& line);
+  void rewind();
+  int64_t line_number() const { return line_number_; }  // of the line last returned, 1-based
+
+ private:
+  std::string path_;
+  void* file_ = nullptr;  // gzFile, opaque so zlib.h stays in the .cpp
+  std::string buffer_;
+  size_t buffer_pos_ = 0;
+  bool at_end_ = false;
+  int64_t line_number_ = 0;
+};
+
+}  // namespace titan::data

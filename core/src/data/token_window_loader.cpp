@@ -1,0 +1,170 @@
+// TokenWindowLoader: turns documents into one endless token stream
+// ([BOS] doc [EOS] ..., the source repeating by epochs) and cuts it into
+// disjoint windows of seq_len + 1; every rank reads the whole stream and keeps its rows.
+#include <ATen/ATen.h>
+
+#include <algorithm>
+
+#include "titan/data.hpp"
+#include "titan/error.hpp"
+
+namespace titan {
+
+struct TokenWindowLoader::Impl {
+  std::unique_ptr<DocumentSource> source;
+  std::shared_ptr<const Tokenizer> tokenizer;
+  int64_t window = 0;  // seq_len + 1
+  int dp_rank = 0, dp_degree = 1;
+
+  std::vector<int32_t> pending;  // stream tokens read but not consumed, from `head`
+  size_t head = 0;
+  int64_t windows_consumed = 0;       // global, over all ranks
+  int64_t tokens_read = 0;            // stream tokens appended to `pending` so far
+  bool epoch_has_tokens = false;      // guards against spinning on an empty source
+  std::vector<int64_t> epoch_starts;  // stream offset of each epoch after the first
+
+  size_t available() const { return pending.size() - head; }
+
+  // Appends the next document (or chunk of pre-tokenized ids) to `pending`,
+  // rewinding the source at the end of an epoch.
+  void read_document() {
+    for (;;) {
+      if (head == pending.size()) {  // callers read only when all is consumed
+        pending.clear();
+        head = 0;
+      }
+      size_t before = pending.size();
+      if (source->pretokenized()) {
+        auto ids = source->next_tokens();
+        if (ids) {
+          check_ids(*ids);
+          pending.insert(pending.end(), ids->begin(), ids->end());
+        } else {
+          end_epoch();
+          continue;
+        }
+      } else {
+        auto text = source->next_text();
+        if (!text) {
+          end_epoch();
+          continue;
+        }
+        std::vector<int32_t> ids = tokenizer->encode(*text);
+        pending.push_back(tokenizer->bos_id());
+        pending.insert(pending.end(), ids.begin(), ids.end());
+        pending.push_back(tokenizer->eos_id());
+      }
+      size_t added = pending.size() - before;
+      tokens_read += static_cast<int64_t>(added);
+      if (added > 0) {
+        epoch_has_tokens = true;
+        return;
+      }
+    }
+  }
+
+  void end_epoch() {
+    if (!epoch_has_tokens) {
+      throw Error(source->describe() + " contains no documents (a whole epoch produced no tokens)");
+    }
+    source->rewind();
+    epoch_starts.push_back(tokens_read);
+    epoch_has_tokens = false;
+  }
+
+  void check_ids(const std::vector<int32_t>& ids) const {
+    const int64_t vocab = tokenizer->vocab_size();
+    for (int32_t id : ids) {
+      if (id < 0 || id >= vocab) {
+        throw Error(source->describe() + " holds token id " + std::to_string(id) + " but the tokenizer has only " +
+                    std::to_string(vocab) + " ids; the shard was made with another tokenizer");
+      }
+    }
+  }
+
+  void skip_tokens(int64_t count) {
+    while (count > 0) {
+      if (available() == 0) read_document();
+      size_t n = static_cast<size_t>(std::min<int64_t>(count, static_cast<int64_t>(available())));
+      head += n;
+      count -= static_cast<int64_t>(n);
+    }
+  }
+
+  void take_tokens(int64_t count, int64_t* out) {
+    while (count > 0) {
+      if (available() == 0) read_document();
+      size_t n = static_cast<size_t>(std::min<int64_t>(count, static_cast<int64_t>(available())));
+      std::copy(pending.begin() + static_cast<std::ptrdiff_t>(head),
+                pending.begin() + static_cast<std::ptrdiff_t>(head + n), out);
+      out += n;
+      head += n;
+      count -= static_cast<int64_t>(n);
+    }
+  }
+
+  void restart() {
+    source->rewind();
+    pending.clear();
+    head = 0;
+    windows_consumed = 0;
+    tokens_read = 0;
+    epoch_has_tokens = false;
+    epoch_starts.clear();
+  }
+};
+
+TokenWindowLoader::TokenWindowLoader(std::unique_ptr<DocumentSource> source, std::shared_ptr<const Tokenizer> tokenizer,
+                                     int64_t seq_len, int dp_rank, int dp_degree)
+    : impl_(std::make_unique<Impl>()) {
+  if (!source) throw Error("data loader: no document source given");
+  if (!tokenizer) throw Error("data loader: no tokenizer given for " + source->describe());
+  if (seq_len < 1) throw Error("data loader: seq_len must be at least 1, got " + std::to_string(seq_len));
+  if (dp_degree < 1 || dp_rank < 0 || dp_rank >= dp_degree) {
+    throw Error("data loader: data-parallel rank " + std::to_string(dp_rank) + " is not in [0, " +
+                std::to_string(dp_degree) + ")");
+  }
+  impl_->source = std::move(source);
+  impl_->tokenizer = std::move(tokenizer);
+  impl_->window = seq_len + 1;
+  impl_->dp_rank = dp_rank;
+  impl_->dp_degree = dp_degree;
+  impl_->source->rewind();
+}
+
+TokenWindowLoader::~TokenWindowLoader() = default;
+
+at::Tensor TokenWindowLoader::next_batch(int64_t local_batch) {
+  if (local_batch < 1) {
+    throw Error("data loader: local batch size must be at least 1, got " + std::to_string(local_batch));
+  }
+  Impl& s = *impl_;
+  at::Tensor batch = at::empty({local_batch, s.window}, at::TensorOptions().dtype(at::kLong));
+  s.skip_tokens(static_cast<int64_t>(s.dp_rank) * local_batch * s.window);
+  s.take_tokens(local_batch * s.window, batch.data_ptr<int64_t>());
+  s.skip_tokens(static_cast<int64_t>(s.dp_degree - 1 - s.dp_rank) * local_batch * s.window);
+  s.windows_consumed += local_batch * s.dp_degree;
+  return batch;
+}
+
+int64_t TokenWindowLoader::position() const { return impl_->windows_consumed; }
+
+void TokenWindowLoader::set_position(int64_t windows) {
+  if (windows < 0) throw Error("data loader: cannot resume at negative position " + std::to_string(windows));
+  Impl& s = *impl_;
+  // Forward: skip from here. Backward: replay from the start; the stream is
+  // deterministic, so either way the next batches equal an uninterrupted run's.
+  if (windows < s.windows_consumed) s.restart();
+  s.skip_tokens((windows - s.windows_consumed) * s.window);
+  s.windows_consumed = windows;
+}
+
+int64_t TokenWindowLoader::epoch() const {
+  // The epoch of the next token to consume (epochs start at 0).
+  const Impl& s = *impl_;
+  const int64_t consumed = s.windows_consumed * s.window;
+  return static_cast<int64_t>(std::upper_bound(s.epoch_starts.begin(), s.epoch_starts.end(), consumed) -
+                              s.epoch_starts.begin());
+}
+
+}  // namespace titan

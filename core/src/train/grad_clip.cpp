@@ -1,0 +1,72 @@
+// clip_grad_norm: per-gradient norms in fp32 (fp64 for fp64 gradients),
+// combined in fp64 with one host sync per device, then one in-place scale.
+#include "titan/grad_clip.hpp"
+
+#include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
+
+#include <cmath>
+#include <map>
+#include <sstream>
+#include <utility>
+
+#include "titan/error.hpp"
+
+namespace titan {
+
+namespace {
+
+std::string device_text(const at::Device& device) {
+  std::ostringstream out;
+  out << device;
+  return out.str();
+}
+
+}  // namespace
+
+double clip_grad_norm(const std::vector<at::Tensor>& params, double max_norm, double norm_type,
+                      const NormReduceFn& reduce) {
+  if (!(norm_type > 0)) {
+    throw Error("clip_grad_norm: norm_type must be > 0 or infinity, got " + std::to_string(norm_type));
+  }
+  const bool inf_norm = std::isinf(norm_type);
+  at::NoGradGuard no_grad;
+
+  // Gradients grouped by device (for the norms) and by device and dtype (for
+  // the foreach scale, which wants one dtype per list).
+  std::map<std::string, std::vector<at::Tensor>> norms_by_device;
+  std::map<std::pair<std::string, int>, std::vector<at::Tensor>> grads_by_kind;
+  for (const auto& param : params) {
+    if (!param.defined()) continue;
+    const at::Tensor& grad = param.grad();
+    if (!grad.defined()) continue;
+    if (grad.is_sparse()) throw Error("clip_grad_norm: sparse gradients are not supported");
+    std::string device = device_text(grad.device());
+    at::ScalarType accumulate = grad.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+    norms_by_device[device].push_back(at::linalg_vector_norm(grad, norm_type, c10::nullopt, false, accumulate));
+    grads_by_kind[{device, static_cast<int>(grad.scalar_type())}].push_back(grad);
+  }
+
+  // This rank's partial: sum of |g|^p, or max |g|.
+  double partial = 0;
+  for (auto& [device, norms] : norms_by_device) {
+    at::Tensor stacked = at::stack(norms).to(at::kDouble);
+    if (inf_norm) {
+      double device_max = stacked.max().item<double>();
+      partial = std::isnan(device_max) ? device_max : std::max(partial, device_max);  // keep a NaN
+    } else {
+      partial += stacked.pow(norm_type).sum().item<double>();
+    }
+  }
+  if (reduce) partial = reduce(partial, inf_norm ? NormReduceOp::max : NormReduceOp::sum);
+  const double total = inf_norm ? partial : std::pow(partial, 1.0 / norm_type);
+
+  if (max_norm <= 0 || !std::isfinite(total)) return total;
+  const double clip_coef = max_norm / (total + 1e-6);
+  if (clip_coef < 1.0) {
+    for (auto& [kind, grads] : grads_by_kind) at::_foreach_mul_(grads, clip_coef);
+  }
+  return total;
+}
+
+}  // namespace titan

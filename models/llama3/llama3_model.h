@@ -1,0 +1,94 @@
+// The Llama 3 transformer as a titan::CausalLM: RMSNorm, rotary embedding,
+// grouped-query attention, SwiGLU feed-forward, blocks run via run_block().
+// Plugin-private header. Submodules are looked up by name at every call, so a
+// plugin may swap one (Module::replace_module) or drop one (pipeline stages).
+#pragma once
+#include <torch/nn/module.h>
+#include <torch/nn/modules/container/moduledict.h>
+
+#include <string>
+
+#include "llama3_args.h"
+#include "titan/model.hpp"
+
+namespace titan::llama3 {
+
+// One tensor in, one out: what a swapped-in layer must also be.
+class Layer : public torch::nn::Module {
+ public:
+  virtual at::Tensor forward(const at::Tensor& input) = 0;
+};
+
+// y = x W^T without bias; weight [out, in] as in torch.nn.Linear.
+class Linear : public Layer {
+ public:
+  Linear(int64_t in_features, int64_t out_features, const at::TensorOptions& options);
+  at::Tensor forward(const at::Tensor& input) override;
+  at::Tensor weight;
+};
+
+class Embedding : public Layer {
+ public:
+  Embedding(int64_t vocab_size, int64_t dim, const at::TensorOptions& options);
+  at::Tensor forward(const at::Tensor& tokens) override;
+  at::Tensor weight;
+};
+
+// Normalized in fp32, cast back, then scaled (TorchTitan's RMSNorm).
+class RMSNorm : public Layer {
+ public:
+  RMSNorm(int64_t dim, double eps, const at::TensorOptions& options);
+  at::Tensor forward(const at::Tensor& input) override;
+  at::Tensor weight;
+  double eps;
+};
+
+// cos and sin of the rotary angles, fp32 [max_seq_len, head_dim / 2], on CPU.
+std::pair<at::Tensor, at::Tensor> rope_tables(const Llama3Args& args);
+// Rotates interleaved pairs (x[2i], x[2i+1]) of x [batch, seq, heads,
+// head_dim] by the first seq rows of the tables, in fp32 (Meta's layout).
+at::Tensor apply_rope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
+
+class Attention : public torch::nn::Module {
+ public:
+  Attention(const Llama3Args& args, const at::TensorOptions& options);
+  at::Tensor forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
+
+ private:
+  int64_t head_dim_;
+};
+
+// w2(silu(w1 x) * w3 x)
+class FeedForward : public Layer {
+ public:
+  FeedForward(int64_t dim, int64_t hidden_dim, const at::TensorOptions& options);
+  at::Tensor forward(const at::Tensor& x) override;
+};
+
+class TransformerBlock : public torch::nn::Module {
+ public:
+  TransformerBlock(int64_t layer_id, const Llama3Args& args, const at::TensorOptions& options);
+  at::Tensor forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
+  const int64_t layer_id;
+};
+
+class Transformer : public CausalLM {
+ public:
+  // On the meta device no memory is used; elsewhere the rotary tables are
+  // computed and the parameters hold undefined values until init_weights().
+  Transformer(const Llama3Args& args, const c10::Device& device);
+  at::Tensor forward(const at::Tensor& tokens) override;
+  int64_t num_blocks() const override;
+  std::shared_ptr<torch::nn::Module> block(int64_t index) override;
+  void init_weights(uint64_t seed) override;  // llama3_init.cpp
+  const Llama3Args& args() const { return args_; }
+
+ private:
+  void compute_rope_tables();
+  Llama3Args args_;
+  torch::nn::ModuleDict layers_;
+  at::Tensor freqs_cos_;
+  at::Tensor freqs_sin_;
+};
+
+}  // namespace titan::llama3

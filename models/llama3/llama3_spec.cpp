@@ -1,0 +1,81 @@
+// Llama3Spec: sizes and FLOPs from shapes alone (405B is instant), the TP
+// plan and the Hugging Face names, TorchTitan's conventions throughout.
+#include "llama3_spec.h"
+
+#include "llama3_model.h"
+#include "titan/error.hpp"
+
+namespace titan::llama3 {
+
+Llama3Spec::Llama3Spec(std::string flavor, const Llama3Args& args) : flavor_(std::move(flavor)), args_(args) {}
+
+void Llama3Spec::set_vocab_size(int64_t vocab_size) {
+  if (vocab_size <= 0) throw Error("llama3: vocabulary size must be positive, got " + std::to_string(vocab_size));
+  args_.vocab_size = vocab_size;
+}
+
+std::shared_ptr<CausalLM> Llama3Spec::build(const c10::Device& device) const {
+  return std::make_shared<Transformer>(args_, device);
+}
+
+int64_t Llama3Spec::num_params(bool include_embedding) const {
+  const Llama3Args& a = args_;
+  int64_t q_width = a.n_heads * a.head_dim(), kv_width = a.n_kv_heads * a.head_dim();
+  int64_t attention = a.dim * q_width + 2 * a.dim * kv_width + q_width * a.dim;
+  int64_t feed_forward = 3 * a.dim * a.ffn_hidden_dim();
+  int64_t block = attention + feed_forward + 2 * a.dim;
+  int64_t total = a.n_layers * block + a.dim + a.vocab_size * a.dim;  // + final norm + output
+  return include_embedding ? total + a.vocab_size * a.dim : total;
+}
+
+double Llama3Spec::flops_per_token(int64_t seq_len) const {
+  // TorchTitan: 6 per non-embedding parameter, plus 12 * l * h * q * t for
+  // the attention scores and value products (causal sparsity not counted).
+  double attention = 12.0 * static_cast<double>(args_.n_layers) * static_cast<double>(args_.n_heads) *
+                     static_cast<double>(args_.head_dim()) * static_cast<double>(seq_len);
+  return 6.0 * static_cast<double>(num_params(false)) + attention;
+}
+
+std::map<std::string, TpStyle> Llama3Spec::tp_plan() const {
+  // Block-relative paths, plus the model-level modules (TorchTitan: the
+  // embedding is split rowwise over the vocabulary, the output colwise).
+  return {{"attention.wq", TpStyle::colwise},
+          {"attention.wk", TpStyle::colwise},
+          {"attention.wv", TpStyle::colwise},
+          {"attention.wo", TpStyle::rowwise},
+          {"feed_forward.w1", TpStyle::colwise},
+          {"feed_forward.w3", TpStyle::colwise},
+          {"feed_forward.w2", TpStyle::rowwise},
+          {"attention_norm", TpStyle::sequence_parallel_norm},
+          {"ffn_norm", TpStyle::sequence_parallel_norm},
+          {"tok_embeddings", TpStyle::rowwise},
+          {"norm", TpStyle::sequence_parallel_norm},
+          {"output", TpStyle::colwise}};
+}
+
+std::map<std::string, std::string> Llama3Spec::hf_names() const {
+  // HF stores q_proj/k_proj rows in rotate-half order: an exporter must
+  // also permute them (n_heads / n_kv_heads from args()).
+  static const std::pair<const char*, const char*> block_names[] = {
+      {"attention.wq.weight", "self_attn.q_proj.weight"},
+      {"attention.wk.weight", "self_attn.k_proj.weight"},
+      {"attention.wv.weight", "self_attn.v_proj.weight"},
+      {"attention.wo.weight", "self_attn.o_proj.weight"},
+      {"feed_forward.w1.weight", "mlp.gate_proj.weight"},
+      {"feed_forward.w2.weight", "mlp.down_proj.weight"},
+      {"feed_forward.w3.weight", "mlp.up_proj.weight"},
+      {"attention_norm.weight", "input_layernorm.weight"},
+      {"ffn_norm.weight", "post_attention_layernorm.weight"}};
+  std::map<std::string, std::string> names = {{"tok_embeddings.weight", "model.embed_tokens.weight"},
+                                              {"norm.weight", "model.norm.weight"},
+                                              {"output.weight", "lm_head.weight"}};
+  for (int64_t layer = 0; layer < args_.n_layers; ++layer) {
+    std::string index = std::to_string(layer);
+    for (const auto& [titan_name, hf_name] : block_names) {
+      names["layers." + index + "." + titan_name] = "model.layers." + index + "." + hf_name;
+    }
+  }
+  return names;
+}
+
+}  // namespace titan::llama3

@@ -1,0 +1,30 @@
+// Llama3Spec: the titan::ModelSpec of the llama3 plugin (build, sizes,
+// FLOPs, TP plan, HF names). Plugin-private header.
+#pragma once
+#include <string>
+
+#include "llama3_args.h"
+#include "titan/model.hpp"
+
+namespace titan::llama3 {
+
+class Llama3Spec : public ModelSpec {
+ public:
+  Llama3Spec(std::string flavor, const Llama3Args& args);
+  std::string flavor() const override { return flavor_; }
+  void set_vocab_size(int64_t vocab_size) override;
+  std::shared_ptr<CausalLM> build(const c10::Device& device) const override;
+  int64_t vocab_size() const override { return args_.vocab_size; }
+  int64_t num_params(bool include_embedding = true) const override;
+  double flops_per_token(int64_t seq_len) const override;
+  std::map<std::string, TpStyle> tp_plan() const override;
+  std::map<std::string, std::string> hf_names() const override;
+  // Shapes for code that needs more than names (e.g. the HF q/k permutation).
+  const Llama3Args& args() const { return args_; }
+
+ private:
+  std::string flavor_;
+  Llama3Args args_;
+};
+
+}  // namespace titan::llama3

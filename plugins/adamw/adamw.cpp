@@ -1,0 +1,139 @@
+// The AdamW update on ATen in-place ops, in the parameter's dtype (bf16
+// parameters keep bf16 moments, as PyTorch does). Both implementations run
+// the same ops in the same order, so they agree bit for bit on CPU.
+#include "adamw.h"
+
+#include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
+
+#include <cmath>
+#include <set>
+#include <sstream>
+#include <tuple>
+
+#include "titan/error.hpp"
+
+namespace titan::adamw {
+
+namespace {
+
+std::string shape_text(at::IntArrayRef sizes) {
+  std::ostringstream out;
+  out << sizes;
+  return out.str();
+}
+
+}  // namespace
+
+AdamW::AdamW(const std::vector<NamedParameter>& params, const AdamWOptions& options) : options_(options) {
+  at::NoGradGuard no_grad;
+  std::set<std::string> names;
+  states_.reserve(params.size());
+  for (const auto& [name, tensor] : params) {
+    if (!tensor.defined()) throw Error("adamw: parameter '" + name + "' is an undefined tensor");
+    if (!names.insert(name).second) throw Error("adamw: parameter name '" + name + "' appears twice");
+    if (tensor.is_sparse()) throw Error("adamw: parameter '" + name + "' is sparse; sparse AdamW is not supported");
+    ParamState state;
+    state.name = name;
+    state.param = tensor;
+    state.exp_avg = at::zeros_like(tensor, at::MemoryFormat::Preserve);
+    state.exp_avg_sq = at::zeros_like(tensor, at::MemoryFormat::Preserve);
+    state.step = at::zeros({}, at::TensorOptions().dtype(at::kDouble).device(at::kCPU));
+    states_.push_back(std::move(state));
+  }
+}
+
+void AdamW::step(double lr) {
+  at::NoGradGuard no_grad;
+  std::vector<Update> updates;
+  updates.reserve(states_.size());
+  // Every gradient is checked before any state changes, so an error leaves
+  // the optimizer as it was.
+  for (auto& state : states_) {
+    const at::Tensor& grad = state.param.grad();
+    if (!grad.defined()) continue;  // no gradient: untouched, its step does not advance
+    if (grad.is_sparse()) throw Error("adamw: parameter '" + state.name + "' has a sparse gradient (unsupported)");
+    if (!grad.sizes().equals(state.param.sizes()) || !state.exp_avg.sizes().equals(state.param.sizes())) {
+      throw Error("adamw: parameter '" + state.name + "' has shape " + shape_text(state.param.sizes()) +
+                  ", its gradient " + shape_text(grad.sizes()) + " and its optimizer state " +
+                  shape_text(state.exp_avg.sizes()) +
+                  " (was the parameter resharded after the optimizer was built?)");
+    }
+    updates.push_back({&state, grad, 0, 0});
+  }
+  if (updates.empty()) return;
+  for (auto& update : updates) {
+    // The counter is a tensor (a checkpoint may load into it), read once here.
+    at::Tensor& step = update.state->step;
+    step.add_(1);
+    double t = step.item<double>();
+    update.step_size = lr / (1 - std::pow(options_.beta1, t));
+    update.bias_correction2_sqrt = std::sqrt(1 - std::pow(options_.beta2, t));
+  }
+  if (options_.foreach) {
+    apply_foreach(updates, lr);
+  } else {
+    apply_for_loop(updates, lr);
+  }
+}
+
+void AdamW::apply_for_loop(const std::vector<Update>& updates, double lr) const {
+  const auto& o = options_;
+  for (const auto& update : updates) {
+    ParamState& s = *update.state;
+    if (o.weight_decay != 0) s.param.mul_(1 - lr * o.weight_decay);
+    s.exp_avg.mul_(o.beta1).add_(update.grad, 1 - o.beta1);
+    s.exp_avg_sq.mul_(o.beta2).addcmul_(update.grad, update.grad, 1 - o.beta2);
+    at::Tensor denom = (s.exp_avg_sq.sqrt() / update.bias_correction2_sqrt).add_(o.eps);
+    s.param.addcdiv_(s.exp_avg, denom, -update.step_size);
+  }
+}
+
+void AdamW::apply_foreach(const std::vector<Update>& updates, double lr) const {
+  const auto& o = options_;
+  // _foreach_* lists must share a device and a dtype (CUDA's fused path).
+  std::map<std::tuple<int, int, int>, std::vector<const Update*>> groups;
+  for (const auto& update : updates) {
+    const at::Tensor& p = update.state->param;
+    groups[{static_cast<int>(p.device().type()), p.device().index(), static_cast<int>(p.scalar_type())}]
+        .push_back(&update);
+  }
+  for (const auto& [key, group] : groups) {
+    std::vector<at::Tensor> params, grads, exp_avgs, exp_avg_sqs;
+    std::vector<at::Scalar> bias_correction2_sqrts, neg_step_sizes;
+    for (const Update* update : group) {
+      params.push_back(update->state->param);
+      grads.push_back(update->grad);
+      exp_avgs.push_back(update->state->exp_avg);
+      exp_avg_sqs.push_back(update->state->exp_avg_sq);
+      bias_correction2_sqrts.emplace_back(update->bias_correction2_sqrt);
+      neg_step_sizes.emplace_back(-update->step_size);
+    }
+    if (o.weight_decay != 0) at::_foreach_mul_(params, 1 - lr * o.weight_decay);
+    at::_foreach_mul_(exp_avgs, o.beta1);
+    at::_foreach_add_(exp_avgs, grads, 1 - o.beta1);
+    at::_foreach_mul_(exp_avg_sqs, o.beta2);
+    at::_foreach_addcmul_(exp_avg_sqs, grads, grads, 1 - o.beta2);
+    std::vector<at::Tensor> denoms = at::_foreach_sqrt(exp_avg_sqs);
+    at::_foreach_div_(denoms, bias_correction2_sqrts);
+    at::_foreach_add_(denoms, o.eps);
+    at::_foreach_addcdiv_(params, exp_avgs, denoms, neg_step_sizes);
+  }
+}
+
+void AdamW::zero_grad() {
+  // As PyTorch's default (set_to_none): frees the gradients' memory.
+  for (auto& state : states_) state.param.mutable_grad().reset();
+}
+
+std::map<std::string, at::Tensor> AdamW::state_tensors() {
+  std::map<std::string, at::Tensor> out;
+  for (const auto& state : states_) {
+    out.emplace(state.name + ".exp_avg", state.exp_avg);
+    out.emplace(state.name + ".exp_avg_sq", state.exp_avg_sq);
+    out.emplace(state.name + ".step", state.step);
+  }
+  return out;
+}
+
+}  // namespace titan::adamw

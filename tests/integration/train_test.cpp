@@ -1,0 +1,212 @@
+// `titan train` end to end on a tiny Llama 3: it learns, resumes
+// bit-for-bit, applies the non-finite loss policy, stops cleanly on
+// SIGTERM, and turns bad inputs into one clear error with a non-zero exit.
+#include <torch/torch.h>
+#undef CHECK
+#undef CHECK_EQ
+#undef CHECK_NE
+#undef CHECK_LT
+#undef CHECK_LE
+#undef CHECK_GT
+#undef CHECK_GE
+#include <doctest/doctest.h>
+#include <signal.h>
+#include <spawn.h>
+
+#include <chrono>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "test_support.hpp"
+
+extern char** environ;
+
+namespace fs = std::filesystem;
+using titan::test::read_file;
+using titan::test::run_command;
+
+namespace {
+
+// A small model and batch so that each run takes seconds on one thread.
+const char* kTinyRun = R"(job:
+  dump_folder: DUMP
+model:
+  name: llama3
+  flavor: debugmodel
+  dim: 64
+  n_layers: 2
+  n_heads: 4
+  max_seq_len: 64
+  tokenizer_path: assets/tokenizer/stories_bpe.json
+optimizer:
+  name: AdamW
+  lr: 3.0e-3
+lr_scheduler:
+  warmup_steps: 5
+training:
+  local_batch_size: 4
+  seq_len: 32
+  steps: 20
+  threads: 1
+  dataset: stories
+metrics:
+  log_freq: 1
+checkpoint:
+  enable: true
+  interval: 10
+  keep_latest_k: 0
+)";
+
+fs::path write_run(const std::string& name, const std::string& extra = "") {
+  fs::path dir = titan::test::temp_dir("train_" + name);
+  std::string yaml = kTinyRun;
+  yaml.replace(yaml.find("DUMP"), 4, (dir / "out").string());
+  titan::test::write_file(dir / "run.yaml", yaml + extra);
+  return dir;
+}
+
+titan::test::CommandResult train(const fs::path& dir, const std::string& args = "") {
+  return run_command("cd " + titan::test::source_dir() + " && " + titan::test::titan_binary() + " train " +
+                     (dir / "run.yaml").string() + " " + args);
+}
+
+std::vector<nlohmann::json> metrics_of(const fs::path& dir) {
+  std::vector<nlohmann::json> lines;
+  std::stringstream text(read_file(dir / "out" / "metrics.jsonl"));
+  for (std::string line; std::getline(text, line);) {
+    if (!line.empty()) lines.push_back(nlohmann::json::parse(line));
+  }
+  return lines;
+}
+
+std::map<int64_t, double> losses_of(const fs::path& dir) {
+  std::map<int64_t, double> losses;
+  for (const auto& line : metrics_of(dir)) losses[line["step"].get<int64_t>()] = line["loss"].get<double>();
+  return losses;
+}
+
+std::string bytes_of(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+}  // namespace
+
+TEST_SUITE("train") {
+  TEST_CASE("the loss falls and metrics.jsonl has every documented field") {
+    fs::path dir = write_run("learns");
+    auto result = train(dir, "--set training.steps=40 --set checkpoint.enable=false");
+    REQUIRE_MESSAGE(result.exit_code == 0, result.output);
+    auto lines = metrics_of(dir);
+    REQUIRE(lines.size() == 40);
+    for (const char* key : {"step", "loss", "grad_norm", "lr", "tokens_per_sec", "mfu", "memory_bytes", "elapsed_s"}) {
+      CHECK_MESSAGE(lines.back().contains(key), key);
+    }
+    double first = lines.front()["loss"], last = lines.back()["loss"];
+    CHECK(first > 6.5);  // ~ln(1444) = 7.3 at init
+    CHECK(last < 0.75 * first);
+    CHECK(fs::exists(dir / "out" / "config.resolved.yaml"));
+    CHECK(read_file(dir / "out" / "config.resolved.yaml").find("warmup_steps: 5") != std::string::npos);
+  }
+
+  TEST_CASE("20 straight steps equal 10 steps + resume + 10 steps, bit for bit") {
+    fs::path straight = write_run("straight");
+    auto a = train(straight);
+    REQUIRE_MESSAGE(a.exit_code == 0, a.output);
+    fs::path resumed = write_run("resumed");
+    auto b1 = train(resumed, "--set training.steps=10");
+    REQUIRE_MESSAGE(b1.exit_code == 0, b1.output);
+    auto b2 = train(resumed);
+    REQUIRE_MESSAGE(b2.exit_code == 0, b2.output);
+    CHECK(b2.output.find("resumed from checkpoint at step 10") != std::string::npos);
+    auto straight_losses = losses_of(straight), resumed_losses = losses_of(resumed);
+    REQUIRE(resumed_losses.size() == 20);
+    for (int64_t step = 1; step <= 20; ++step) {
+      CHECK_MESSAGE(straight_losses[step] == resumed_losses[step], "step ", step);  // exact
+    }
+    // Parameters, optimizer states and RNG after step 20: identical bytes.
+    CHECK(bytes_of(straight / "out/checkpoint/step-20/state.bin") ==
+          bytes_of(resumed / "out/checkpoint/step-20/state.bin"));
+  }
+
+  TEST_CASE("a non-finite loss stops with a clear error by default, or is skipped") {
+    fs::path dir = write_run("nan_error");
+    auto result = train(dir, "--set debug.inject_nonfinite_loss_at_step=13");
+    CHECK(result.exit_code == 1);
+    CHECK(result.output.find("titan: error: step 13: loss is nan") != std::string::npos);
+    CHECK(result.output.find("training.on_nonfinite_loss=skip") != std::string::npos);
+    CHECK(fs::exists(dir / "out/checkpoint/step-10/metadata.json"));  // saved work is kept
+
+    fs::path skip = write_run("nan_skip");
+    result = train(skip, "--set debug.inject_nonfinite_loss_at_step=13 --set training.on_nonfinite_loss=skip");
+    CHECK_MESSAGE(result.exit_code == 0, result.output);
+    CHECK(result.output.find("step 13: non-finite loss") != std::string::npos);
+    CHECK(losses_of(skip).size() == 20);
+  }
+
+  TEST_CASE("SIGTERM stops after the current step and saves a checkpoint") {
+    fs::path dir = write_run("sigterm");
+    std::string command = "cd " + titan::test::source_dir() + " && exec " + titan::test::titan_binary() +
+                          " train " + (dir / "run.yaml").string() +
+                          " --set training.steps=100000 --set checkpoint.interval=100000 > " +
+                          (dir / "log.txt").string() + " 2>&1";
+    pid_t pid = 0;
+    const char* argv[] = {"/bin/sh", "-c", command.c_str(), nullptr};
+    REQUIRE(posix_spawn(&pid, "/bin/sh", nullptr, nullptr, const_cast<char**>(argv), environ) == 0);
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+    while (std::chrono::steady_clock::now() < deadline &&
+           (!fs::exists(dir / "out/metrics.jsonl") || metrics_of(dir).size() < 3)) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    REQUIRE(kill(pid, SIGTERM) == 0);
+    int status = 0;
+    REQUIRE(waitpid(pid, &status, 0) == pid);
+    CHECK(WIFEXITED(status));
+    CHECK(WEXITSTATUS(status) == 0);
+    std::string log = read_file(dir / "log.txt");
+    CHECK(log.find("received signal 15; stopped cleanly after step") != std::string::npos);
+    int64_t last = metrics_of(dir).back()["step"];
+    CHECK(last < 100000);
+    CHECK(fs::exists(dir / "out/checkpoint" / ("step-" + std::to_string(last)) / "metadata.json"));
+  }
+
+  TEST_CASE("bad inputs: one clear error, non-zero exit, no trace") {
+    auto expect_error = [](const std::string& name, const std::string& args, const std::string& message) {
+      fs::path dir = write_run(name);
+      auto result = train(dir, args + " --set checkpoint.enable=false");
+      CHECK_MESSAGE(result.exit_code == 1, name, ": ", result.output);
+      CHECK_MESSAGE(result.output.find(message) != std::string::npos, name, ": ", result.output);
+      CHECK(result.output.find("Exception raised from") == std::string::npos);
+      CHECK(result.output.find("internal error") == std::string::npos);
+    };
+    expect_error("missing_tokenizer", "--set model.tokenizer_path=/nonexistent/tok.json", "/nonexistent/tok.json");
+    fs::path empty = titan::test::temp_dir("train_empty_data") / "empty.jsonl";
+    titan::test::write_file(empty, "");
+    expect_error("empty_dataset", "--set training.dataset_path=" + empty.string(), "no documents");
+    expect_error("unreadable_data", "--set training.dataset_path=/nonexistent/data.jsonl", "/nonexistent/data.jsonl");
+    fs::path garbage = titan::test::temp_dir("train_garbage") / "data.jsonl";
+    titan::test::write_file(garbage, "{\"text\": \"fine\"}\nnot json at all\n");
+    expect_error("malformed_data", "--set training.dataset_path=" + garbage.string(), "line 2");
+  }
+
+  TEST_CASE("a corrupt checkpoint is refused and the earlier one is untouched") {
+    fs::path dir = write_run("corrupt");
+    auto result = train(dir);
+    REQUIRE_MESSAGE(result.exit_code == 0, result.output);
+    fs::path latest = dir / "out/checkpoint/step-20/state.bin";
+    std::string before10 = bytes_of(dir / "out/checkpoint/step-10/state.bin");
+    {
+      std::fstream file(latest, std::ios::in | std::ios::out | std::ios::binary);
+      file.seekp(-64, std::ios::end);
+      file.write("CORRUPTED", 9);
+    }
+    result = train(dir, "--set training.steps=30");
+    CHECK(result.exit_code == 1);
+    CHECK(result.output.find("step-20: state.bin fails its checksum") != std::string::npos);
+    CHECK(result.output.find("checkpoint.load_step=10") != std::string::npos);
+    CHECK(bytes_of(dir / "out/checkpoint/step-10/state.bin") == before10);
+    result = train(dir, "--set training.steps=30 --set checkpoint.load_step=10");
+    CHECK_MESSAGE(result.exit_code == 0, result.output);
+    CHECK(result.output.find("resumed from checkpoint at step 10") != std::string::npos);
+  }
+}

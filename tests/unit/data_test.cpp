@@ -1,0 +1,365 @@
+// Data tests: the generated stories, every document source format and its
+// errors, and TokenWindowLoader's packing, epochs, resume and dp sharding.
+#include <ATen/ATen.h>  // torch (and glog) before doctest, see libtorch-debian-facts.md
+#undef CHECK
+#undef CHECK_EQ
+#undef CHECK_NE
+#undef CHECK_LT
+#undef CHECK_LE
+#undef CHECK_GT
+#undef CHECK_GE
+#include <doctest/doctest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <set>
+#include <sstream>
+
+#include "titan/data.hpp"
+#include "titan/error.hpp"
+#include "titan/tokenizer.hpp"
+
+namespace {
+
+namespace fs = std::filesystem;
+
+class TempDir {
+ public:
+  TempDir() {
+    static int counter = 0;
+    const char* base = std::getenv("TITAN_TEST_TMP");  // set by CTest
+    path_ = (base != nullptr && *base != '\0' ? fs::path(base) : fs::temp_directory_path()) /
+            ("titan-data-test-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
+    fs::create_directories(path_);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+  }
+  std::string file(const std::string& name) const { return (path_ / name).string(); }
+
+ private:
+  fs::path path_;
+};
+
+void write_file(const std::string& path, const std::string& content) {
+  std::ofstream out(path, std::ios::binary);
+  out << content;
+}
+
+uint32_t crc32(const std::string& data) {
+  uint32_t crc = 0xFFFFFFFFu;
+  for (char c : data) {
+    crc ^= uint8_t(c);
+    for (int k = 0; k < 8; ++k) crc = (crc >> 1) ^ (0xEDB88320u & (0u - (crc & 1u)));
+  }
+  return ~crc;
+}
+
+void put_le(std::string& out, uint32_t v, int bytes) {
+  for (int i = 0; i < bytes; ++i) out.push_back(char((v >> (8 * i)) & 0xFF));
+}
+
+// A valid gzip member made of stored (uncompressed) deflate blocks, so the
+// test needs no zlib of its own.
+std::string gzip_stored(const std::string& data) {
+  std::string out = {char(0x1f), char(0x8b), 8, 0, 0, 0, 0, 0, 0, char(0xff)};
+  size_t pos = 0;
+  do {
+    size_t n = std::min<size_t>(65535, data.size() - pos);
+    bool last = pos + n == data.size();
+    out.push_back(last ? 1 : 0);
+    put_le(out, uint32_t(n), 2);
+    put_le(out, uint32_t(~n & 0xFFFF), 2);
+    out += data.substr(pos, n);
+    pos += n;
+  } while (pos < data.size());
+  put_le(out, crc32(data), 4);
+  put_le(out, uint32_t(data.size()), 4);
+  return out;
+}
+
+std::vector<std::string> all_texts(titan::DocumentSource& source) {
+  std::vector<std::string> texts;
+  while (auto t = source.next_text()) texts.push_back(*t);
+  return texts;
+}
+
+std::vector<int32_t> all_tokens(titan::DocumentSource& source) {
+  std::vector<int32_t> ids;
+  while (auto t = source.next_tokens()) ids.insert(ids.end(), t->begin(), t->end());
+  return ids;
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const titan::Error& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+class VectorSource : public titan::DocumentSource {
+ public:
+  explicit VectorSource(std::vector<std::string> docs) : docs_(std::move(docs)) {}
+  std::string describe() const override { return "test documents"; }
+  void rewind() override { next_ = 0; }
+  std::optional<std::string> next_text() override {
+    if (next_ >= docs_.size()) return std::nullopt;
+    return docs_[next_++];
+  }
+
+ private:
+  std::vector<std::string> docs_;
+  size_t next_ = 0;
+};
+
+std::vector<std::string> varied_docs() {
+  std::vector<std::string> docs;
+  for (int i = 0; i < 23; ++i) docs.push_back(std::string(size_t(i * 7 % 13), char('a' + i % 26)));
+  return docs;
+}
+
+titan::TokenWindowLoader make_loader(int64_t seq_len, int rank = 0, int degree = 1) {
+  return titan::TokenWindowLoader(std::make_unique<VectorSource>(varied_docs()), titan::load_tokenizer("bytes"),
+                                  seq_len, rank, degree);
+}
+
+std::vector<int64_t> row(const at::Tensor& batch, int64_t r) {
+  at::Tensor t = batch[r].contiguous();
+  return std::vector<int64_t>(t.data_ptr<int64_t>(), t.data_ptr<int64_t>() + t.numel());
+}
+
+}  // namespace
+
+TEST_CASE("data: generated stories are deterministic, varied English of bounded size") {
+  CHECK(titan::generate_story(0, 5) == titan::generate_story(0, 5));
+  CHECK(titan::generate_story(0, 5) != titan::generate_story(0, 6));
+  CHECK(titan::generate_story(0, 5) != titan::generate_story(1, 5));
+  std::set<std::string> words;
+  size_t shortest = 1 << 30, longest = 0;
+  for (int i = 0; i < 2000; ++i) {
+    std::string s = titan::generate_story(0, i);
+    shortest = std::min(shortest, s.size());
+    longest = std::max(longest, s.size());
+    std::string word;
+    for (char c : s) {
+      if (std::isalpha(static_cast<unsigned char>(c))) {
+        word.push_back(char(std::tolower(static_cast<unsigned char>(c))));
+      } else if (!word.empty()) {
+        words.insert(word);
+        word.clear();
+      }
+    }
+  }
+  CHECK(shortest >= 200);
+  CHECK(longest <= 6000);
+  CHECK(words.size() >= 200);                                         // a real vocabulary...
+  CHECK(words.size() <= 1000);                                        // ...that a small model can learn
+  CHECK(titan::generate_story(0, 0).find('{') == std::string::npos);  // every template variable was filled
+}
+
+TEST_CASE("data: stories source has a fixed number of documents per epoch") {
+  auto source = titan::open_dataset("stories");
+  CHECK_FALSE(source->pretokenized());
+  auto first = source->next_text();
+  REQUIRE(first.has_value());
+  int64_t count = 1;
+  while (source->next_text()) ++count;
+  CHECK(count == 20000);
+  source->rewind();
+  CHECK(source->next_text() == first);
+}
+
+TEST_CASE("data: jsonl, jsonl.gz and txt sources") {
+  TempDir dir;
+  std::string jsonl =
+      "{\"text\": \"first doc\", \"id\": 1}\n\n{\"text\": \"second\\nline \\u00e9\"}\r\n{\"text\": \"\"}\n";
+  write_file(dir.file("d.jsonl"), jsonl);
+  write_file(dir.file("d.jsonl.gz"), gzip_stored(jsonl));
+  const std::vector<std::string> expected = {"first doc", "second\nline \xc3\xa9", ""};
+  for (const char* name : {"d.jsonl", "d.jsonl.gz"}) {
+    auto source = titan::open_dataset(dir.file(name));
+    CHECK(all_texts(*source) == expected);
+    source->rewind();
+    CHECK(all_texts(*source) == expected);  // a second epoch
+  }
+  // A big gzip file spanning many blocks and read buffers.
+  std::string big;
+  for (int i = 0; i < 20000; ++i) big += "{\"text\": \"document number " + std::to_string(i) + "\"}\n";
+  write_file(dir.file("big.jsonl.gz"), gzip_stored(big));
+  auto source = titan::open_dataset(dir.file("big.jsonl.gz"));
+  auto texts = all_texts(*source);
+  REQUIRE(texts.size() == 20000);
+  CHECK(texts[12345] == "document number 12345");
+
+  write_file(dir.file("d.txt"), "\n\nParagraph one\nstill one\n\n\n  \nParagraph two\r\n\nthree");
+  auto text_source = titan::open_dataset(dir.file("d.txt"));
+  CHECK(all_texts(*text_source) == std::vector<std::string>{"Paragraph one\nstill one", "Paragraph two", "three"});
+}
+
+TEST_CASE("data: pre-tokenized shards (.u16, .u32, raw .bin, llm.c .bin)") {
+  TempDir dir;
+  std::string u16, u32;
+  std::vector<int32_t> ids;
+  for (int i = 0; i < 3000; ++i) {
+    ids.push_back((i * 7919) % 65536);
+    put_le(u16, uint32_t(ids.back()), 2);
+    put_le(u32, uint32_t(ids.back()) + 70000, 4);
+  }
+  write_file(dir.file("a.u16"), u16);
+  write_file(dir.file("a.bin"), u16);
+  write_file(dir.file("a.u32"), u32);
+  std::string llmc;
+  put_le(llmc, 20240520, 4);
+  put_le(llmc, 1, 4);
+  put_le(llmc, 2999, 4);  // one id less than the file holds: the header's count wins
+  llmc += std::string(1024 - 12, '\0') + u16;
+  write_file(dir.file("llmc.bin"), llmc);
+
+  for (const char* name : {"a.u16", "a.bin"}) {
+    auto source = titan::open_dataset(dir.file(name));
+    CHECK(source->pretokenized());
+    CHECK(all_tokens(*source) == ids);
+  }
+  auto wide = titan::open_dataset(dir.file("a.u32"));
+  auto wide_ids = all_tokens(*wide);
+  REQUIRE(wide_ids.size() == 3000);
+  CHECK(wide_ids[17] == ids[17] + 70000);
+  auto llmc_source = titan::open_dataset(dir.file("llmc.bin"));
+  CHECK(all_tokens(*llmc_source) == std::vector<int32_t>(ids.begin(), ids.end() - 1));
+  llmc_source->rewind();
+  CHECK(all_tokens(*llmc_source).size() == 2999);
+
+  // The loader passes shard ids through unchanged (no BOS/EOS added).
+  std::string small;
+  for (int v : {1, 2, 3, 4, 5, 6, 7}) put_le(small, uint32_t(v), 2);
+  write_file(dir.file("small.u16"), small);
+  titan::TokenWindowLoader loader(titan::open_dataset(dir.file("small.u16")), titan::load_tokenizer("bytes"), 2);
+  at::Tensor batch = loader.next_batch(3);
+  CHECK(row(batch, 0) == std::vector<int64_t>{1, 2, 3});
+  CHECK(row(batch, 1) == std::vector<int64_t>{4, 5, 6});
+  CHECK(row(batch, 2) == std::vector<int64_t>{7, 1, 2});  // wraps to the next epoch
+  CHECK(loader.epoch() == 1);
+  // Ids the tokenizer cannot have are refused with the shard's name.
+  titan::TokenWindowLoader too_wide(titan::open_dataset(dir.file("a.u16")), titan::load_tokenizer("bytes"), 8);
+  std::string message = error_of([&] { too_wide.next_batch(1); });
+  CHECK(message.find("a.u16") != std::string::npos);
+  CHECK(message.find("258") != std::string::npos);
+}
+
+TEST_CASE("data: bad dataset inputs give errors naming the file and the problem") {
+  TempDir dir;
+  std::string missing = error_of([&] { titan::open_dataset(dir.file("nope.jsonl")); });
+  CHECK(missing.find("nope.jsonl' not found") != std::string::npos);
+
+  write_file(dir.file("empty.jsonl"), "\n  \n");
+  CHECK(error_of([&] { titan::open_dataset(dir.file("empty.jsonl")); }).find("empty.jsonl' contains no documents") !=
+        std::string::npos);
+  write_file(dir.file("empty.txt"), "");
+  CHECK(error_of([&] { titan::open_dataset(dir.file("empty.txt")); }).find("contains no documents") !=
+        std::string::npos);
+  write_file(dir.file("empty.u16"), "");
+  CHECK(error_of([&] { titan::open_dataset(dir.file("empty.u16")); }).find("contains no documents") !=
+        std::string::npos);
+  write_file(dir.file("odd.u16"), "abc");
+  CHECK(error_of([&] { titan::open_dataset(dir.file("odd.u16")); }).find("not a whole number") != std::string::npos);
+  write_file(dir.file("data.csv"), "a,b\n");
+  CHECK(error_of([&] { titan::open_dataset(dir.file("data.csv")); }).find("unknown format") != std::string::npos);
+
+  write_file(dir.file("bad.jsonl"), "{\"text\": \"ok\"}\n\n{\"text\": 5}\n{oops\n");
+  auto source = titan::open_dataset(dir.file("bad.jsonl"));
+  CHECK(source->next_text() == std::optional<std::string>("ok"));
+  std::string wrong_type = error_of([&] { source->next_text(); });
+  CHECK(wrong_type.find("bad.jsonl' line 3: expected a JSON object with a string field \"text\"") != std::string::npos);
+  std::string not_json = error_of([&] { source->next_text(); });
+  CHECK(not_json.find("bad.jsonl' line 4") != std::string::npos);
+  CHECK(not_json.find("not valid JSON") != std::string::npos);
+  write_file(dir.file("notext.jsonl.gz"), gzip_stored("{\"body\": \"x\"}\n"));
+  CHECK(error_of([&] { titan::open_dataset(dir.file("notext.jsonl.gz")); }).find("notext.jsonl.gz' line 1") !=
+        std::string::npos);
+
+  // A source with nothing in it must not make the loader spin forever.
+  titan::TokenWindowLoader loader(std::make_unique<VectorSource>(std::vector<std::string>{}),
+                                  titan::load_tokenizer("bytes"), 4);
+  CHECK(error_of([&] { loader.next_batch(1); }).find("test documents contains no documents") != std::string::npos);
+  CHECK_THROWS_AS(make_loader(0), titan::Error);
+  CHECK_THROWS_AS(make_loader(4, 2, 2), titan::Error);
+}
+
+TEST_CASE("data: loader packs [BOS] doc [EOS] into disjoint windows and wraps epochs") {
+  std::vector<std::string> docs = {"ab", "cde", "f"};  // stream: B a b E B c d e E B f E | B a b E ...
+  titan::TokenWindowLoader loader(std::make_unique<VectorSource>(docs), titan::load_tokenizer("bytes"), 3);
+  const int64_t B = 256, E = 257;
+  at::Tensor batch = loader.next_batch(2);
+  CHECK((batch.scalar_type() == at::kLong));
+  CHECK(batch.device().is_cpu());
+  CHECK(batch.sizes().vec() == std::vector<int64_t>{2, 4});
+  CHECK(row(batch, 0) == std::vector<int64_t>{B, 'a', 'b', E});
+  CHECK(row(batch, 1) == std::vector<int64_t>{B, 'c', 'd', 'e'});
+  CHECK(loader.position() == 2);
+  CHECK(loader.epoch() == 0);
+  batch = loader.next_batch(2);
+  CHECK(row(batch, 0) == std::vector<int64_t>{E, B, 'f', E});
+  CHECK(row(batch, 1) == std::vector<int64_t>{B, 'a', 'b', E});  // epoch 1 begins
+  CHECK(loader.position() == 4);
+  CHECK(loader.epoch() == 1);
+}
+
+TEST_CASE("data: loader resumes at a position exactly, forward and backward") {
+  auto reference = make_loader(9);
+  std::vector<at::Tensor> batches;
+  for (int i = 0; i < 20; ++i) batches.push_back(reference.next_batch(3));  // several epochs of varied_docs
+
+  auto resumed = make_loader(9);
+  resumed.set_position(15);
+  CHECK(resumed.position() == 15);
+  for (int i = 5; i < 20; ++i) CHECK(at::equal(resumed.next_batch(3), batches[size_t(i)]));
+  resumed.set_position(6);  // backward: replays from the start
+  CHECK(at::equal(resumed.next_batch(3), batches[2]));
+  CHECK(resumed.position() == 9);
+  // The epoch count after resuming equals an uninterrupted run's.
+  auto straight = make_loader(9);
+  for (int i = 0; i < 20; ++i) straight.next_batch(3);
+  auto jumped = make_loader(9);
+  jumped.set_position(60);
+  CHECK(jumped.epoch() == straight.epoch());
+  CHECK(straight.epoch() >= 2);
+}
+
+TEST_CASE("data: dp ranks together return exactly the single-process batch") {
+  auto single = make_loader(5);
+  auto rank0 = make_loader(5, 0, 2);
+  auto rank1 = make_loader(5, 1, 2);
+  for (int step = 0; step < 10; ++step) {
+    at::Tensor whole = single.next_batch(4);
+    at::Tensor r0 = rank0.next_batch(2);
+    at::Tensor r1 = rank1.next_batch(2);
+    CHECK(at::equal(at::cat({r0, r1}, 0), whole));
+    CHECK(rank0.position() == single.position());
+  }
+  // Resume on another dp degree: the state is one global window count.
+  auto degree3 = make_loader(5, 2, 3);
+  degree3.set_position(single.position());
+  at::Tensor whole = single.next_batch(6);
+  CHECK(at::equal(degree3.next_batch(2), whole.narrow(0, 4, 2)));
+}
+
+TEST_CASE("data: loader over the stories corpus with a real tokenizer") {
+  titan::TokenWindowLoader loader(titan::open_dataset("stories"), titan::load_tokenizer("bytes"), 64);
+  at::Tensor batch = loader.next_batch(4);
+  CHECK(batch.size(0) == 4);
+  CHECK(batch.size(1) == 65);
+  CHECK(batch[0][0].item<int64_t>() == 256);
+  CHECK(batch.min().item<int64_t>() >= 0);
+  CHECK(batch.max().item<int64_t>() < 258);
+  std::string start;
+  for (int64_t i = 1; i < 65; ++i) start.push_back(char(batch[0][i].item<int64_t>()));
+  CHECK(titan::open_dataset("stories")->next_text()->compare(0, 64, start) == 0);
+}
