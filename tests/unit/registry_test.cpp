@@ -20,7 +20,9 @@ using titan::PluginRegistry;
 
 namespace {
 
-std::string test_plugin_dir() { return titan::test::env_or("TITAN_TEST_PLUGIN_DIR", ""); }
+std::string test_plugin_dir() {
+  return titan::test::env_or("TITAN_TEST_PLUGIN_DIR", titan::test::paths::test_plugin_dir);
+}
 
 std::string load_error(const std::string& name_or_path) {
   try {

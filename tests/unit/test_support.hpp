@@ -11,6 +11,8 @@
 #include <sstream>
 #include <string>
 
+#include "test_paths.hpp"
+
 namespace titan::test {
 
 inline std::string env_or(const char* name, const std::string& fallback) {
@@ -20,7 +22,7 @@ inline std::string env_or(const char* name, const std::string& fallback) {
 
 // A fresh folder under the build tree's test tmp dir, removed first.
 inline std::filesystem::path temp_dir(const std::string& name) {
-  auto dir = std::filesystem::path(env_or("TITAN_TEST_TMP", "/tmp/titan-tests")) / name;
+  auto dir = std::filesystem::path(env_or("TITAN_TEST_TMP", paths::test_tmp)) / name;
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   return dir;
@@ -55,7 +57,7 @@ inline CommandResult run_command(const std::string& command) {
   return result;
 }
 
-inline std::string titan_binary() { return env_or("TITAN_BINARY", "titan"); }
-inline std::string source_dir() { return env_or("TITAN_SOURCE_DIR", "."); }
+inline std::string titan_binary() { return env_or("TITAN_BINARY", paths::titan_binary); }
+inline std::string source_dir() { return env_or("TITAN_SOURCE_DIR", paths::source_dir); }
 
 }  // namespace titan::test
