@@ -1,15 +1,7 @@
 // `titan train` end to end on a tiny Llama 3: it learns, resumes
 // bit-for-bit, applies the non-finite loss policy, stops cleanly on
 // SIGTERM, and turns bad inputs into one clear error with a non-zero exit.
-#include <torch/torch.h>
-#undef CHECK
-#undef CHECK_EQ
-#undef CHECK_NE
-#undef CHECK_LT
-#undef CHECK_LE
-#undef CHECK_GT
-#undef CHECK_GE
-#include <doctest/doctest.h>
+#include "doctest_torch.hpp"
 #include <signal.h>
 #include <spawn.h>
 

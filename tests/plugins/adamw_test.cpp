@@ -1,15 +1,7 @@
 // The adamw plugin, loaded through the registry, follows torch.optim.AdamW:
 // against a float64 reference written out here and against LibTorch's own
 // torch::optim::AdamW; its state is allocated eagerly and aliased.
-#include <torch/torch.h>
-#undef CHECK
-#undef CHECK_EQ
-#undef CHECK_NE
-#undef CHECK_LT
-#undef CHECK_LE
-#undef CHECK_GT
-#undef CHECK_GE
-#include <doctest/doctest.h>
+#include "doctest_torch.hpp"
 
 #include <algorithm>
 #include <cmath>

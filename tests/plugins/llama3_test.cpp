@@ -1,15 +1,7 @@
 // The llama3 model plugin, loaded through the registry: TorchTitan's sizes,
 // FLOPs and init scheme, and a forward pass equal to a plain float64
 // reference written out here (RMSNorm, complex RoPE, masked-softmax GQA).
-#include <torch/torch.h>
-#undef CHECK
-#undef CHECK_EQ
-#undef CHECK_NE
-#undef CHECK_LT
-#undef CHECK_LE
-#undef CHECK_GT
-#undef CHECK_GE
-#include <doctest/doctest.h>
+#include "doctest_torch.hpp"
 
 #include <unistd.h>
 

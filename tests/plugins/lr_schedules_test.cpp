@@ -2,15 +2,7 @@
 // warmup-stable-decay factors: factor(step) == lambda(step - 1). Expected
 // values are worked out by hand from TorchTitan's lr_scheduler.py (and its
 // unit tests, whose tables appear here with their 0-based step + 1).
-#include <torch/torch.h>
-#undef CHECK
-#undef CHECK_EQ
-#undef CHECK_NE
-#undef CHECK_LT
-#undef CHECK_LE
-#undef CHECK_GT
-#undef CHECK_GE
-#include <doctest/doctest.h>
+#include "doctest_torch.hpp"
 
 #include <cmath>
 #include <string>

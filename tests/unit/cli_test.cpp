@@ -1,14 +1,6 @@
 // The titan binary end to end: `config check` on bad inputs exits non-zero
 // with one clear message (no trace), `plugins list/inspect` work.
-#include <torch/torch.h>
-#undef CHECK
-#undef CHECK_EQ
-#undef CHECK_NE
-#undef CHECK_LT
-#undef CHECK_LE
-#undef CHECK_GT
-#undef CHECK_GE
-#include <doctest/doctest.h>
+#include "doctest_torch.hpp"
 
 #include "test_support.hpp"
 

@@ -1,14 +1,6 @@
 // Config: typed reads, defaults written back, every error class with its
 // file:line:col and key path, unknown keys with did-you-mean, overrides.
-#include <torch/torch.h>
-#undef CHECK
-#undef CHECK_EQ
-#undef CHECK_NE
-#undef CHECK_LT
-#undef CHECK_LE
-#undef CHECK_GT
-#undef CHECK_GE
-#include <doctest/doctest.h>
+#include "doctest_torch.hpp"
 
 #include "titan/config.hpp"
 #include "titan/job_config.hpp"

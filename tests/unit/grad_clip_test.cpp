@@ -1,15 +1,7 @@
 // clip_grad_norm follows torch.nn.utils.clip_grad_norm_: the total norm
 // before clipping, grads scaled by max_norm / (norm + 1e-6) when above, and
 // a reduce hook that sees the partial a distributed run would combine.
-#include <torch/torch.h>
-#undef CHECK
-#undef CHECK_EQ
-#undef CHECK_NE
-#undef CHECK_LT
-#undef CHECK_LE
-#undef CHECK_GT
-#undef CHECK_GE
-#include <doctest/doctest.h>
+#include "doctest_torch.hpp"
 
 #include <cmath>
 #include <limits>

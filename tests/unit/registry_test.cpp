@@ -1,14 +1,6 @@
 // Plugin registry: real plugin libraries of this build, and deliberately
 // broken ones, each refused with a message naming the problem.
-#include <torch/torch.h>
-#undef CHECK
-#undef CHECK_EQ
-#undef CHECK_NE
-#undef CHECK_LT
-#undef CHECK_LE
-#undef CHECK_GT
-#undef CHECK_GE
-#include <doctest/doctest.h>
+#include "doctest_torch.hpp"
 
 #include "test_support.hpp"
 #include "titan/metrics_sink.hpp"
