@@ -15,6 +15,8 @@ usage: titan <command> [options]
 
 commands:
   train CONFIG [--set key=value ...]   train as the YAML config says
+  launch --nproc-per-node N -- PROGRAM ARGS...
+                                       run N local ranks of PROGRAM (like torchrun)
   config check CONFIG [--set ...]      validate a config without training
   plugins list                         list the plugins found on the search path
   plugins inspect NAME                 a plugin's kinds, ABI and options
@@ -31,6 +33,7 @@ int dispatch(const titan::cli::Args& args) {
   titan::cli::Args rest(args.begin() + 1, args.end());
   const std::string& command = args[0];
   if (command == "train") return titan::cli::train_command(rest);
+  if (command == "launch") return titan::cli::launch_command(rest);
   if (command == "plugins") return titan::cli::plugins_command(rest);
   if (command == "config") return titan::cli::config_command(rest);
   if (command == "tokenizer") return titan::cli::tokenizer_command(rest);

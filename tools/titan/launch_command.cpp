@@ -1,0 +1,162 @@
+// `titan launch --nproc-per-node N [options] -- PROGRAM ARGS...`: torchrun
+// for Titan; parses the launcher's options and hands the ranks to
+// process_group_launcher.
+#include <cerrno>
+#include <climits>
+#include <cstdlib>
+#include <iostream>
+#include <optional>
+#include <stdexcept>
+
+#include "commands.h"
+#include "process_group_launcher.h"
+
+namespace titan::cli {
+
+namespace {
+
+const char* kUsage = R"(usage: titan launch --nproc-per-node N [options] [--] PROGRAM [ARGS...]
+
+Starts N ranks of PROGRAM on this machine and supervises them, like
+  torchrun --nproc_per_node N --no_python PROGRAM ARGS...
+e.g. titan launch --nproc-per-node 2 -- build/bin/titan train CONFIG
+
+Each rank gets torchrun's environment: RANK (= node rank * N + LOCAL_RANK),
+WORLD_SIZE (= N * nnodes), LOCAL_RANK, LOCAL_WORLD_SIZE (= N), GROUP_RANK,
+MASTER_ADDR, MASTER_PORT, TORCHELASTIC_RESTART_COUNT and TITAN_RESTART_COUNT
+(the attempt, 0 first), TORCHELASTIC_MAX_RESTARTS. Rank 0 hosts the job's
+TCPStore (no agent store). Every line a rank writes comes out prefixed with
+"[rank R] ", stdout on stdout and stderr on stderr; stdin is /dev/null.
+
+options:
+  --nproc-per-node N       ranks on this machine (required)
+  --nnodes M               machines in the job (default 1)
+  --node-rank R            this machine, 0..M-1 (default 0)
+  --master-addr A          the host of rank 0's store (default 127.0.0.1)
+  --master-port P          its port (default: $MASTER_PORT, else 29500)
+  --max-restarts K         restart all ranks up to K times after a failure (default 0)
+  --grace-period-s S       seconds between SIGTERM and SIGKILL when stopping ranks (default 30)
+  --monitor-interval-ms X  how often the ranks are checked (default 100)
+torchrun's spellings (--nproc_per_node, --master_port, ...) work too.
+
+When a rank exits non-zero or dies from a signal, the other ranks get SIGTERM
+(SIGKILL after the grace period) and are reaped; then all ranks restart, or
+the launcher exits 1. SIGINT and SIGTERM are forwarded to every rank (a
+second one kills them); the exit code is then 0 if every rank exits 0, else
+128 + the signal. A PROGRAM that cannot be started exits 127. Each rank runs
+in its own process group, and whatever a rank leaves running when it exits
+is killed.
+
+Several machines: run titan launch on each with the same --nnodes,
+--master-addr and --master-port and its own --node-rank (like torchrun's
+static rendezvous). Restarts are per machine.
+)";
+
+// A mistake in the launcher's own arguments: usage and exit code 2.
+struct UsageError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+long parse_integer(const std::string& option, const std::string& text, long minimum, long maximum) {
+  errno = 0;
+  char* end = nullptr;
+  long value = std::strtol(text.c_str(), &end, 10);
+  if (text.empty() || *end != '\0' || errno != 0 || value < minimum || value > maximum) {
+    std::string range = maximum == INT_MAX ? ">= " + std::to_string(minimum)
+                                           : "in " + std::to_string(minimum) + ".." + std::to_string(maximum);
+    throw UsageError(option + ": expected an integer " + range + ", got '" + text + "'");
+  }
+  return value;
+}
+
+double parse_seconds(const std::string& option, const std::string& text) {
+  char* end = nullptr;
+  double value = std::strtod(text.c_str(), &end);
+  if (text.empty() || *end != '\0' || !(value >= 0) || value > 1e6) {
+    throw UsageError(option + ": expected a number of seconds >= 0, got '" + text + "'");
+  }
+  return value;
+}
+
+// Returns nullopt when help was asked for.
+std::optional<LaunchOptions> parse_launch_args(const Args& args) {
+  LaunchOptions options;
+  if (const char* port = std::getenv("MASTER_PORT"); port && *port) {
+    options.master_port = static_cast<int>(parse_integer("MASTER_PORT (environment)", port, 1, 65535));
+  }
+  bool has_nproc = false;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& arg = args[i];
+    if (arg == "--") {
+      options.program.assign(args.begin() + static_cast<long>(i) + 1, args.end());
+      break;
+    }
+    if (arg.rfind("-", 0) != 0) {  // the program: it and everything after are its own
+      options.program.assign(args.begin() + static_cast<long>(i), args.end());
+      break;
+    }
+    if (arg == "-h" || arg == "--help") return std::nullopt;
+    std::string name = arg.substr(0, arg.find('='));
+    for (size_t c = 2; c < name.size(); ++c) {
+      if (name[c] == '_') name[c] = '-';
+    }
+    std::optional<std::string> inline_value;
+    if (arg.find('=') != std::string::npos) inline_value = arg.substr(arg.find('=') + 1);
+    auto value = [&]() -> std::string {
+      if (inline_value) return *inline_value;
+      if (i + 1 >= args.size()) throw UsageError(name + " needs a value");
+      return args[++i];
+    };
+    if (name == "--nproc-per-node") {
+      options.nproc_per_node = static_cast<int>(parse_integer(name, value(), 1, 4096));
+      has_nproc = true;
+    } else if (name == "--nnodes") {
+      options.nnodes = static_cast<int>(parse_integer(name, value(), 1, 1 << 20));
+    } else if (name == "--node-rank") {
+      options.node_rank = static_cast<int>(parse_integer(name, value(), 0, INT_MAX));
+    } else if (name == "--master-addr") {
+      options.master_addr = value();
+      if (options.master_addr.empty()) throw UsageError("--master-addr: expected a host name or address");
+    } else if (name == "--master-port") {
+      options.master_port = static_cast<int>(parse_integer(name, value(), 1, 65535));
+    } else if (name == "--max-restarts") {
+      options.max_restarts = static_cast<int>(parse_integer(name, value(), 0, 1000000));
+    } else if (name == "--monitor-interval-ms") {
+      options.monitor_interval_ms = static_cast<int>(parse_integer(name, value(), 1, 60000));
+    } else if (name == "--grace-period-s") {
+      options.grace_period_s = parse_seconds(name, value());
+    } else {
+      throw UsageError("unknown option '" + arg + "'");
+    }
+  }
+  if (!has_nproc) throw UsageError("--nproc-per-node is required");
+  if (options.node_rank >= options.nnodes) {
+    throw UsageError("--node-rank " + std::to_string(options.node_rank) + " must be below --nnodes " +
+                     std::to_string(options.nnodes));
+  }
+  if (static_cast<long long>(options.nproc_per_node) * options.nnodes > INT_MAX) {
+    throw UsageError("--nproc-per-node times --nnodes is too large");
+  }
+  if (options.program.empty() || options.program[0].empty()) throw UsageError("a PROGRAM to launch is required");
+  return options;
+}
+
+}  // namespace
+
+int launch_command(const Args& args) {
+  std::optional<LaunchOptions> options;
+  try {
+    options = parse_launch_args(args);
+  } catch (const UsageError& error) {
+    std::cerr << "titan launch: " << error.what() << "\n\n" << kUsage;
+    return 2;
+  }
+  if (!options) {
+    std::cout << kUsage;
+    return 0;
+  }
+  std::cout.flush();
+  return launch_process_group(*options);
+}
+
+}  // namespace titan::cli
