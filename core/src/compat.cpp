@@ -1,9 +1,11 @@
 // LibTorch-version differences (see compat.hpp).
 #include "titan/compat.hpp"
 
+#include <ATen/native/Resize.h>
 #include <torch/torch.h>
 
 #ifdef TITAN_WITH_CUDA
+#include <ATen/native/cuda/Resize.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 #endif
 
@@ -34,6 +36,17 @@ void materialize_in_place(at::Tensor& tensor, const c10::Device& device) {
   // set_data() refuses a meta -> dense change of TensorImpl type; the
   // shallow copy it performs after that check is what we need here.
   tensor.unsafeGetTensorImpl()->shallow_copy_from(fresh.getIntrusivePtr());
+}
+
+void resize_storage_bytes(const at::Tensor& tensor, size_t bytes) {
+  c10::StorageImpl* storage = tensor.storage().unsafeGetStorageImpl();
+#ifdef TITAN_WITH_CUDA
+  if (tensor.is_cuda()) {
+    at::native::resize_bytes_cuda(storage, bytes);
+    return;
+  }
+#endif
+  at::native::resize_bytes_cpu(storage, bytes);
 }
 
 bool cuda_available() { return torch::cuda::is_available(); }

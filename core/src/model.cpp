@@ -1,5 +1,11 @@
-// CausalLM's block-wrapper chain and ModelSpec defaults.
+// CausalLM's wrapper chains, layout table and placement-aware init, and
+// ModelSpec defaults.
 #include "titan/model.hpp"
+
+#include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
+
+#include "titan/error.hpp"
 
 namespace titan {
 
@@ -11,6 +17,44 @@ at::Tensor CausalLM::run_block(int64_t index, const at::Tensor& hidden, const Bl
     return wrappers_[depth - 1](index, h, inner);
   };
   return call(wrappers_.size(), hidden);
+}
+
+at::Tensor CausalLM::run(const at::Tensor& tokens) {
+  std::function<at::Tensor(size_t, const at::Tensor&)> call = [&](size_t depth, const at::Tensor& t) {
+    if (depth == 0) return forward(t);
+    ForwardBody inner = [&, depth](const at::Tensor& x) { return call(depth - 1, x); };
+    return forward_wrappers_[depth - 1](t, inner);
+  };
+  return call(forward_wrappers_.size(), tokens);
+}
+
+void CausalLM::finalize_gradients() {
+  for (auto& finalizer : finalizers_) finalizer();
+}
+
+const TensorLayout* CausalLM::layout(const std::string& name) const {
+  auto found = layouts_.find(name);
+  return found == layouts_.end() ? nullptr : &found->second;
+}
+
+void CausalLM::init_weights(uint64_t seed) {
+  at::NoGradGuard no_grad;
+  for (auto& item : named_parameters()) {
+    at::Tensor& param = item.value();
+    if (param.is_meta()) {
+      throw Error("init_weights() on meta parameter '" + item.key() + "': materialize the model on a device first");
+    }
+    const TensorLayout* piece = layout(item.key());
+    at::Tensor values = at::empty(piece ? piece->global_shape : param.sizes().vec(), at::kFloat);
+    init_parameter(item.key(), values, seed);
+    if (piece) values = local_piece(values, *piece);
+    if (values.sizes() != param.sizes()) {
+      throw Error("init_weights: parameter '" + item.key() + "' is locally " + c10::str(param.sizes()) +
+                  " but its layout gives " + c10::str(values.sizes()) + "; the plugin that sharded it set a wrong layout");
+    }
+    param.copy_(values);
+  }
+  init_buffers();
 }
 
 std::vector<int64_t> ModelSpec::pipeline_split_points(int64_t stages) const {

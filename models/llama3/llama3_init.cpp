@@ -1,4 +1,4 @@
-// Transformer::init_weights: TorchTitan's init scheme, each parameter drawn
+// Transformer::init_parameter: TorchTitan's init scheme, each parameter drawn
 // from its own CPU generator seeded by (seed, parameter name), so values do
 // not depend on init order, on the device, or on which other layers exist.
 #include <ATen/CPUGeneratorImpl.h>
@@ -73,21 +73,12 @@ void draw(const std::string& name, at::Tensor& t, const Llama3Args& args, at::Ge
 
 }  // namespace
 
-void Transformer::init_weights(uint64_t seed) {
-  torch::NoGradGuard no_grad;
-  for (auto& item : named_parameters()) {
-    at::Tensor& param = item.value();
-    if (param.is_meta()) {
-      throw Error("llama3: init_weights() on meta parameter '" + item.key() +
-                  "': materialize the model on a device first");
-    }
-    auto gen = at::make_generator<at::CPUGeneratorImpl>(splitmix64(seed ^ splitmix64(name_hash(item.key()))));
-    at::Tensor values = at::empty(param.sizes(), at::kFloat);
-    draw(item.key(), values, args_, gen);
-    param.copy_(values);
-  }
-  compute_rope_tables();
+void Transformer::init_parameter(const std::string& name, at::Tensor& values, uint64_t seed) const {
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(splitmix64(seed ^ splitmix64(name_hash(name))));
+  draw(name, values, args_, gen);
 }
+
+void Transformer::init_buffers() { compute_rope_tables(); }
 
 void Transformer::compute_rope_tables() {
   c10::Device device = freqs_cos_.device();

@@ -80,7 +80,8 @@ class Transformer : public CausalLM {
   at::Tensor forward(const at::Tensor& tokens) override;
   int64_t num_blocks() const override;
   std::shared_ptr<torch::nn::Module> block(int64_t index) override;
-  void init_weights(uint64_t seed) override;  // llama3_init.cpp
+  void init_parameter(const std::string& name, at::Tensor& values, uint64_t seed) const override;  // llama3_init.cpp
+  void init_buffers() override;
   const Llama3Args& args() const { return args_; }
 
  private:

@@ -20,12 +20,13 @@ int train_command(const Args& args) {
     return 0;
   }
   RunArgs run = parse_run_args(args, kUsage);
-  init_logging(0, run.log_level);
+  World world = detect_world();
+  init_logging(world.rank, run.log_level);
   ConfigNode config = ConfigNode::load_file(run.config_path);
   for (const auto& assignment : run.overrides) config.apply_override(assignment);
-  RunPlan plan = plan_run(config);
+  RunPlan plan = plan_run(config, world.rank, world.world_size);
   spdlog::info("config {} ({} plugins in canonical order)", run.config_path, plan.parallelizers.size());
-  TrainResult result = train(plan);
+  TrainResult result = train(plan, world);
   spdlog::info("training done: steps {}..{}, last loss {:.4f}{}", result.first_step, result.last_step,
                result.last_loss, result.stopped_by_signal ? " (stopped by signal)" : "");
   return 0;

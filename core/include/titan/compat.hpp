@@ -22,6 +22,12 @@ at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::
 // autograd leaf status, as `Module::to_empty` does in Python.
 void materialize_in_place(at::Tensor& tensor, const c10::Device& device);
 
+// Frees (bytes = 0) or re-allocates a tensor's storage in place, keeping
+// the storage object, so views and autograd's saved tensors follow it (FSDP
+// frees unsharded parameters between forward and backward this way). The
+// contents after re-allocation are undefined.
+void resize_storage_bytes(const at::Tensor& tensor, size_t bytes);
+
 // True when this LibTorch was built with CUDA and a device is present.
 bool cuda_available();
 

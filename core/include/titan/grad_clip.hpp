@@ -26,8 +26,12 @@ using NormReduceFn = std::function<double(double partial, NormReduceOp op)>;
 // taken, e.g. an all-reduce SUM over the dp_shard/tp groups that split the
 // gradients, and never over replicas, which would count them twice. Empty:
 // the local gradients are the whole gradient.
+//
+// `weights` (one per param, or empty for all 1): the share of a gradient
+// this rank counts, e.g. 1 / (number of ranks holding the same copy) when
+// `reduce` sums over every rank; ignored for the max norm.
 double clip_grad_norm(const std::vector<at::Tensor>& params, double max_norm, double norm_type = 2.0,
-                      const NormReduceFn& reduce = {});
+                      const NormReduceFn& reduce = {}, const std::vector<double>& weights = {});
 
 constexpr double kInfNorm = std::numeric_limits<double>::infinity();
 

@@ -10,12 +10,16 @@
 #include <string>
 #include <vector>
 
+#include "titan/placement.hpp"
+
 namespace titan {
 
 using BlockBody = std::function<at::Tensor(const at::Tensor& hidden)>;
 // A wrapper gets the block index, its input and the next layer of the chain.
 using BlockWrapper =
     std::function<at::Tensor(int64_t block, const at::Tensor& hidden, const BlockBody& inner)>;
+using ForwardBody = std::function<at::Tensor(const at::Tensor& tokens)>;
+using ForwardWrapper = std::function<at::Tensor(const at::Tensor& tokens, const ForwardBody& inner)>;
 
 class CausalLM : public torch::nn::Module {
  public:
@@ -23,20 +27,44 @@ class CausalLM : public torch::nn::Module {
   virtual at::Tensor forward(const at::Tensor& tokens) = 0;
   virtual int64_t num_blocks() const = 0;
   virtual std::shared_ptr<torch::nn::Module> block(int64_t index) = 0;
-  // Initializes every parameter in place (TorchTitan's scheme) and
-  // recomputes buffers (e.g. rotary tables). Each parameter draws from its
-  // own generator seeded by (seed, parameter name), so the values do not
-  // depend on init order or on which other parameters exist.
-  virtual void init_weights(uint64_t seed) = 0;
+  // Fills `values` (fp32, CPU, the parameter's global shape) by the model's
+  // init rule for parameter `name` (TorchTitan's scheme), from a generator
+  // seeded by (seed, name): values do not depend on init order, device, or
+  // which other parameters exist.
+  virtual void init_parameter(const std::string& name, at::Tensor& values, uint64_t seed) const = 0;
+  // Recomputes buffers (e.g. rotary tables) once parameters are materialized.
+  virtual void init_buffers() = 0;
+  // Initializes every parameter one at a time: its global value is drawn on
+  // CPU and this rank's piece (per layout()) kept, so a sharded model equals
+  // the single-process one and no rank ever holds the whole model.
+  void init_weights(uint64_t seed);
+
+  // The trainer's entry point: forward() inside the model-level wrappers
+  // (e.g. FSDP's root unit gathers the embeddings and output around it).
+  at::Tensor run(const at::Tensor& tokens);
 
   // Wrappers compose like middleware: the last added runs outermost.
   void add_block_wrapper(BlockWrapper wrapper) { wrappers_.push_back(std::move(wrapper)); }
+  void add_forward_wrapper(ForwardWrapper wrapper) { forward_wrappers_.push_back(std::move(wrapper)); }
+
+  // Run after the last backward of a step, before gradient clipping: data
+  // parallelism finishes its gradient reductions here.
+  void add_gradient_finalizer(std::function<void()> finalizer) { finalizers_.push_back(std::move(finalizer)); }
+  void finalize_gradients();
+
+  // Sharding metadata per parameter name; none recorded = replicated whole.
+  void set_layout(const std::string& name, TensorLayout layout) { layouts_[name] = std::move(layout); }
+  const TensorLayout* layout(const std::string& name) const;
+  const std::map<std::string, TensorLayout>& layouts() const { return layouts_; }
 
  protected:
   at::Tensor run_block(int64_t index, const at::Tensor& hidden, const BlockBody& body) const;
 
  private:
   std::vector<BlockWrapper> wrappers_;
+  std::vector<ForwardWrapper> forward_wrappers_;
+  std::vector<std::function<void()>> finalizers_;
+  std::map<std::string, TensorLayout> layouts_;
 };
 
 // How tensor parallelism may split a linear layer (by submodule path).

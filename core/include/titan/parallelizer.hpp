@@ -20,6 +20,10 @@ struct ParallelizeContext {
   const ModelSpec& spec;
   c10::Device device;
   const DeviceMesh* mesh = nullptr;  // null on a single process
+  // training.mixed_precision_param / _reduce: the dtype parameters are
+  // gathered and computed in, and the dtype gradients are reduced in.
+  c10::ScalarType param_dtype = c10::kFloat;
+  c10::ScalarType reduce_dtype = c10::kFloat;
 };
 
 class Parallelizer {

@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "titan/run_plan.hpp"
+#include "titan/world.hpp"
 
 namespace titan {
 
@@ -16,6 +17,8 @@ struct TrainResult {
   int64_t skipped_steps = 0;
 };
 
-TrainResult train(RunPlan& plan);
+// `world`: this process's place in the job (detect_world()); the default
+// is a single process.
+TrainResult train(RunPlan& plan, const World& world = World{});
 
 }  // namespace titan

@@ -10,7 +10,7 @@ at::Tensor AccumulationSchedule::step(CausalLM& model, const std::vector<Microba
   at::Tensor total;
   const double scale = 1.0 / static_cast<double>(microbatches.size());
   for (const auto& microbatch : microbatches) {
-    at::Tensor logits = model.forward(microbatch.inputs);
+    at::Tensor logits = model.run(microbatch.inputs);
     at::Tensor value = loss(logits, microbatch.labels) * scale;
     value.backward();
     at::Tensor detached = value.detach();

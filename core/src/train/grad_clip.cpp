@@ -25,7 +25,11 @@ std::string device_text(const at::Device& device) {
 }  // namespace
 
 double clip_grad_norm(const std::vector<at::Tensor>& params, double max_norm, double norm_type,
-                      const NormReduceFn& reduce) {
+                      const NormReduceFn& reduce, const std::vector<double>& weights) {
+  if (!weights.empty() && weights.size() != params.size()) {
+    throw Error("clip_grad_norm: " + std::to_string(weights.size()) + " weights for " +
+                std::to_string(params.size()) + " parameters");
+  }
   if (!(norm_type > 0)) {
     throw Error("clip_grad_norm: norm_type must be > 0 or infinity, got " + std::to_string(norm_type));
   }
@@ -36,14 +40,18 @@ double clip_grad_norm(const std::vector<at::Tensor>& params, double max_norm, do
   // the foreach scale, which wants one dtype per list).
   std::map<std::string, std::vector<at::Tensor>> norms_by_device;
   std::map<std::pair<std::string, int>, std::vector<at::Tensor>> grads_by_kind;
-  for (const auto& param : params) {
+  for (size_t index = 0; index < params.size(); ++index) {
+    const at::Tensor& param = params[index];
     if (!param.defined()) continue;
     const at::Tensor& grad = param.grad();
     if (!grad.defined()) continue;
     if (grad.is_sparse()) throw Error("clip_grad_norm: sparse gradients are not supported");
     std::string device = device_text(grad.device());
     at::ScalarType accumulate = grad.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
-    norms_by_device[device].push_back(at::linalg_vector_norm(grad, norm_type, c10::nullopt, false, accumulate));
+    at::Tensor norm = at::linalg_vector_norm(grad, norm_type, c10::nullopt, false, accumulate);
+    // A weight w scales |g|^p, i.e. the norm by w^(1/p).
+    if (!weights.empty() && !inf_norm && weights[index] != 1.0) norm = norm * std::pow(weights[index], 1.0 / norm_type);
+    norms_by_device[device].push_back(norm);
     grads_by_kind[{device, static_cast<int>(grad.scalar_type())}].push_back(grad);
   }
 

@@ -91,6 +91,7 @@ void StepMetrics::log(const StepRecord& record) {
                                        {"tokens_per_sec", tokens_per_sec},
                                        {"mfu", mfu},
                                        {"memory_bytes", double(memory)},
+                                       {"state_bytes", double(record.state_bytes)},
                                        {"elapsed_s", elapsed_s}};
   if (jsonl_) {
     nlohmann::json line = {{"step", record.step}};

@@ -18,6 +18,7 @@ struct StepRecord {
   double grad_norm = 0;
   double lr = 0;
   int64_t tokens = 0;  // tokens processed by this rank in the step
+  int64_t state_bytes = 0;  // this rank's parameter + gradient + optimizer-state bytes
 };
 
 class StepMetrics {

@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "accumulation_schedule.hpp"
+#include "parallel_setup.hpp"
 #include "step_metrics.hpp"
 #include "stop_signal.hpp"
 #include "train_state.hpp"
@@ -57,6 +58,18 @@ void materialize(torch::nn::Module& model, const c10::Device& device) {
   }
 }
 
+int64_t bytes_of(const at::Tensor& tensor) {
+  return tensor.defined() ? static_cast<int64_t>(tensor.numel() * tensor.element_size()) : 0;
+}
+
+// Parameters, their gradients and the optimizer's state held by this rank.
+int64_t state_bytes(const std::vector<at::Tensor>& parameters, Optimizer& optimizer) {
+  int64_t bytes = 0;
+  for (const auto& param : parameters) bytes += bytes_of(param) + bytes_of(param.grad());
+  for (const auto& [name, tensor] : optimizer.state_tensors()) bytes += bytes_of(tensor);
+  return bytes;
+}
+
 void write_resolved_config(const RunPlan& plan) {
   std::filesystem::create_directories(plan.core.job.dump_folder);
   std::string path = plan.core.job.dump_folder + "/config.resolved.yaml";
@@ -78,10 +91,15 @@ int64_t accumulation_steps(const TrainingConfig& training, int64_t dp_degree) {
 
 }  // namespace
 
-TrainResult train(RunPlan& plan) {
+TrainResult train(RunPlan& plan, const World& world) {
   const CoreConfig& core = plan.core;
   const TrainingConfig& training = core.training;
-  write_resolved_config(plan);
+  if (world.rank == 0) write_resolved_config(plan);
+  if (world.distributed() && plan.checkpointer->enabled()) {
+    throw Error("checkpoint.enable is true in a " + std::to_string(world.world_size) +
+                "-process job, but the whole-state `checkpoint` plugin saves one process only; sharded "
+                "checkpoints come with the `dcp` plugin. Set checkpoint.enable=false for now");
+  }
   // LibTorch starts with one intra-op thread here; use the machine unless told.
   int threads = training.threads > 0 ? static_cast<int>(training.threads)
                                      : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
@@ -93,10 +111,22 @@ TrainResult train(RunPlan& plan) {
   auto tokenizer = std::shared_ptr<const Tokenizer>(load_tokenizer(resolve_asset(core.tokenizer_path)));
   plan.model->set_vocab_size(tokenizer->vocab_size());
   std::string data = training.dataset_path.empty() ? training.dataset : resolve_asset(training.dataset_path);
-  TokenWindowLoader loader(open_dataset(data), tokenizer, training.seq_len);
+  // Observers (e.g. the flight recorder) see every collective from here on.
+  struct ObserverScope {
+    explicit ObserverScope(RunPlan& plan) {
+      for (auto& observer : plan.comm_observers) add_comm_observer(observer.get());
+    }
+    ~ObserverScope() { clear_comm_observers(); }
+  } observer_scope(plan);
+  ParallelSetup parallel(world, plan);
+  TokenWindowLoader loader(open_dataset(data), tokenizer, training.seq_len, parallel.dp_rank(),
+                           parallel.dp_degree());
 
   std::shared_ptr<CausalLM> model = plan.model->build(c10::Device(c10::kMeta));
-  ParallelizeContext parallel_context{*plan.model, device, nullptr};
+  auto dtype_of = [](const std::string& name) { return name == "bfloat16" ? c10::kBFloat16 : c10::kFloat; };
+  ParallelizeContext parallel_context{*plan.model, device, parallel.mesh(),
+                                      dtype_of(training.mixed_precision_param),
+                                      dtype_of(training.mixed_precision_reduce)};
   for (auto& [name, parallelizer] : plan.parallelizers) {
     spdlog::info("applying {} ({})", name, stage_name(parallelizer->stage()));
     parallelizer->parallelize(*model, parallel_context);
@@ -109,11 +139,15 @@ TrainResult train(RunPlan& plan) {
 
   std::vector<NamedParameter> parameters;
   std::vector<at::Tensor> parameter_tensors;
+  std::vector<std::string> parameter_names;
   for (const auto& item : model->named_parameters()) {
     if (!item.value().requires_grad()) continue;
     parameters.push_back({item.key(), item.value()});
     parameter_tensors.push_back(item.value());
+    parameter_names.push_back(item.key());
   }
+  const NormReduceFn norm_reduce = parallel.norm_reduce();
+  const std::vector<double> norm_weights = parallel.norm_weights(*model, parameter_names);
   std::unique_ptr<Optimizer> optimizer = plan.optimizer->build(parameters);
   AccumulationSchedule default_schedule;
   Schedule& schedule = plan.schedule ? *plan.schedule : default_schedule;
@@ -129,10 +163,12 @@ TrainResult train(RunPlan& plan) {
   if (peak == 0) peak = device.is_cuda() ? 0 : measure_cpu_peak_flops();
   std::vector<MetricsSink*> sinks;
   for (auto& sink : plan.metrics_sinks) sinks.push_back(sink.get());
-  StepMetrics metrics(core.metrics, core.job.dump_folder, plan.model->flops_per_token(training.seq_len), peak, sinks,
+  MetricsConfig metrics_config = core.metrics;
+  if (world.rank != 0) metrics_config.enable_jsonl = false;  // one file per job
+  StepMetrics metrics(metrics_config, core.job.dump_folder, plan.model->flops_per_token(training.seq_len), peak, sinks,
                       device);
 
-  const int64_t accumulation = accumulation_steps(training, 1);
+  const int64_t accumulation = accumulation_steps(training, parallel.dp_degree());
   const int64_t debug_nan_step = core.debug.inject_nonfinite_loss_at_step;
   StopSignal stop;
   TrainResult result;
@@ -147,9 +183,10 @@ TrainResult train(RunPlan& plan) {
       microbatches.push_back({windows.narrow(1, 0, length), windows.narrow(1, 1, length)});
     }
     at::Tensor loss = schedule.step(*model, microbatches, cross_entropy_loss);
-    double loss_value = loss.item<double>();
+    model->finalize_gradients();
+    double loss_value = parallel.mean_over_dp(loss.item<double>());
     if (step == debug_nan_step) loss_value = std::nan("");
-    double grad_norm = clip_grad_norm(parameter_tensors, training.max_norm);
+    double grad_norm = clip_grad_norm(parameter_tensors, training.max_norm, 2.0, norm_reduce, norm_weights);
     double lr = plan.optimizer->base_lr() * plan.lr_schedule->factor(step);
     if (!std::isfinite(loss_value) || !std::isfinite(grad_norm)) {
       if (training.on_nonfinite_loss == "error") {
@@ -163,8 +200,9 @@ TrainResult train(RunPlan& plan) {
     } else {
       optimizer->step(lr);
     }
+    int64_t bytes = state_bytes(parameter_tensors, *optimizer);
     optimizer->zero_grad();
-    record = {step, loss_value, grad_norm, lr, training.local_batch_size * training.seq_len * accumulation};
+    record = {step, loss_value, grad_norm, lr, training.local_batch_size * training.seq_len * accumulation, bytes};
     metrics.record(record);
     bool stopping = stop.requested();
     if (plan.checkpointer->should_save(step, step == training.steps) || (stopping && plan.checkpointer->enabled())) {

@@ -1,0 +1,25 @@
+// Collectives as autograd functions with their adjoints, so parallel
+// layers differentiate correctly: all-gather <-> reduce-scatter,
+// all-reduce <-> identity, all-to-all <-> the inverse all-to-all.
+#pragma once
+#include <ATen/core/Tensor.h>
+
+namespace titan {
+
+class Comm;
+
+// Concatenation of every rank's `input` along `dim`; backward: the
+// gradient's matching slice, summed over ranks (reduce-scatter).
+at::Tensor all_gather_autograd(const at::Tensor& input, Comm& comm, int64_t dim = 0);
+// Sum over ranks, this rank's slice along `dim`; backward: all-gather.
+at::Tensor reduce_scatter_autograd(const at::Tensor& input, Comm& comm, int64_t dim = 0);
+// Sum over ranks; backward: identity (each rank's input contributed once).
+at::Tensor all_reduce_autograd(const at::Tensor& input, Comm& comm);
+// Identity forward; backward: sum of the gradients over ranks (the input
+// was replicated and consumed by every rank's piece of the computation).
+at::Tensor replicate_to_parallel(const at::Tensor& input, Comm& comm);
+// Blocks along `split_dim` go to ranks and arrive concatenated along
+// `concat_dim`; backward: the inverse exchange.
+at::Tensor all_to_all_autograd(const at::Tensor& input, Comm& comm, int64_t split_dim, int64_t concat_dim);
+
+}  // namespace titan

@@ -1,0 +1,71 @@
+// Comm: one c10d process group (Gloo for CPU tensors, NCCL for CUDA), the
+// only path through which Titan issues collectives. Every call is checked
+// locally before it reaches the backend (a size mismatch inside Gloo kills
+// the process), shown to the CommObservers and bounded by a timeout.
+// Collectives Gloo lacks in LibTorch 1.13 are built from ops it has.
+#pragma once
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+#include "titan/comm_observer.hpp"
+
+namespace titan {
+
+enum class ReduceOp { sum, avg, max, min };
+
+// A collective in flight; wait() finishes it (and tells the observers).
+class CommWork {
+ public:
+  virtual ~CommWork() = default;
+  virtual void wait() = 0;
+};
+
+class Comm {
+ public:
+  virtual ~Comm() = default;
+  virtual const std::string& name() const = 0;  // e.g. "dp_shard", "world"
+  virtual int rank() const = 0;                 // rank inside this group
+  virtual int size() const = 0;
+  virtual const std::vector<int>& global_ranks() const = 0;
+
+  virtual void all_reduce(at::Tensor& tensor, ReduceOp op = ReduceOp::sum) = 0;
+  virtual std::unique_ptr<CommWork> all_reduce_async(at::Tensor& tensor, ReduceOp op = ReduceOp::sum) = 0;
+  // Every rank's `input` (same shape everywhere) stacked along dim 0 into
+  // `output` [size * n, ...], which must be contiguous.
+  virtual void all_gather_into(at::Tensor& output, const at::Tensor& input) = 0;
+  // `input` [size * n, ...] reduced over ranks; this rank's n rows returned.
+  virtual at::Tensor reduce_scatter(const at::Tensor& input, ReduceOp op = ReduceOp::sum) = 0;
+  virtual void broadcast(at::Tensor& tensor, int root) = 0;
+  // Row block r of `input` (dim 0 split in size even parts) goes to rank r;
+  // the result holds the blocks received, in rank order.
+  virtual at::Tensor all_to_all(const at::Tensor& input) = 0;
+  virtual void send(const at::Tensor& tensor, int peer) = 0;
+  virtual void recv(at::Tensor& tensor, int peer) = 0;
+  virtual void barrier() = 0;
+
+  at::Tensor all_gather(const at::Tensor& input);  // convenience: new output
+};
+
+// What the comm layer tells observers about the caller ("step 12 / fsdp
+// all_gather layers.3"): set for a scope, per thread.
+class CallSite {
+ public:
+  explicit CallSite(std::string text);
+  ~CallSite();
+  CallSite(const CallSite&) = delete;
+  CallSite& operator=(const CallSite&) = delete;
+  static const std::string& current();
+
+ private:
+  std::string previous_;
+};
+
+// Observers see every call of every Comm (the flight recorder is one).
+void add_comm_observer(CommObserver* observer);
+void clear_comm_observers();
+
+}  // namespace titan

@@ -1,0 +1,47 @@
+// DeviceMesh: the world as a named n-D grid (pp, dp_replicate, dp_shard,
+// cp, tp; outer to inner, as TorchTitan orders them), with one Comm per
+// slice of each dim and of the flattened dims dp (dp_replicate x dp_shard),
+// dp_shard_cp and dp_cp, and "world".
+#pragma once
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "titan/comm.hpp"
+#include "titan/parallelizer.hpp"
+
+namespace titan {
+
+class DistRuntime;
+
+// The canonical dim order; degrees of dims nobody asked for are 1.
+const std::vector<std::string>& mesh_dim_order();
+
+// Degrees per dim from the plugins' requests: at most one -1 ("the rest of
+// the world"); the product must equal the world size. Errors name the
+// plugins' requests and the world size.
+std::map<std::string, int64_t> resolve_mesh_degrees(const std::vector<MeshDimRequest>& requests, int world_size);
+
+class DeviceMesh {
+ public:
+  // Collective over all ranks: every rank creates the groups it belongs to.
+  DeviceMesh(DistRuntime& runtime, const std::map<std::string, int64_t>& degrees);
+  ~DeviceMesh();
+
+  int64_t size(const std::string& dim) const;        // 1 for an absent dim; flattened names too
+  int64_t coordinate(const std::string& dim) const;  // this rank's index along dim
+  // The group of this rank's slice along `dim` (or a flattened name).
+  Comm& group(const std::string& dim) const;
+  int world_size() const { return world_size_; }
+  std::string describe() const;  // "dp_shard=4, tp=2"
+
+ private:
+  int world_size_ = 1;
+  std::map<std::string, int64_t> degrees_;
+  std::map<std::string, int64_t> coordinates_;
+  std::map<std::string, std::unique_ptr<Comm>> groups_;
+  Comm* world_ = nullptr;
+};
+
+}  // namespace titan

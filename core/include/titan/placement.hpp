@@ -1,0 +1,62 @@
+// Sharding metadata (a DTensor-lite): how a local tensor relates to its
+// global tensor over the mesh. FSDP, DDP, TP, checkpoints, gradient
+// clipping and the conformance harness all read the same layouts.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+namespace titan {
+
+class DeviceMesh;
+
+struct Placement {
+  enum class Kind { replicate, shard, partial };
+  Kind kind = Kind::replicate;
+  int64_t dim = 0;  // for shard
+
+  static Placement replicate() { return {Kind::replicate, 0}; }
+  static Placement shard(int64_t dim) { return {Kind::shard, dim}; }
+  static Placement partial() { return {Kind::partial, 0}; }
+  std::string str() const;  // "R", "S(0)", "P"
+  bool operator==(const Placement& other) const { return kind == other.kind && dim == other.dim; }
+};
+
+// One tensor's layout: its global shape, the box this rank holds
+// (offset and extent per dim; the local tensor has `local_shape`), and the
+// placement along each mesh dim it is distributed over.
+struct TensorLayout {
+  std::vector<int64_t> global_shape;
+  std::vector<int64_t> local_offset;
+  std::vector<int64_t> local_shape;
+  std::vector<std::string> mesh_dims;   // e.g. {"dp_replicate", "dp_shard"}
+  std::vector<Placement> placements;    // one per mesh dim
+
+  // A tensor held whole by every rank.
+  static TensorLayout replicated(const std::vector<int64_t>& shape);
+  bool is_sharded() const;
+  int64_t local_numel() const;
+  // Product of the sizes of the mesh dims along which this tensor is
+  // replicated: how many ranks hold each element.
+  int64_t replication(const DeviceMesh& mesh) const;
+  std::string describe() const;  // "[256, 64] S(0) over dp_shard, local [64, 64] at [128, 0]"
+};
+
+// FSDP's dim-0 split: rank r of n holds rows [r * c, min((r + 1) * c, rows))
+// with c = ceil(rows / n); trailing ranks may hold fewer rows, or none.
+struct RowRange {
+  int64_t begin = 0;
+  int64_t length = 0;
+};
+RowRange even_row_shard(int64_t rows, int64_t ranks, int64_t rank);
+
+// The full tensor from this rank's local piece: all-gathers along the
+// shard dims (Partial is summed). Collective over the mesh dims involved.
+at::Tensor full_tensor(const at::Tensor& local, const TensorLayout& layout, const DeviceMesh& mesh);
+
+// This rank's piece of a full tensor under `layout` (no communication).
+at::Tensor local_piece(const at::Tensor& full, const TensorLayout& layout);
+
+}  // namespace titan

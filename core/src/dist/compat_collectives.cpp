@@ -1,0 +1,144 @@
+// Stand-ins for what a c10d backend lacks (see compat_collectives.hpp).
+// Gloo moves bf16 as same-sized fp16 bits and reduces it in fp32.
+#include "compat_collectives.hpp"
+
+#include <ATen/ATen.h>
+
+#include "titan/error.hpp"
+
+namespace titan::compat {
+
+namespace {
+
+bool native(const c10d::ProcessGroup& group) { return group.getBackendName() == "nccl"; }
+
+c10d::ReduceOp to_c10d(ReduceOp op, bool native_avg) {
+  switch (op) {
+    case ReduceOp::sum: return c10d::ReduceOp::SUM;
+    case ReduceOp::avg: return native_avg ? c10d::ReduceOp::AVG : c10d::ReduceOp::SUM;
+    case ReduceOp::max: return c10d::ReduceOp::MAX;
+    case ReduceOp::min: return c10d::ReduceOp::MIN;
+  }
+  return c10d::ReduceOp::SUM;
+}
+
+// Gloo cannot move bf16; fp16 has the same size, and moving bits is exact.
+at::Tensor movable(const at::Tensor& tensor, const c10d::ProcessGroup& group) {
+  if (!native(group) && tensor.scalar_type() == at::kBFloat16) return tensor.view(at::kHalf);
+  return tensor;
+}
+
+}  // namespace
+
+void wait_for(c10d::Work& work, std::chrono::milliseconds timeout, const std::string& what) {
+  bool completed = false;
+  try {
+    completed = work.wait(timeout);
+  } catch (const std::exception& error) {
+    throw Error(what + " failed: " + error.what() +
+                " (a peer rank may have died or timed out; its log has the first error)");
+  }
+  if (!completed) throw Error(what + " timed out after " + std::to_string(timeout.count()) + " ms");
+}
+
+StartedCollective start_all_reduce(c10d::ProcessGroup& group, at::Tensor& tensor, ReduceOp op) {
+  const bool is_native = native(group);
+  // Gloo reduces only dense, contiguous, non-bf16 tensors.
+  bool upcast = !is_native && tensor.scalar_type() == at::kBFloat16;
+  at::Tensor buffer = upcast ? tensor.to(at::kFloat) : (tensor.is_contiguous() ? tensor : tensor.contiguous());
+  std::vector<at::Tensor> list{buffer};
+  c10d::AllreduceOptions options;
+  options.reduceOp = to_c10d(op, is_native);
+  StartedCollective started;
+  started.work = group.allreduce(list, options);
+  const int size = group.getSize();
+  at::Tensor target = tensor;
+  started.finish = [=]() mutable {
+    if (op == ReduceOp::avg && !is_native) buffer.div_(size);
+    if (!buffer.is_same(target)) target.copy_(buffer);
+  };
+  return started;
+}
+
+void all_gather_into(c10d::ProcessGroup& group, at::Tensor& output, const at::Tensor& input,
+                     std::chrono::milliseconds timeout) {
+  const int size = group.getSize();
+  const int64_t n = input.size(0);
+  if (native(group)) {
+    at::Tensor in = input.contiguous();
+    auto work = group._allgather_base(output, in);
+    wait_for(*work, timeout, "all_gather");
+    return;
+  }
+  // One broadcast per rank into views of the output (faster than Gloo's
+  // list all-gather, and no extra copy).
+  at::Tensor out = movable(output, group);
+  at::Tensor own = movable(input.contiguous(), group);
+  std::vector<c10::intrusive_ptr<c10d::Work>> works;
+  for (int root = 0; root < size; ++root) {
+    at::Tensor slot = out.narrow(0, root * n, n);
+    if (root == group.getRank()) slot.copy_(own);
+    std::vector<at::Tensor> list{slot};
+    c10d::BroadcastOptions options;
+    options.rootRank = root;
+    works.push_back(group.broadcast(list, options));
+  }
+  for (auto& work : works) wait_for(*work, timeout, "all_gather");
+}
+
+at::Tensor reduce_scatter(c10d::ProcessGroup& group, const at::Tensor& input, ReduceOp op,
+                          std::chrono::milliseconds timeout) {
+  const int size = group.getSize();
+  const int64_t n = input.size(0) / size;
+  if (native(group)) {
+    at::Tensor in = input.contiguous();
+    at::Tensor out = at::empty(in.narrow(0, 0, n).sizes(), in.options());
+    c10d::ReduceScatterOptions options;
+    options.reduceOp = to_c10d(op, true);
+    auto work = group._reduce_scatter_base(out, in, options);
+    wait_for(*work, timeout, "reduce_scatter");
+    return out;
+  }
+  // All-reduce the whole input, keep this rank's rows.
+  at::Tensor buffer = input.scalar_type() == at::kBFloat16 ? input.to(at::kFloat) : input.clone();
+  auto started = start_all_reduce(group, buffer, op);
+  wait_for(*started.work, timeout, "reduce_scatter");
+  started.finish();
+  return buffer.narrow(0, group.getRank() * n, n).to(input.scalar_type()).clone();
+}
+
+void broadcast(c10d::ProcessGroup& group, at::Tensor& tensor, int root, std::chrono::milliseconds timeout) {
+  at::Tensor buffer = tensor.is_contiguous() ? tensor : tensor.contiguous();
+  std::vector<at::Tensor> list{movable(buffer, group)};
+  c10d::BroadcastOptions options;
+  options.rootRank = root;
+  auto work = group.broadcast(list, options);
+  wait_for(*work, timeout, "broadcast");
+  if (!buffer.is_same(tensor)) tensor.copy_(buffer);
+}
+
+at::Tensor all_to_all(c10d::ProcessGroup& group, const at::Tensor& input, std::chrono::milliseconds timeout) {
+  at::Tensor in = input.contiguous();
+  at::Tensor out = at::empty_like(in);
+  at::Tensor in_bits = movable(in, group), out_bits = movable(out, group);
+  std::vector<int64_t> even;  // empty: equal splits
+  auto work = group.alltoall_base(out_bits, in_bits, even, even);
+  wait_for(*work, timeout, "all_to_all");
+  return out;
+}
+
+void send(c10d::ProcessGroup& group, const at::Tensor& tensor, int peer, std::chrono::milliseconds timeout) {
+  std::vector<at::Tensor> list{tensor.contiguous()};
+  auto work = group.send(list, peer, 0);
+  wait_for(*work, timeout, "send");
+}
+
+void recv(c10d::ProcessGroup& group, at::Tensor& tensor, int peer, std::chrono::milliseconds timeout) {
+  at::Tensor buffer = tensor.is_contiguous() ? tensor : tensor.contiguous();
+  std::vector<at::Tensor> list{buffer};
+  auto work = group.recv(list, peer, 0);
+  wait_for(*work, timeout, "recv");
+  if (!buffer.is_same(tensor)) tensor.copy_(buffer);
+}
+
+}  // namespace titan::compat

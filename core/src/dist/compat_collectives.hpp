@@ -1,0 +1,36 @@
+// Collectives on a c10d process group, whatever the backend lacks. NCCL
+// (and Gloo in newer LibTorch) have them natively; Debian's LibTorch 1.13
+// Gloo lacks _allgather_base, reduce_scatter, list alltoall, ReduceOp::AVG
+// and every bf16 collective, so they are built here from broadcast,
+// allreduce and alltoall_base (measured stand-ins, see the notes).
+#pragma once
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+
+#include <functional>
+
+#include "titan/comm.hpp"
+
+namespace titan::compat {
+
+// A started collective: wait on `work`, then run `finish` (copy back,
+// divide for AVG, ...).
+struct StartedCollective {
+  c10::intrusive_ptr<c10d::Work> work;
+  std::function<void()> finish;
+};
+
+StartedCollective start_all_reduce(c10d::ProcessGroup& group, at::Tensor& tensor, ReduceOp op);
+// output: contiguous [size * n, ...]; input [n, ...]
+void all_gather_into(c10d::ProcessGroup& group, at::Tensor& output, const at::Tensor& input,
+                     std::chrono::milliseconds timeout);
+at::Tensor reduce_scatter(c10d::ProcessGroup& group, const at::Tensor& input, ReduceOp op,
+                          std::chrono::milliseconds timeout);
+void broadcast(c10d::ProcessGroup& group, at::Tensor& tensor, int root, std::chrono::milliseconds timeout);
+at::Tensor all_to_all(c10d::ProcessGroup& group, const at::Tensor& input, std::chrono::milliseconds timeout);
+void send(c10d::ProcessGroup& group, const at::Tensor& tensor, int peer, std::chrono::milliseconds timeout);
+void recv(c10d::ProcessGroup& group, at::Tensor& tensor, int peer, std::chrono::milliseconds timeout);
+
+// Waits, turning a backend failure or timeout into a titan::Error.
+void wait_for(c10d::Work& work, std::chrono::milliseconds timeout, const std::string& what);
+
+}  // namespace titan::compat

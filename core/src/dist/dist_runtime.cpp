@@ -1,0 +1,105 @@
+// DistRuntime: TCPStore rendezvous (rank 0 hosts it unless torchrun's agent
+// does), then Gloo groups whose keys live under a per-attempt prefix so a
+// restarted job never reads a previous attempt's keys.
+#include "titan/dist_runtime.hpp"
+
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+#include <cstdlib>
+
+#include "process_group_comm.hpp"
+#include "titan/error.hpp"
+#include "titan/logging.hpp"
+
+namespace titan {
+
+struct DistRuntime::Impl {
+  DistTimeouts timeouts;
+  std::string backend;
+  c10::intrusive_ptr<c10d::Store> store;
+  std::shared_ptr<::gloo::transport::Device> device;
+  std::unique_ptr<Comm> world_group;
+};
+
+namespace {
+
+std::string attempt_prefix() {
+  for (const char* name : {"TORCHELASTIC_RESTART_COUNT", "TITAN_RESTART_COUNT"}) {
+    const char* value = std::getenv(name);
+    if (value && *value) return std::string("/titan/attempt_") + value;
+  }
+  return "/titan/attempt_0";
+}
+
+bool is_loopback(const std::string& host) { return host == "localhost" || host.rfind("127.", 0) == 0; }
+
+}  // namespace
+
+DistRuntime::DistRuntime(const World& world, const DistTimeouts& timeouts, const std::string& backend)
+    : world_(world), impl_(std::make_unique<Impl>()) {
+  impl_->timeouts = timeouts;
+  impl_->backend = backend;
+  if (backend != "gloo") {
+    throw Error("comm backend '" + backend + "' is not available in this build (LibTorch " +
+                std::string(TORCH_VERSION) + "); CPU training uses gloo");
+  }
+  if (!world.distributed()) {
+    // One process (e.g. FSDP on one GPU): real groups of size 1, no network.
+    impl_->store = c10::make_intrusive<c10d::HashStore>();
+    impl_->device = c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1");
+    impl_->world_group = new_group("world", {0});
+    return;
+  }
+  c10d::TCPStoreOptions options;
+  options.port = static_cast<uint16_t>(world.master_port);
+  options.isServer = world.rank == 0 && !world.store_hosted_by_agent;
+  options.numWorkers = world.store_hosted_by_agent ? c10::nullopt : c10::optional<size_t>(world.world_size);
+  options.waitWorkers = !world.store_hosted_by_agent;
+  options.timeout = timeouts.init;
+  try {
+    auto tcp = c10::make_intrusive<c10d::TCPStore>(world.master_addr, options);
+    impl_->store = c10::make_intrusive<c10d::PrefixStore>(attempt_prefix(), tcp);
+  } catch (const std::exception& error) {
+    throw Error("rank " + std::to_string(world.rank) + " could not join the job's TCPStore at " + world.master_addr +
+                ":" + std::to_string(world.master_port) + " within comm.init_timeout_seconds (" +
+                std::to_string(timeouts.init.count() / 1000) + " s): " + error.what() +
+                ". Check MASTER_ADDR/MASTER_PORT, that every rank was started, and that the port is free");
+  }
+  // Loopback jobs bind Gloo to loopback: the host name may not resolve.
+  impl_->device = is_loopback(world.master_addr) ? c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1")
+                                                 : c10d::ProcessGroupGloo::createDefaultDevice();
+  std::vector<int> everyone;
+  for (int rank = 0; rank < world.world_size; ++rank) everyone.push_back(rank);
+  impl_->world_group = new_group("world", everyone);
+  spdlog::info("joined {} ranks ({}) through {}:{}", world.world_size, world.source, world.master_addr,
+               world.master_port);
+}
+
+DistRuntime::~DistRuntime() = default;
+
+Comm& DistRuntime::world_group() { return *impl_->world_group; }
+
+std::unique_ptr<Comm> DistRuntime::new_group(const std::string& name, const std::vector<int>& ranks) {
+  int index = -1;
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    if (ranks[i] == world_.rank) index = static_cast<int>(i);
+  }
+  if (index < 0) throw Error("process group '" + name + "' does not contain this rank");
+  auto options = c10d::ProcessGroupGloo::Options::create(impl_->timeouts.collective);
+  options->devices.push_back(impl_->device);
+  options->threads = 2;
+  auto store = c10::make_intrusive<c10d::PrefixStore>("group/" + name, impl_->store);
+  c10::intrusive_ptr<c10d::ProcessGroup> group;
+  try {
+    // Connecting waits on the store with the store's (init) timeout.
+    group = c10::make_intrusive<c10d::ProcessGroupGloo>(store, index, static_cast<int>(ranks.size()), options);
+  } catch (const std::exception& error) {
+    throw Error("could not create process group '" + name + "' within comm.init_timeout_seconds: " + error.what());
+  }
+  return make_process_group_comm(group, name, ranks, impl_->timeouts.collective);
+}
+
+}  // namespace titan

@@ -1,0 +1,245 @@
+// ProcessGroupComm: validates each call locally, tells the observers, and
+// runs it through the compat collectives with the group's timeout.
+#include "process_group_comm.hpp"
+
+#include <ATen/ATen.h>
+
+#include <atomic>
+#include <mutex>
+#include <sstream>
+
+#include "compat_collectives.hpp"
+#include "titan/error.hpp"
+
+namespace titan {
+
+namespace {
+
+std::mutex observers_mutex;
+std::vector<CommObserver*>& observers() {
+  static std::vector<CommObserver*> list;
+  return list;
+}
+
+thread_local std::string current_call_site;
+
+double monotonic_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+std::string shape_text(const at::Tensor& tensor) {
+  std::ostringstream out;
+  out << tensor.sizes() << " " << tensor.scalar_type();
+  return out.str();
+}
+
+class ProcessGroupComm : public Comm {
+ public:
+  ProcessGroupComm(c10::intrusive_ptr<c10d::ProcessGroup> group, std::string name, std::vector<int> ranks,
+                   std::chrono::milliseconds timeout)
+      : group_(std::move(group)), name_(std::move(name)), ranks_(std::move(ranks)), timeout_(timeout) {}
+
+  const std::string& name() const override { return name_; }
+  int rank() const override { return group_->getRank(); }
+  int size() const override { return group_->getSize(); }
+  const std::vector<int>& global_ranks() const override { return ranks_; }
+
+  void all_reduce(at::Tensor& tensor, ReduceOp op) override { all_reduce_async(tensor, op)->wait(); }
+
+  std::unique_ptr<CommWork> all_reduce_async(at::Tensor& tensor, ReduceOp op) override {
+    check_device(tensor, "all_reduce");
+    auto event = begin("all_reduce", {tensor});
+    auto started = compat::start_all_reduce(*group_, tensor, op);
+    return std::make_unique<Pending>(*this, std::move(started), std::move(event));
+  }
+
+  void all_gather_into(at::Tensor& output, const at::Tensor& input) override {
+    check_device(input, "all_gather");
+    if (!output.is_contiguous() || output.dim() != input.dim() || output.dim() == 0 ||
+        output.size(0) != input.size(0) * size() || output.sizes().slice(1) != input.sizes().slice(1) ||
+        output.scalar_type() != input.scalar_type()) {
+      fail("all_gather", "output " + shape_text(output) + " is not a contiguous [" + std::to_string(size()) +
+                             " x rows] stack of input " + shape_text(input));
+    }
+    run("all_gather", {input}, [&] { compat::all_gather_into(*group_, output, input, timeout_); });
+  }
+
+  at::Tensor reduce_scatter(const at::Tensor& input, ReduceOp op) override {
+    check_device(input, "reduce_scatter");
+    if (input.dim() == 0 || input.size(0) % size() != 0) {
+      fail("reduce_scatter", "input " + shape_text(input) + " has dim 0 not divisible by the group size " +
+                                 std::to_string(size()));
+    }
+    at::Tensor result;
+    run("reduce_scatter", {input}, [&] { result = compat::reduce_scatter(*group_, input, op, timeout_); });
+    return result;
+  }
+
+  void broadcast(at::Tensor& tensor, int root) override {
+    check_device(tensor, "broadcast");
+    check_peer(root, "broadcast");
+    run("broadcast", {tensor}, [&] { compat::broadcast(*group_, tensor, root, timeout_); });
+  }
+
+  at::Tensor all_to_all(const at::Tensor& input) override {
+    check_device(input, "all_to_all");
+    if (input.dim() == 0 || input.size(0) % size() != 0) {
+      fail("all_to_all", "input " + shape_text(input) + " has dim 0 not divisible by the group size " +
+                             std::to_string(size()));
+    }
+    at::Tensor result;
+    run("all_to_all", {input}, [&] { result = compat::all_to_all(*group_, input, timeout_); });
+    return result;
+  }
+
+  void send(const at::Tensor& tensor, int peer) override {
+    check_device(tensor, "send");
+    check_peer(peer, "send");
+    run("send", {tensor}, [&] { compat::send(*group_, tensor, peer, timeout_); });
+  }
+
+  void recv(at::Tensor& tensor, int peer) override {
+    check_device(tensor, "recv");
+    check_peer(peer, "recv");
+    run("recv", {tensor}, [&] { compat::recv(*group_, tensor, peer, timeout_); });
+  }
+
+  void barrier() override {
+    run("barrier", {}, [&] {
+      auto work = group_->barrier();
+      compat::wait_for(*work, timeout_, "barrier");
+    });
+  }
+
+ private:
+  class Pending : public CommWork {
+   public:
+    Pending(ProcessGroupComm& comm, compat::StartedCollective started, CollectiveEvent event)
+        : comm_(comm), started_(std::move(started)), event_(std::move(event)) {}
+    ~Pending() override {
+      if (!done_) {
+        try {
+          wait();
+        } catch (...) {  // a destructor must not throw; the error was logged by wait's caller path
+        }
+      }
+    }
+    void wait() override {
+      if (done_) return;
+      done_ = true;
+      try {
+        compat::wait_for(*started_.work, comm_.timeout_, comm_.what(event_.op));
+        started_.finish();
+      } catch (...) {
+        comm_.end(event_, false);
+        throw;
+      }
+      comm_.end(event_, true);
+    }
+
+   private:
+    ProcessGroupComm& comm_;
+    compat::StartedCollective started_;
+    CollectiveEvent event_;
+    bool done_ = false;
+  };
+
+  std::string what(const std::string& op) const {
+    return op + " on group '" + name_ + "' (rank " + std::to_string(rank()) + " of " + std::to_string(size()) + ")";
+  }
+
+  [[noreturn]] void fail(const std::string& op, const std::string& problem) const {
+    throw Error(what(op) + ": " + problem);
+  }
+
+  void check_device(const at::Tensor& tensor, const std::string& op) const {
+    if (!tensor.defined()) fail(op, "undefined tensor");
+    bool gpu_backend = group_->getBackendName() == "nccl";
+    if (tensor.is_cuda() != gpu_backend) {
+      fail(op, "a " + std::string(tensor.is_cuda() ? "CUDA" : "CPU") + " tensor on a " + group_->getBackendName() +
+                   " group; use training.device to match the backend");
+    }
+  }
+
+  void check_peer(int peer, const std::string& op) const {
+    if (peer < 0 || peer >= size()) fail(op, "peer rank " + std::to_string(peer) + " is outside the group");
+  }
+
+  CollectiveEvent begin(const std::string& op, const std::vector<at::Tensor>& tensors) {
+    CollectiveEvent event;
+    event.sequence = sequence_++;
+    event.op = op;
+    event.group = name_;
+    event.group_ranks = ranks_;
+    for (const auto& tensor : tensors) {
+      event.shapes.push_back(tensor.sizes().vec());
+      event.dtype = c10::toString(tensor.scalar_type());
+      event.bytes += static_cast<int64_t>(tensor.numel() * tensor.element_size());
+    }
+    event.call_site = current_call_site;
+    event.time_s = monotonic_seconds();
+    std::lock_guard<std::mutex> lock(observers_mutex);
+    for (auto* observer : observers()) observer->on_enqueue(event);
+    for (auto* observer : observers()) observer->on_start(event);
+    return event;
+  }
+
+  void end(CollectiveEvent& event, bool ok) {
+    event.time_s = monotonic_seconds();
+    std::lock_guard<std::mutex> lock(observers_mutex);
+    for (auto* observer : observers()) observer->on_complete(event, ok);
+  }
+
+  template <typename Body>
+  void run(const std::string& op, const std::vector<at::Tensor>& tensors, Body body) {
+    auto event = begin(op, tensors);
+    try {
+      body();
+    } catch (const Error&) {
+      end(event, false);
+      throw;
+    } catch (const std::exception& error) {
+      end(event, false);
+      throw Error(what(op) + " failed: " + error.what());
+    }
+    end(event, true);
+  }
+
+  c10::intrusive_ptr<c10d::ProcessGroup> group_;
+  std::string name_;
+  std::vector<int> ranks_;
+  std::chrono::milliseconds timeout_;
+  uint64_t sequence_ = 0;
+};
+
+}  // namespace
+
+at::Tensor Comm::all_gather(const at::Tensor& input) {
+  std::vector<int64_t> shape = input.sizes().vec();
+  if (shape.empty()) throw Error("all_gather on group '" + name() + "': a 0-dim tensor has no rows to stack");
+  shape[0] *= size();
+  at::Tensor output = at::empty(shape, input.options());
+  all_gather_into(output, input);
+  return output;
+}
+
+CallSite::CallSite(std::string text) : previous_(current_call_site) { current_call_site = std::move(text); }
+CallSite::~CallSite() { current_call_site = previous_; }
+const std::string& CallSite::current() { return current_call_site; }
+
+void add_comm_observer(CommObserver* observer) {
+  std::lock_guard<std::mutex> lock(observers_mutex);
+  observers().push_back(observer);
+}
+
+void clear_comm_observers() {
+  std::lock_guard<std::mutex> lock(observers_mutex);
+  observers().clear();
+}
+
+std::unique_ptr<Comm> make_process_group_comm(c10::intrusive_ptr<c10d::ProcessGroup> group, std::string name,
+                                              std::vector<int> global_ranks, std::chrono::milliseconds timeout) {
+  return std::make_unique<ProcessGroupComm>(std::move(group), std::move(name), std::move(global_ranks), timeout);
+}
+
+}  // namespace titan

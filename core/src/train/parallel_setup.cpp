@@ -1,0 +1,88 @@
+// ParallelSetup: joins the job and builds the mesh from the plugins' dims.
+#include "parallel_setup.hpp"
+
+#include <ATen/ATen.h>
+
+#include "titan/error.hpp"
+#include "titan/logging.hpp"
+
+namespace titan {
+
+ParallelSetup::ParallelSetup(const World& world, const RunPlan& plan) : world_(world) {
+  std::vector<MeshDimRequest> requests;
+  for (const auto& [name, parallelizer] : plan.parallelizers) {
+    for (const auto& request : parallelizer->mesh_dims()) requests.push_back(request);
+  }
+  if (!world.distributed() && requests.empty()) return;
+  std::map<std::string, int64_t> degrees;
+  try {
+    degrees = resolve_mesh_degrees(requests, world.world_size);
+  } catch (const Error& error) {
+    throw Error(std::string(error.what()) +
+                (requests.empty() ? ". No plugin uses the other ranks: add a data-parallel plugin "
+                                    "(plugins: [{name: fsdp}] or [{name: ddp}])"
+                                  : ""));
+  }
+  DistTimeouts timeouts;
+  timeouts.init = std::chrono::seconds(plan.core.comm.init_timeout_seconds);
+  timeouts.collective = std::chrono::seconds(plan.core.comm.train_timeout_seconds);
+  runtime_ = std::make_unique<DistRuntime>(world, timeouts);
+  mesh_ = std::make_unique<DeviceMesh>(*runtime_, degrees);
+  if (world.distributed()) spdlog::info("device mesh: {}", mesh_->describe());
+}
+
+ParallelSetup::~ParallelSetup() = default;
+
+int ParallelSetup::dp_rank() const { return mesh_ ? static_cast<int>(mesh_->coordinate("dp")) : 0; }
+int ParallelSetup::dp_degree() const { return mesh_ ? static_cast<int>(mesh_->size("dp")) : 1; }
+
+double ParallelSetup::mean_over_dp(double local_loss) const {
+  if (!mesh_ || mesh_->size("dp") == 1) return local_loss;
+  at::Tensor value = at::full({1}, local_loss, at::kDouble);
+  mesh_->group("dp").all_reduce(value, ReduceOp::avg);
+  return value.item<double>();
+}
+
+NormReduceFn ParallelSetup::norm_reduce() const {
+  if (!mesh_) return {};
+  DeviceMesh* mesh = mesh_.get();
+  return [mesh](double partial, NormReduceOp op) {
+    at::Tensor value = at::full({1}, partial, at::kDouble);
+    mesh->group("world").all_reduce(value, op == NormReduceOp::max ? ReduceOp::max : ReduceOp::sum);
+    return value.item<double>();
+  };
+}
+
+std::vector<double> ParallelSetup::norm_weights(const CausalLM& model, const std::vector<std::string>& names) const {
+  if (!mesh_) return {};
+  std::vector<double> weights;
+  for (const auto& name : names) {
+    const TensorLayout* layout = model.layout(name);
+    // No layout: the same whole tensor on every rank.
+    double copies = layout ? static_cast<double>(layout->replication(*mesh_)) : mesh_->world_size();
+    // Dims the layout does not mention hold copies too.
+    if (layout) {
+      for (const auto& dim : mesh_dim_order()) {
+        bool mentioned = false;
+        for (const auto& used : layout->mesh_dims) {
+          if (used == dim || (used == "dp" && (dim == "dp_replicate" || dim == "dp_shard")) ||
+              (used == "dp_shard_cp" && (dim == "dp_shard" || dim == "cp"))) {
+            mentioned = true;
+          }
+        }
+        if (!mentioned) copies *= static_cast<double>(mesh_->size(dim));
+      }
+    }
+    weights.push_back(1.0 / copies);
+  }
+  return weights;
+}
+
+int64_t ParallelSetup::sum_over_world(int64_t local) const {
+  if (!mesh_) return local;
+  at::Tensor value = at::full({1}, local, at::kLong);
+  mesh_->group("world").all_reduce(value, ReduceOp::sum);
+  return value.item<int64_t>();
+}
+
+}  // namespace titan

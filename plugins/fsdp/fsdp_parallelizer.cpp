@@ -1,0 +1,178 @@
+// FSDP2 semantics over the block-wrapper chain:
+//   forward of block i:  unshard -> [post-backward marker] body [pre-backward marker] -> free
+//   backward of block i: pre-backward marker refills the parameters, the
+//   block's backward runs, the post-backward marker at its input
+//   reduce-scatters the gradients and reshards.
+// The root unit (embeddings, final norm, output) stays gathered from the
+// start of forward to the end of backward, as FSDP2's root does.
+#include "fsdp_parallelizer.h"
+
+#include <torch/csrc/autograd/custom_function.h>
+
+#include <ATen/ATen.h>
+
+#include <map>
+#include <memory>
+#include <set>
+
+#include "fsdp_unit.h"
+#include "titan/compat.hpp"
+#include "titan/device_mesh.hpp"
+#include "titan/error.hpp"
+#include "titan/logging.hpp"
+
+namespace titan::fsdp {
+
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+Unit* unit_of(AutogradContext* ctx) { return reinterpret_cast<Unit*>(ctx->saved_data["unit"].toInt()); }
+
+// Identity whose backward runs once the unit's backward is complete: the
+// gradient of the block's input is ready only after every parameter's.
+struct PostBackward : torch::autograd::Function<PostBackward> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& input, int64_t unit) {
+    ctx->saved_data["unit"] = unit;
+    return input;
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    unit_of(ctx)->reduce_gradients();
+    return {grads[0], at::Tensor()};
+  }
+};
+
+// Identity whose backward gathers the unit again before its backward.
+struct PreBackward : torch::autograd::Function<PreBackward> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& output, int64_t unit) {
+    ctx->saved_data["unit"] = unit;
+    return output;
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    unit_of(ctx)->unshard();
+    return {grads[0], at::Tensor()};
+  }
+};
+
+int64_t handle(Unit& unit) { return reinterpret_cast<int64_t>(&unit); }
+
+struct FsdpState {
+  std::vector<std::unique_ptr<Unit>> blocks;
+  std::unique_ptr<Unit> root;
+  bool reshard_after_forward = true;
+
+  void finalize() {
+    // Units whose post-backward marker did not run (their input needed no
+    // gradient) reduce here, in the same order on every rank.
+    for (auto& block : blocks) block->reduce_gradients();
+    if (root) root->reduce_gradients();
+    for (auto& block : blocks) block->install_gradients();
+    if (root) root->install_gradients();
+  }
+};
+
+}  // namespace
+
+std::vector<MeshDimRequest> FsdpParallelizer::mesh_dims() const {
+  std::vector<MeshDimRequest> dims{{"dp_shard", options_.dp_shard}};
+  if (options_.dp_replicate != 1) dims.push_back({"dp_replicate", options_.dp_replicate});
+  return dims;
+}
+
+void FsdpParallelizer::parallelize(CausalLM& model, const ParallelizeContext& context) {
+  if (!context.mesh) throw Error("fsdp: no device mesh (the trainer builds one when a plugin asks for mesh dims)");
+  const DeviceMesh& mesh = *context.mesh;
+  UnitGroups groups;
+  groups.shard = &mesh.group("dp_shard");
+  if (mesh.size("dp_replicate") > 1) groups.replicate = &mesh.group("dp_replicate");
+  const int64_t ranks = groups.shard->size();
+  const int64_t rank = groups.shard->rank();
+
+  // Which block owns each parameter (by tensor identity).
+  std::map<const void*, int64_t> block_of;
+  for (int64_t i = 0; i < model.num_blocks(); ++i) {
+    for (const auto& param : model.block(i)->parameters()) block_of[param.unsafeGetTensorImpl()] = i;
+  }
+  std::vector<std::vector<ShardedParam>> block_params(static_cast<size_t>(model.num_blocks()));
+  std::vector<ShardedParam> root_params;
+  for (auto& item : model.named_parameters()) {
+    at::Tensor param = item.value();
+    if (!param.requires_grad()) continue;
+    if (param.dim() == 0) throw Error("fsdp: parameter '" + item.key() + "' is a scalar; FSDP shards dim 0");
+    if (model.layout(item.key())) {
+      throw Error("fsdp: parameter '" + item.key() + "' is already distributed (" +
+                  model.layout(item.key())->describe() + "); FSDP over tensor-parallel shards comes later");
+    }
+    ShardedParam p;
+    p.name = item.key();
+    p.param = param;
+    p.global_shape = param.sizes().vec();
+    p.rows = even_row_shard(p.global_shape[0], ranks, rank);
+    p.chunk_rows = (p.global_shape[0] + ranks - 1) / ranks;
+    p.row_numel = p.global_shape[0] == 0 ? 0 : param.numel() / p.global_shape[0];
+    std::vector<int64_t> local_shape = p.global_shape;
+    local_shape[0] = p.rows.length;
+
+    TensorLayout layout;
+    layout.global_shape = p.global_shape;
+    layout.local_shape = local_shape;
+    layout.local_offset.assign(local_shape.size(), 0);
+    layout.local_offset[0] = p.rows.begin;
+    layout.mesh_dims = {"dp_replicate", "dp_shard"};
+    layout.placements = {Placement::replicate(), Placement::shard(0)};
+    model.set_layout(p.name, layout);
+
+    // Still on meta: materialization then allocates this rank's rows only.
+    if (!param.is_meta()) {
+      throw Error("fsdp: parameter '" + p.name + "' is already materialized; FSDP must run on the meta model");
+    }
+    param.set_data(at::empty(local_shape, param.options()));
+
+    auto found = block_of.find(param.unsafeGetTensorImpl());
+    if (found == block_of.end()) {
+      root_params.push_back(std::move(p));
+    } else {
+      block_params[static_cast<size_t>(found->second)].push_back(std::move(p));
+    }
+  }
+
+  auto state = std::make_shared<FsdpState>();
+  state->reshard_after_forward = options_.reshard_after_forward != "never";
+  for (size_t i = 0; i < block_params.size(); ++i) {
+    state->blocks.push_back(std::make_unique<Unit>("layers." + std::to_string(i), std::move(block_params[i]), groups,
+                                                   context.param_dtype, context.reduce_dtype));
+  }
+  if (!root_params.empty()) {
+    state->root = std::make_unique<Unit>("root", std::move(root_params), groups, context.param_dtype,
+                                         context.reduce_dtype);
+  }
+
+  model.add_block_wrapper([state](int64_t index, const at::Tensor& hidden, const BlockBody& inner) {
+    Unit& unit = *state->blocks.at(static_cast<size_t>(index));
+    unit.unshard();
+    if (!at::GradMode::is_enabled()) {
+      at::Tensor out = inner(hidden);
+      unit.reshard();
+      return out;
+    }
+    at::Tensor out = inner(PostBackward::apply(hidden, handle(unit)));
+    if (state->reshard_after_forward) unit.free_unsharded();
+    return PreBackward::apply(out, handle(unit));
+  });
+  model.add_forward_wrapper([state](const at::Tensor& tokens, const ForwardBody& inner) {
+    if (state->root) state->root->unshard();
+    at::Tensor out = inner(tokens);
+    if (!at::GradMode::is_enabled() && state->root) state->root->reshard();
+    return out;
+  });
+  model.add_gradient_finalizer([state] { state->finalize(); });
+
+  spdlog::info("fsdp: {} blocks + root sharded over dp_shard={}{}, params {} / reduce {}, reshard after forward: {}",
+               state->blocks.size(), ranks,
+               groups.replicate ? " x dp_replicate=" + std::to_string(groups.replicate->size()) : std::string(),
+               c10::toString(context.param_dtype), c10::toString(context.reduce_dtype),
+               state->reshard_after_forward ? "yes" : "no");
+}
+
+}  // namespace titan::fsdp

@@ -1,0 +1,130 @@
+// Unit: gather, free, refill and reduce-scatter through one flat buffer per
+// rank ([chunk_0 rows | chunk_1 rows | ...], padded), so each unit costs one
+// collective each way.
+#include "fsdp_unit.h"
+
+#include <ATen/ATen.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
+
+#include <cstring>
+
+#include "titan/compat.hpp"
+#include "titan/error.hpp"
+
+namespace titan::fsdp {
+
+Unit::Unit(std::string label, std::vector<ShardedParam> params, UnitGroups groups, c10::ScalarType param_dtype,
+           c10::ScalarType reduce_dtype)
+    : label_(std::move(label)), params_(std::move(params)), groups_(groups), param_dtype_(param_dtype),
+      reduce_dtype_(reduce_dtype) {
+  for (auto& p : params_) {
+    p.offset = flat_numel_;
+    flat_numel_ += p.chunk_rows * p.row_numel;
+  }
+}
+
+void Unit::unshard() {
+  if (state_ == State::unsharded) return;
+  CallSite site("fsdp all_gather " + label_);
+  const int64_t ranks = groups_.shard->size();
+  const bool first = state_ == State::sharded;
+  at::NoGradGuard no_grad;
+  at::Tensor local = at::zeros({flat_numel_}, at::TensorOptions().dtype(param_dtype_));
+  for (auto& p : params_) {
+    if (first) {
+      if (!p.shard.defined()) p.shard = p.param.data();  // the materialized, initialized rows
+      p.param.mutable_grad().reset();  // the optimizer's view of the last step's gradient
+    }
+    int64_t count = p.rows.length * p.row_numel;
+    if (count > 0) local.narrow(0, p.offset, count).copy_(p.shard.reshape({count}));
+  }
+  at::Tensor gathered = at::empty({ranks * flat_numel_}, local.options());
+  groups_.shard->all_gather_into(gathered, local);
+  const size_t element = gathered.element_size();
+  for (auto& p : params_) {
+    if (!p.full.defined()) {
+      p.full = at::empty(p.global_shape, p.shard.options().dtype(param_dtype_));
+    } else if (state_ == State::freed || p.full.storage().nbytes() == 0) {
+      compat::resize_storage_bytes(p.full, p.full.numel() * element);
+    }
+    // Raw copies: writing through ATen would bump the version counter that
+    // autograd checks on the tensors it saved in forward.
+    auto* destination = static_cast<char*>(p.full.data_ptr());
+    const auto* source = static_cast<const char*>(gathered.data_ptr());
+    for (int64_t rank = 0; rank < ranks; ++rank) {
+      RowRange rows = even_row_shard(p.global_shape[0], ranks, rank);
+      if (rows.length == 0) continue;
+      std::memcpy(destination + rows.begin * p.row_numel * element,
+                  source + (rank * flat_numel_ + p.offset) * element, rows.length * p.row_numel * element);
+    }
+    if (first) p.param.set_data(p.full);
+  }
+  state_ = State::unsharded;
+}
+
+void Unit::free_unsharded() {
+  if (state_ != State::unsharded) return;
+  for (auto& p : params_) compat::resize_storage_bytes(p.full, 0);
+  state_ = State::freed;
+}
+
+void Unit::point_at_shards() {
+  for (auto& p : params_) {
+    p.param.set_data(p.shard);
+    compat::resize_storage_bytes(p.full, 0);
+  }
+  state_ = State::sharded;
+}
+
+void Unit::reshard() {
+  if (state_ == State::sharded) return;
+  for (auto& p : params_) p.param.mutable_grad().reset();
+  point_at_shards();
+}
+
+void Unit::reduce_gradients() {
+  if (state_ == State::sharded) return;
+  CallSite site("fsdp reduce_scatter " + label_);
+  at::NoGradGuard no_grad;
+  const int64_t ranks = groups_.shard->size();
+  // [rank][flat]: rank r's rows of every parameter's gradient, padded.
+  at::Tensor flat = at::zeros({ranks, flat_numel_}, at::TensorOptions().dtype(reduce_dtype_));
+  for (auto& p : params_) {
+    at::Tensor grad = p.param.grad();
+    if (!grad.defined()) continue;  // unused in this step: contributes zeros
+    at::Tensor rows_view = grad.reshape({p.global_shape[0], p.row_numel});
+    for (int64_t rank = 0; rank < ranks; ++rank) {
+      RowRange rows = even_row_shard(p.global_shape[0], ranks, rank);
+      if (rows.length == 0) continue;
+      flat[rank].narrow(0, p.offset, rows.length * p.row_numel).copy_(rows_view.narrow(0, rows.begin, rows.length).reshape({-1}));
+    }
+    p.param.mutable_grad().reset();  // free the full gradient now
+  }
+  at::Tensor mine = groups_.shard->reduce_scatter(flat.reshape({-1}), ReduceOp::avg);
+  if (groups_.replicate) {
+    CallSite replicas("fsdp all_reduce " + label_ + " over replicas");
+    groups_.replicate->all_reduce(mine, ReduceOp::avg);
+  }
+  for (auto& p : params_) {
+    int64_t count = p.rows.length * p.row_numel;
+    at::Tensor piece = mine.narrow(0, p.offset, count).view(p.shard.sizes()).to(p.shard.scalar_type());
+    if (p.grad_shard.defined()) {
+      p.grad_shard.add_(piece);
+    } else {
+      p.grad_shard = piece.clone();
+    }
+  }
+  point_at_shards();
+}
+
+void Unit::install_gradients() {
+  if (state_ != State::sharded) {
+    throw Error("fsdp: unit " + label_ + " is still unsharded when the optimizer step begins");
+  }
+  for (auto& p : params_) {
+    p.param.mutable_grad() = p.grad_shard.defined() ? p.grad_shard : at::zeros_like(p.shard);
+    p.grad_shard = at::Tensor();
+  }
+}
+
+}  // namespace titan::fsdp

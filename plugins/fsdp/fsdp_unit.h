@@ -1,0 +1,69 @@
+// An FSDP unit: the parameters gathered and reduced together (one
+// transformer block, or the root: embeddings + final norm + output).
+// Each parameter's rows are split over dp_shard (FSDP2's dim-0 sharding,
+// the last ranks holding fewer rows); the module's parameter tensor holds
+// this rank's fp32 rows between steps and the gathered full tensor (in the
+// param dtype) around forward and backward.
+#pragma once
+#include <ATen/core/Tensor.h>
+
+#include <string>
+#include <vector>
+
+#include "titan/comm.hpp"
+#include "titan/placement.hpp"
+
+namespace titan::fsdp {
+
+struct ShardedParam {
+  std::string name;
+  at::Tensor param;  // the module's leaf; its data is swapped, never its identity
+  std::vector<int64_t> global_shape;
+  RowRange rows;           // this rank's rows of dim 0
+  int64_t chunk_rows = 0;  // rows per rank, with padding
+  int64_t row_numel = 1;   // elements per row
+  int64_t offset = 0;      // where its chunk sits in the unit's flat per-rank buffer
+  at::Tensor shard;        // this rank's rows (the fp32 master copy the optimizer updates)
+  at::Tensor full;         // gathered; storage freed while resharded
+  at::Tensor grad_shard;   // reduced gradient, summed over microbatches
+};
+
+struct UnitGroups {
+  Comm* shard = nullptr;      // dp_shard
+  Comm* replicate = nullptr;  // dp_replicate (HSDP), null when of size 1
+};
+
+class Unit {
+ public:
+  Unit(std::string label, std::vector<ShardedParam> params, UnitGroups groups, c10::ScalarType param_dtype,
+       c10::ScalarType reduce_dtype);
+
+  const std::string& label() const { return label_; }
+  bool sharded() const { return state_ == State::sharded; }
+  // All-gathers the parameters (one collective for the unit) and points the
+  // module's tensors at them; refills freed storage before backward.
+  void unshard();
+  // Frees the gathered storage after forward; autograd's saved views keep
+  // the storage object and see it refilled by the next unshard().
+  void free_unsharded();
+  // After the unit's backward: reduce-scatters the gradients (all-reduces
+  // them over replicas for HSDP), adds them to grad_shard, reshards.
+  void reduce_gradients();
+  // Back to the shards without touching gradients (forward without grad).
+  void reshard();
+  // param.grad = the reduced shard gradient (zeros if none arrived).
+  void install_gradients();
+
+ private:
+  enum class State { sharded, unsharded, freed };
+  void point_at_shards();
+
+  std::string label_;
+  std::vector<ShardedParam> params_;
+  UnitGroups groups_;
+  c10::ScalarType param_dtype_, reduce_dtype_;
+  int64_t flat_numel_ = 0;  // per rank, padded
+  State state_ = State::sharded;
+};
+
+}  // namespace titan::fsdp
