@@ -2,6 +2,8 @@
 #include "titan/compat.hpp"
 
 #include <ATen/native/Resize.h>
+#include <torch/csrc/autograd/function_hook.h>
+#include <torch/csrc/autograd/variable.h>
 #include <torch/torch.h>
 
 #ifdef TITAN_WITH_CUDA
@@ -47,6 +49,27 @@ void resize_storage_bytes(const at::Tensor& tensor, size_t bytes) {
   }
 #endif
   at::native::resize_bytes_cpu(storage, bytes);
+}
+
+namespace {
+
+struct AccumulatedHook : torch::autograd::FunctionPostHook {
+  explicit AccumulatedHook(std::function<void()> ready) : ready(std::move(ready)) {}
+  torch::autograd::variable_list operator()(const torch::autograd::variable_list& outputs,
+                                            const torch::autograd::variable_list& /*inputs*/) override {
+    ready();
+    return outputs;
+  }
+  std::function<void()> ready;
+};
+
+}  // namespace
+
+std::shared_ptr<void> on_gradient_accumulated(const at::Tensor& param, std::function<void()> ready) {
+  std::shared_ptr<torch::autograd::Node> accumulator = torch::autograd::impl::grad_accumulator(param);
+  if (!accumulator) throw std::runtime_error("on_gradient_accumulated: the tensor is not a leaf that requires grad");
+  accumulator->add_post_hook(std::make_unique<AccumulatedHook>(std::move(ready)));
+  return accumulator;
 }
 
 bool cuda_available() { return torch::cuda::is_available(); }

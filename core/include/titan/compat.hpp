@@ -6,6 +6,9 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <functional>
+#include <memory>
+
 namespace titan {
 
 inline const char* torch_version_string() { return TORCH_VERSION; }
@@ -27,6 +30,12 @@ void materialize_in_place(at::Tensor& tensor, const c10::Device& device);
 // frees unsharded parameters between forward and backward this way). The
 // contents after re-allocation are undefined.
 void resize_storage_bytes(const at::Tensor& tensor, size_t bytes);
+
+// Calls `ready` each time autograd has accumulated a gradient into the leaf
+// `param`'s .grad (after the add, unlike a tensor hook). The returned
+// handle keeps the hook (and the leaf's grad accumulator) alive; drop it to
+// stop. Call only once `param` has its final device, dtype and shape.
+std::shared_ptr<void> on_gradient_accumulated(const at::Tensor& param, std::function<void()> ready);
 
 // True when this LibTorch was built with CUDA and a device is present.
 bool cuda_available();

@@ -49,6 +49,7 @@ struct CommConfig {
 
 struct DebugConfig {
   int64_t inject_nonfinite_loss_at_step = -1;  // test hook
+  std::string save_final_model;  // file for the gathered final parameters
 };
 
 struct CoreConfig {

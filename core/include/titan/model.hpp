@@ -51,6 +51,11 @@ class CausalLM : public torch::nn::Module {
   // parallelism finishes its gradient reductions here.
   void add_gradient_finalizer(std::function<void()> finalizer) { finalizers_.push_back(std::move(finalizer)); }
   void finalize_gradients();
+  // Schedules clear this for all but the last microbatch of a step, so data
+  // parallelism may leave still-accumulating gradients unreduced (FSDP2's
+  // set_requires_gradient_sync).
+  void set_gradient_sync(bool enabled) { gradient_sync_ = enabled; }
+  bool gradient_sync() const { return gradient_sync_; }
 
   // Sharding metadata per parameter name; none recorded = replicated whole.
   void set_layout(const std::string& name, TensorLayout layout) { layouts_[name] = std::move(layout); }
@@ -65,6 +70,7 @@ class CausalLM : public torch::nn::Module {
   std::vector<ForwardWrapper> forward_wrappers_;
   std::vector<std::function<void()>> finalizers_;
   std::map<std::string, TensorLayout> layouts_;
+  bool gradient_sync_ = true;
 };
 
 // How tensor parallelism may split a linear layer (by submodule path).

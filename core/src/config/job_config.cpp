@@ -66,6 +66,9 @@ CoreConfig read_core_config(const ConfigNode& root) {
 
   config.debug.inject_nonfinite_loss_at_step = root.child("debug").get<int64_t>(
       "inject_nonfinite_loss_at_step", -1, "test hook: treat this step's loss as NaN");
+  config.debug.save_final_model = root.child("debug").get<std::string>(
+      "save_final_model", "", "after training, rank 0 writes every full (gathered) parameter to this file "
+      "(LibTorch pickle of a name -> tensor dict), e.g. to compare parallel layouts");
 
   config.tokenizer_path = root.child("model").get<std::string>(
       "tokenizer_path", "assets/tokenizer/stories_bpe.json", "tokenizer file (tiktoken, tokenizer.json, or 'bytes')");

@@ -9,7 +9,9 @@ at::Tensor AccumulationSchedule::step(CausalLM& model, const std::vector<Microba
                                       const LossFn& loss) {
   at::Tensor total;
   const double scale = 1.0 / static_cast<double>(microbatches.size());
-  for (const auto& microbatch : microbatches) {
+  for (size_t i = 0; i < microbatches.size(); ++i) {
+    const Microbatch& microbatch = microbatches[i];
+    model.set_gradient_sync(i + 1 == microbatches.size());
     at::Tensor logits = model.run(microbatch.inputs);
     at::Tensor value = loss(logits, microbatch.labels) * scale;
     value.backward();

@@ -70,6 +70,21 @@ int64_t state_bytes(const std::vector<at::Tensor>& parameters, Optimizer& optimi
   return bytes;
 }
 
+// Every parameter gathered whole (collective), written by rank 0.
+void save_full_model(CausalLM& model, const DeviceMesh* mesh, int rank, const std::string& path) {
+  c10::Dict<std::string, at::Tensor> tensors;
+  for (const auto& item : model.named_parameters()) {
+    const TensorLayout* layout = model.layout(item.key());
+    at::Tensor full = layout && mesh ? full_tensor(item.value().detach(), *layout, *mesh) : item.value().detach();
+    tensors.insert(item.key(), full.cpu().clone());
+  }
+  if (rank != 0) return;
+  std::vector<char> bytes = torch::pickle_save(c10::IValue(tensors));
+  std::ofstream out(path, std::ios::binary);
+  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  if (!out) throw Error("cannot write debug.save_final_model file '" + path + "'");
+}
+
 void write_resolved_config(const RunPlan& plan) {
   std::filesystem::create_directories(plan.core.job.dump_folder);
   std::string path = plan.core.job.dump_folder + "/config.resolved.yaml";
@@ -217,6 +232,7 @@ TrainResult train(RunPlan& plan, const World& world) {
     }
   }
   metrics.flush_pending(record);
+  if (!core.debug.save_final_model.empty()) save_full_model(*model, parallel.mesh(), world.rank, core.debug.save_final_model);
   plan.checkpointer->wait();
   return result;
 }

@@ -1,0 +1,83 @@
+// The `ddp` plugin: every rank holds the whole model (replicated over
+// dp_replicate, as TorchTitan's DDP); gradients are averaged by bucketed
+// all-reduces that start during backward.
+#include <ATen/ATen.h>
+
+#include "gradient_buckets.h"
+#include "titan/device_mesh.hpp"
+#include "titan/error.hpp"
+#include "titan/logging.hpp"
+#include "titan/parallelizer.hpp"
+#include "titan/plugin.hpp"
+
+namespace {
+
+struct DdpOptions {
+  int64_t dp_replicate = -1;
+  double bucket_cap_mb = 25;
+};
+
+class DdpParallelizer : public titan::Parallelizer {
+ public:
+  explicit DdpParallelizer(DdpOptions options) : options_(options) {}
+  titan::Stage stage() const override { return titan::Stage::data_parallel; }
+  std::vector<titan::MeshDimRequest> mesh_dims() const override { return {{"dp_replicate", options_.dp_replicate}}; }
+
+  void parallelize(titan::CausalLM& model, const titan::ParallelizeContext& context) override {
+    if (!context.mesh) throw titan::Error("ddp: no device mesh");
+    if (context.param_dtype != c10::kFloat) {
+      throw titan::Error("ddp: training.mixed_precision_param must be float32 (DDP keeps one fp32 copy); use fsdp "
+                         "for bf16 parameters");
+    }
+    std::vector<at::Tensor> params;
+    for (const auto& item : model.named_parameters()) {
+      if (!item.value().requires_grad()) continue;
+      if (model.layout(item.key())) {
+        throw titan::Error("ddp: parameter '" + item.key() + "' is already distributed; DDP replicates whole "
+                           "parameters (use fsdp to combine with other parallelisms)");
+      }
+      titan::TensorLayout layout = titan::TensorLayout::replicated(item.value().sizes().vec());
+      layout.mesh_dims = {"dp_replicate"};
+      layout.placements = {titan::Placement::replicate()};
+      model.set_layout(item.key(), layout);
+      params.push_back(item.value());
+    }
+    auto buckets = std::make_shared<titan::ddp::GradientBuckets>(
+        params, static_cast<int64_t>(options_.bucket_cap_mb * 1024 * 1024), context.mesh->group("dp_replicate"));
+    titan::CausalLM* model_ptr = &model;
+    // Hooks need the materialized leaves, so they go in at the first forward.
+    model.add_forward_wrapper([buckets, model_ptr](const at::Tensor& tokens, const titan::ForwardBody& inner) {
+      if (!buckets->hooks_installed()) buckets->install_hooks([model_ptr] { return model_ptr->gradient_sync(); });
+      return inner(tokens);
+    });
+    model.add_gradient_finalizer([buckets] { buckets->finish(); });
+    spdlog::info("ddp: {} parameters replicated over dp_replicate={}, {} gradient buckets of <= {} MB", params.size(),
+                 context.mesh->size("dp_replicate"), buckets->bucket_count(), options_.bucket_cap_mb);
+  }
+
+ private:
+  DdpOptions options_;
+};
+
+DdpOptions read_options(const titan::ConfigNode& node) {
+  DdpOptions options;
+  options.dp_replicate = node.get<int64_t>("dp_replicate", options.dp_replicate,
+                                           "replicas (-1: the rest of the world)");
+  options.bucket_cap_mb = node.get<double>("bucket_cap_mb", options.bucket_cap_mb,
+                                           "gradient bucket size; a bucket's all-reduce starts when it is full");
+  if (options.dp_replicate == 0 || options.dp_replicate < -1) node.fail("dp_replicate", "expected >= 1 or -1");
+  if (!(options.bucket_cap_mb > 0)) node.fail("bucket_cap_mb", "expected a size > 0");
+  return options;
+}
+
+void register_ddp(titan::PluginRegistrar& registrar) {
+  registrar.parallelizer([](const titan::PluginContext& context) {
+    return std::make_unique<DdpParallelizer>(read_options(context.options));
+  });
+}
+
+}  // namespace
+
+TITAN_PLUGIN("ddp", "1.0", titan::kind_parallelizer,
+             "distributed data parallel: replicated parameters, bucketed gradient all-reduce overlapped with backward",
+             register_ddp)
