@@ -1,0 +1,184 @@
+// Mesh degrees from the plugins' requests, FSDP's row split, layouts, and
+// the comm layer on a single process (groups of one: every collective is
+// the identity). The multi-rank behaviour is in multirank_test.cpp.
+#include "doctest_torch.hpp"
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "titan/comm.hpp"
+#include "titan/device_mesh.hpp"
+#include "titan/dist_runtime.hpp"
+#include "titan/error.hpp"
+#include "titan/placement.hpp"
+
+using titan::MeshDimRequest;
+using titan::resolve_mesh_degrees;
+
+namespace {
+
+std::string error_of(const std::vector<MeshDimRequest>& requests, int world_size) {
+  try {
+    resolve_mesh_degrees(requests, world_size);
+  } catch (const titan::Error& error) {
+    return error.what();
+  }
+  return "(no error)";
+}
+
+bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+std::map<std::string, int64_t> degrees(int64_t pp, int64_t dp_replicate, int64_t dp_shard, int64_t cp, int64_t tp) {
+  return {{"pp", pp}, {"dp_replicate", dp_replicate}, {"dp_shard", dp_shard}, {"cp", cp}, {"tp", tp}};
+}
+
+}  // namespace
+
+TEST_SUITE("device_mesh") {
+  TEST_CASE("mesh dims come in the order of TorchTitan with pp outermost and tp innermost") {
+    CHECK(titan::mesh_dim_order() == std::vector<std::string>{"pp", "dp_replicate", "dp_shard", "cp", "tp"});
+  }
+
+  TEST_CASE("resolve_mesh_degrees: unrequested dims are 1 and -1 takes the rest of the world") {
+    CHECK(resolve_mesh_degrees({}, 1) == degrees(1, 1, 1, 1, 1));
+    CHECK(resolve_mesh_degrees({{"dp_shard", -1}}, 8) == degrees(1, 1, 8, 1, 1));
+    CHECK(resolve_mesh_degrees({{"tp", 2}, {"dp_shard", -1}}, 8) == degrees(1, 1, 4, 1, 2));
+    CHECK(resolve_mesh_degrees({{"dp_shard", -1}, {"dp_replicate", 2}}, 4) == degrees(1, 2, 2, 1, 1));
+    CHECK(resolve_mesh_degrees({{"dp_shard", 2}, {"tp", 2}}, 4) == degrees(1, 1, 2, 1, 2));
+    // Two plugins asking for the same dim and degree agree.
+    CHECK(resolve_mesh_degrees({{"tp", 2}, {"tp", 2}, {"dp_shard", -1}, {"dp_shard", -1}}, 4) ==
+          degrees(1, 1, 2, 1, 2));
+    // -1 may be left with 1 when the fixed degrees fill the world.
+    CHECK(resolve_mesh_degrees({{"tp", 4}, {"dp_shard", -1}}, 4) == degrees(1, 1, 1, 1, 4));
+  }
+
+  TEST_CASE("resolve_mesh_degrees: degrees that do not multiply to the world size name the requests and the size") {
+    std::string message = error_of({{"dp_shard", 2}, {"tp", 2}}, 8);
+    CHECK_MESSAGE(contains(message, "dp_shard=2, tp=2"), message);
+    CHECK_MESSAGE(contains(message, "multiply to 4"), message);
+    CHECK_MESSAGE(contains(message, "world size is 8"), message);
+    message = error_of({}, 2);
+    CHECK_MESSAGE(contains(message, "multiply to 1"), message);
+    CHECK_MESSAGE(contains(message, "world size is 2"), message);
+    message = error_of({{"tp", 3}, {"dp_shard", -1}}, 8);
+    CHECK_MESSAGE(contains(message, "world size 8 is not divisible"), message);
+    CHECK_MESSAGE(contains(message, "dp_shard=-1"), message);
+  }
+
+  TEST_CASE("resolve_mesh_degrees: two -1 dims or an unknown dim or a bad degree or disagreeing plugins are errors") {
+    std::string message = error_of({{"dp_shard", -1}, {"tp", -1}}, 8);
+    CHECK_MESSAGE(contains(message, "both dp_shard and tp are -1"), message);
+    message = error_of({{"dpshard", 2}}, 2);
+    CHECK_MESSAGE(contains(message, "'dpshard'"), message);
+    CHECK_MESSAGE(contains(message, "known dims: pp, dp_replicate, dp_shard, cp, tp"), message);
+    message = error_of({{"tp", 0}}, 2);
+    CHECK_MESSAGE(contains(message, "tp degree 0 is invalid"), message);
+    message = error_of({{"tp", -2}}, 2);
+    CHECK_MESSAGE(contains(message, "tp degree -2 is invalid"), message);
+    message = error_of({{"tp", 2}, {"tp", 4}}, 8);
+    CHECK_MESSAGE(contains(message, "disagree on mesh dim tp: 2 vs 4"), message);
+  }
+
+  TEST_CASE("resolve_mesh_degrees: a dim one plugin fixes and another leaves at -1 keeps the fixed degree") {
+    // The fixed degree fills the world: nothing is left over.
+    CHECK(resolve_mesh_degrees({{"dp_shard", 2}, {"dp_shard", -1}}, 2) == degrees(1, 1, 2, 1, 1));
+    CHECK(resolve_mesh_degrees({{"dp_shard", -1}, {"dp_shard", 2}, {"tp", 2}}, 4) == degrees(1, 1, 2, 1, 2));
+    // The fixed degree does not fill the world: an error, not a silent
+    // change of what a plugin asked for.
+    CHECK_THROWS_AS(resolve_mesh_degrees({{"dp_shard", 2}, {"dp_shard", -1}}, 8), titan::Error);
+  }
+
+  TEST_CASE("even_row_shard: ceil(rows / ranks) rows each, trailing ranks fewer or none") {
+    auto rows = [](int64_t total, int64_t ranks) {
+      std::vector<std::pair<int64_t, int64_t>> ranges;
+      for (int64_t rank = 0; rank < ranks; ++rank) {
+        auto range = titan::even_row_shard(total, ranks, rank);
+        ranges.emplace_back(range.begin, range.length);
+      }
+      return ranges;
+    };
+    using Ranges = std::vector<std::pair<int64_t, int64_t>>;
+    CHECK(rows(5, 4) == Ranges{{0, 2}, {2, 2}, {4, 1}, {5, 0}});
+    CHECK(rows(8, 4) == Ranges{{0, 2}, {2, 2}, {4, 2}, {6, 2}});
+    CHECK(rows(2, 4) == Ranges{{0, 1}, {1, 1}, {2, 0}, {2, 0}});
+    CHECK(rows(0, 2) == Ranges{{0, 0}, {0, 0}});
+    CHECK(rows(7, 1) == Ranges{{0, 7}});
+    // Every row is held exactly once.
+    for (int64_t total : {1, 3, 9, 17}) {
+      for (int64_t ranks : {1, 2, 3, 4, 8}) {
+        int64_t next = 0;
+        for (auto [begin, length] : rows(total, ranks)) {
+          CHECK(begin == next);
+          next = begin + length;
+        }
+        CHECK(next == total);
+      }
+    }
+  }
+
+  TEST_CASE("local_piece cuts the box of the layout and describe and str say what the layout is") {
+    at::Tensor full = at::arange(15, at::kFloat).reshape({5, 3});
+    titan::TensorLayout layout;
+    layout.global_shape = {5, 3};
+    layout.local_offset = {4, 0};
+    layout.local_shape = {1, 3};
+    layout.mesh_dims = {"dp_shard"};
+    layout.placements = {titan::Placement::shard(0)};
+    CHECK(titan::local_piece(full, layout).equal(full.narrow(0, 4, 1)));
+    layout.local_offset = {5, 0};
+    layout.local_shape = {0, 3};
+    CHECK(titan::local_piece(full, layout).numel() == 0);
+    CHECK(layout.is_sharded());
+    CHECK(layout.local_numel() == 0);
+    CHECK(layout.describe() == "[5, 3] S(0) over dp_shard, local [0, 3] at [5, 0]");
+    CHECK_THROWS_AS(titan::local_piece(at::zeros({4, 3}), layout), titan::Error);
+
+    auto replicated = titan::TensorLayout::replicated({2, 3});
+    CHECK(!replicated.is_sharded());
+    CHECK(replicated.local_numel() == 6);
+    CHECK(titan::local_piece(full.narrow(0, 0, 2), replicated).equal(full.narrow(0, 0, 2)));
+    CHECK(titan::Placement::replicate().str() == "R");
+    CHECK(titan::Placement::shard(1).str() == "S(1)");
+    CHECK(titan::Placement::partial().str() == "P");
+    CHECK(titan::Placement::shard(1) == titan::Placement::shard(1));
+    CHECK(!(titan::Placement::shard(0) == titan::Placement::shard(1)));
+  }
+
+  TEST_CASE("one process: groups of one rank where every collective is the identity") {
+    titan::World world;  // not distributed: no network
+    titan::DistRuntime runtime(world, titan::DistTimeouts{});
+    titan::Comm& comm = runtime.world_group();
+    CHECK(comm.size() == 1);
+    CHECK(comm.rank() == 0);
+    CHECK(comm.global_ranks() == std::vector<int>{0});
+
+    at::Tensor input = at::arange(6, at::kFloat).reshape({2, 3});
+    for (auto op : {titan::ReduceOp::sum, titan::ReduceOp::avg, titan::ReduceOp::max, titan::ReduceOp::min}) {
+      at::Tensor tensor = input.clone();
+      comm.all_reduce(tensor, op);
+      CHECK(tensor.equal(input));
+    }
+    at::Tensor bf16 = input.to(at::kBFloat16);
+    comm.all_reduce(bf16, titan::ReduceOp::avg);
+    CHECK(bf16.equal(input.to(at::kBFloat16)));
+    CHECK(comm.all_gather(input).equal(input));
+    CHECK(comm.reduce_scatter(input, titan::ReduceOp::sum).equal(input));
+    CHECK(comm.all_to_all(input).equal(input));
+    at::Tensor copy = input.clone();
+    comm.broadcast(copy, 0);
+    CHECK(copy.equal(input));
+    CHECK_THROWS_AS(comm.broadcast(copy, 1), titan::Error);
+    comm.barrier();
+
+    titan::DeviceMesh mesh(runtime, {});
+    CHECK(mesh.describe() == "1 rank");
+    for (const char* dim : {"pp", "dp_replicate", "dp_shard", "cp", "tp", "dp", "dp_shard_cp", "dp_cp", "world"}) {
+      CHECK_MESSAGE(mesh.size(dim) == 1, dim);
+      CHECK_MESSAGE(mesh.coordinate(dim) == 0, dim);
+      CHECK_MESSAGE(mesh.group(dim).size() == 1, dim);
+    }
+    CHECK_THROWS_AS(mesh.group("bogus"), titan::Error);
+    CHECK_THROWS_AS((titan::DeviceMesh(runtime, {{"tp", 2}})), titan::Error);
+  }
+}
