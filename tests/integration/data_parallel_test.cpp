@@ -155,3 +155,50 @@ TEST_CASE("data parallel: degrees that do not fit the world fail on every rank w
   CHECK(none.exit_code != 0);
   CHECK(none.output.find("add a data-parallel plugin") != std::string::npos);
 }
+
+TEST_CASE("data parallel: FSDP builds a shrunken-depth 8B on 4 ranks without any rank holding the whole model") {
+  auto dump = titan::test::temp_dir("dp_8b_memory");
+  auto result = run_command("timeout 600 " + titan::test::titan_binary() +
+                            " launch --nproc-per-node 4 --master-port 29871 -- " + titan::test::titan_binary() +
+                            " train " + titan::test::source_dir() +
+                            "/configs/llama3_debugmodel.yaml --set model.flavor=8B --set model.n_layers=2"
+                            " --set training.threads=1 --set debug.exit_after_init=true --set 'plugins=[{name: fsdp}]'"
+                            " --set job.dump_folder=" + dump.string());
+  INFO(result.output);
+  REQUIRE(result.exit_code == 0);
+  // "... 448.06M parameters ... this rank holds 427.3 MiB of them, peak resident 826.7 MiB after init"
+  std::istringstream lines(result.output);
+  int ranks_seen = 0;
+  for (std::string line; std::getline(lines, line);) {
+    auto at = line.find("M parameters");
+    if (at == std::string::npos) continue;
+    double params = std::stod(line.substr(line.rfind(' ', at - 1) + 1));
+    double whole_mib = params * 1e6 * 4 / 1048576.0;
+    double held = std::stod(line.substr(line.find("holds ") + 6));
+    double peak = std::stod(line.substr(line.find("peak resident ") + 14));
+    CAPTURE(line);
+    CHECK(held == doctest::Approx(whole_mib / 4).epsilon(0.05));
+    CHECK(peak < 0.75 * whole_mib);  // shards + one parameter's init buffer + LibTorch itself
+    ++ranks_seen;
+  }
+  CHECK(ranks_seen == 4);
+}
+
+TEST_CASE("data parallel: a rank killed mid-run makes titan launch fail fast, naming it, leaving no process") {
+  auto dump = titan::test::temp_dir("dp_killed_rank");
+  auto start = std::chrono::steady_clock::now();
+  auto result = run_command("timeout 300 " + titan::test::titan_binary() +
+                            " launch --nproc-per-node 2 --master-port 29876 --grace-period-s 5 -- " +
+                            titan::test::titan_binary() + " train " + titan::test::source_dir() +
+                            "/configs/llama3_debugmodel.yaml --set training.local_batch_size=4 --set training.seq_len=32"
+                            " --set training.threads=1 --set 'plugins=[{name: fsdp}]' --set debug.crash_rank=1"
+                            " --set debug.crash_at_step=2 --set job.dump_folder=" + dump.string());
+  double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  INFO(result.output);
+  CHECK(result.exit_code != 0);
+  CHECK(result.output.find("rank 1") != std::string::npos);
+  CHECK(result.output.find("SIGKILL") != std::string::npos);
+  CHECK(seconds < 120);
+  auto leftovers = run_command("ps -eo args | grep '[t]itan train .*dp_killed_rank'");
+  CHECK(leftovers.output.empty());
+}

@@ -373,7 +373,7 @@ TEST_CASE("llama3: the TP plan and the Hugging Face names cover every parameter"
   CHECK(hf["output.weight"] == "lm_head.weight");
 }
 
-TEST_CASE("llama3: every block runs through the wrapper chain; dropped modules are skipped") {
+TEST_CASE("llama3: every block runs through the wrapper chain, and dropped modules are skipped") {
   auto model = llama3("  flavor: debugmodel\n  n_layers: 3\n")->build(c10::Device(c10::kCPU));
   model->init_weights(2);
   at::Tensor tokens = at::randint(2048, {1, 8}, at::kLong);

@@ -110,7 +110,7 @@ TEST_CASE("lr_schedules: TorchTitan's defaults (warmup 200, linear to 0) and the
   check_factors(*schedule("warmup_steps: 2\ntotal_steps: 10\n", 5), {0.5, 1.0, 1.0, 7.0 / 8, 6.0 / 8});
 }
 
-TEST_CASE("lr_schedules: bad options are config errors naming the key; a missing horizon is an error") {
+TEST_CASE("lr_schedules: bad options are config errors naming the key, and a missing horizon is an error") {
   const std::pair<const char*, const char*> bad[] = {
       {"warmup_steps: -1\n", "warmup_steps"},   {"warmup_steps: 2.5\n", "warmup_steps"},
       {"decay_ratio: 1.5\n", "decay_ratio"},    {"decay_ratio: -0.1\n", "decay_ratio"},

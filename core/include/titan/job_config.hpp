@@ -49,7 +49,10 @@ struct CommConfig {
 
 struct DebugConfig {
   int64_t inject_nonfinite_loss_at_step = -1;  // test hook
-  std::string save_final_model;  // file for the gathered final parameters
+  std::string save_final_model;
+  bool exit_after_init = false;  // dry run: stop once the model is initialized
+  int64_t crash_rank = -1;  // test hook: SIGKILL this rank ...
+  int64_t crash_at_step = -1;  // ... after this step  // file for the gathered final parameters
 };
 
 struct CoreConfig {

@@ -66,6 +66,11 @@ CoreConfig read_core_config(const ConfigNode& root) {
 
   config.debug.inject_nonfinite_loss_at_step = root.child("debug").get<int64_t>(
       "inject_nonfinite_loss_at_step", -1, "test hook: treat this step's loss as NaN");
+  config.debug.crash_rank = root.child("debug").get<int64_t>(
+      "crash_rank", -1, "test hook: this rank kills itself with SIGKILL after debug.crash_at_step");
+  config.debug.crash_at_step = root.child("debug").get<int64_t>("crash_at_step", -1, "test hook: see crash_rank");
+  config.debug.exit_after_init = root.child("debug").get<bool>(
+      "exit_after_init", false, "build, parallelize and initialize the model, log its memory, then stop (a dry run)");
   config.debug.save_final_model = root.child("debug").get<std::string>(
       "save_final_model", "", "after training, rank 0 writes every full (gathered) parameter to this file "
       "(LibTorch pickle of a name -> tensor dict), e.g. to compare parallel layouts");

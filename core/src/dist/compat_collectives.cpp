@@ -34,6 +34,9 @@ void wait_for(c10d::Work& work, std::chrono::milliseconds timeout, const std::st
   bool completed = false;
   try {
     completed = work.wait(timeout);
+  } catch (const c10::Error& error) {
+    throw Error(what + " failed: " + error.what_without_backtrace() +
+                " (a peer rank may have died or timed out; its log has the first error)");
   } catch (const std::exception& error) {
     throw Error(what + " failed: " + error.what() +
                 " (a peer rank may have died or timed out; its log has the first error)");

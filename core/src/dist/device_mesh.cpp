@@ -47,6 +47,10 @@ std::map<std::string, int64_t> resolve_mesh_degrees(const std::vector<MeshDimReq
   std::map<std::string, int64_t> degrees;
   for (const auto& dim : mesh_dim_order()) degrees[dim] = 1;
   std::string rest_dim;
+  std::set<std::string> explicit_dims;
+  for (const auto& request : requests) {
+    if (request.degree > 0) explicit_dims.insert(request.dim);
+  }
   for (const auto& request : requests) {
     if (!degrees.count(request.dim)) {
       throw Error("a plugin asked for mesh dim '" + request.dim + "'; known dims: pp, dp_replicate, dp_shard, cp, tp");
@@ -56,6 +60,7 @@ std::map<std::string, int64_t> resolve_mesh_degrees(const std::vector<MeshDimReq
                   " is invalid (use a positive degree, or -1 for the rest of the world)");
     }
     if (request.degree == -1) {
+      if (explicit_dims.count(request.dim)) continue;  // another plugin fixed it
       if (!rest_dim.empty() && rest_dim != request.dim) {
         throw Error("both " + rest_dim + " and " + request.dim + " are -1 (the rest of the world); set one explicitly");
       }

@@ -9,6 +9,7 @@
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include <cstdlib>
+#include <map>
 
 #include "process_group_comm.hpp"
 #include "titan/error.hpp"
@@ -22,6 +23,7 @@ struct DistRuntime::Impl {
   c10::intrusive_ptr<c10d::Store> store;
   std::shared_ptr<::gloo::transport::Device> device;
   std::unique_ptr<Comm> world_group;
+  std::map<std::string, int> groups_named;  // a name reused (e.g. by a second mesh) gets a fresh prefix
 };
 
 namespace {
@@ -62,10 +64,14 @@ DistRuntime::DistRuntime(const World& world, const DistTimeouts& timeouts, const
   try {
     auto tcp = c10::make_intrusive<c10d::TCPStore>(world.master_addr, options);
     impl_->store = c10::make_intrusive<c10d::PrefixStore>(attempt_prefix(), tcp);
-  } catch (const std::exception& error) {
+  } catch (const c10::Error& error) {
     throw Error("rank " + std::to_string(world.rank) + " could not join the job's TCPStore at " + world.master_addr +
                 ":" + std::to_string(world.master_port) + " within comm.init_timeout_seconds (" +
-                std::to_string(timeouts.init.count() / 1000) + " s): " + error.what() +
+                std::to_string(timeouts.init.count() / 1000) + " s): " + error.what_without_backtrace() +
+                ". Check MASTER_ADDR/MASTER_PORT, that every rank was started, and that the port is free");
+  } catch (const std::exception& error) {
+    throw Error("rank " + std::to_string(world.rank) + " could not join the job's TCPStore at " + world.master_addr +
+                ":" + std::to_string(world.master_port) + ": " + error.what() +
                 ". Check MASTER_ADDR/MASTER_PORT, that every rank was started, and that the port is free");
   }
   // Loopback jobs bind Gloo to loopback: the host name may not resolve.
@@ -91,13 +97,21 @@ std::unique_ptr<Comm> DistRuntime::new_group(const std::string& name, const std:
   auto options = c10d::ProcessGroupGloo::Options::create(impl_->timeouts.collective);
   options->devices.push_back(impl_->device);
   options->threads = 2;
-  auto store = c10::make_intrusive<c10d::PrefixStore>("group/" + name, impl_->store);
+  // The key names the members too, and members create their groups in the
+  // same order, so every member counts the same instance.
+  std::string key = name + "/ranks";
+  for (int rank : ranks) key += "_" + std::to_string(rank);
+  int instance = impl_->groups_named[key]++;
+  auto store = c10::make_intrusive<c10d::PrefixStore>("group/" + key + "#" + std::to_string(instance), impl_->store);
   c10::intrusive_ptr<c10d::ProcessGroup> group;
   try {
     // Connecting waits on the store with the store's (init) timeout.
     group = c10::make_intrusive<c10d::ProcessGroupGloo>(store, index, static_cast<int>(ranks.size()), options);
+  } catch (const c10::Error& error) {
+    throw Error("could not create process group '" + name + "': " + error.what_without_backtrace() +
+                " (every member rank must create it; check that all ranks are alive)");
   } catch (const std::exception& error) {
-    throw Error("could not create process group '" + name + "' within comm.init_timeout_seconds: " + error.what());
+    throw Error("could not create process group '" + name + "': " + error.what());
   }
   return make_process_group_comm(group, name, ranks, impl_->timeouts.collective);
 }

@@ -48,6 +48,7 @@ class ProcessGroupComm : public Comm {
 
   std::unique_ptr<CommWork> all_reduce_async(at::Tensor& tensor, ReduceOp op) override {
     check_device(tensor, "all_reduce");
+    check_average(tensor, op, "all_reduce");
     auto event = begin("all_reduce", {tensor});
     auto started = compat::start_all_reduce(*group_, tensor, op);
     return std::make_unique<Pending>(*this, std::move(started), std::move(event));
@@ -66,6 +67,7 @@ class ProcessGroupComm : public Comm {
 
   at::Tensor reduce_scatter(const at::Tensor& input, ReduceOp op) override {
     check_device(input, "reduce_scatter");
+    check_average(input, op, "reduce_scatter");
     if (input.dim() == 0 || input.size(0) % size() != 0) {
       fail("reduce_scatter", "input " + shape_text(input) + " has dim 0 not divisible by the group size " +
                                  std::to_string(size()));
@@ -130,9 +132,15 @@ class ProcessGroupComm : public Comm {
       try {
         compat::wait_for(*started_.work, comm_.timeout_, comm_.what(event_.op));
         started_.finish();
-      } catch (...) {
+      } catch (const Error&) {
         comm_.end(event_, false);
         throw;
+      } catch (const c10::Error& error) {
+        comm_.end(event_, false);
+        throw Error(comm_.what(event_.op) + " failed: " + error.what_without_backtrace());
+      } catch (const std::exception& error) {
+        comm_.end(event_, false);
+        throw Error(comm_.what(event_.op) + " failed: " + error.what());
       }
       comm_.end(event_, true);
     }
@@ -158,6 +166,13 @@ class ProcessGroupComm : public Comm {
     if (tensor.is_cuda() != gpu_backend) {
       fail(op, "a " + std::string(tensor.is_cuda() ? "CUDA" : "CPU") + " tensor on a " + group_->getBackendName() +
                    " group; use training.device to match the backend");
+    }
+  }
+
+  void check_average(const at::Tensor& tensor, ReduceOp op, const std::string& name) const {
+    if (op == ReduceOp::avg && !at::isFloatingType(tensor.scalar_type())) {
+      fail(name, "average of a " + std::string(c10::toString(tensor.scalar_type())) +
+                     " tensor; use sum and divide, or a floating-point dtype");
     }
   }
 
@@ -198,6 +213,9 @@ class ProcessGroupComm : public Comm {
     } catch (const Error&) {
       end(event, false);
       throw;
+    } catch (const c10::Error& error) {
+      end(event, false);
+      throw Error(what(op) + " failed: " + error.what_without_backtrace());
     } catch (const std::exception& error) {
       end(event, false);
       throw Error(what(op) + " failed: " + error.what());

@@ -4,6 +4,7 @@
 
 #include <torch/torch.h>
 
+#include <csignal>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -149,8 +150,13 @@ TrainResult train(RunPlan& plan, const World& world) {
   materialize(*model, device);
   model->init_weights(static_cast<uint64_t>(training.seed));
   model->train();
-  spdlog::info("model {} flavor {}: {:.2f}M parameters, vocab {}, on {}", plan.model_plugin, plan.model->flavor(),
-               plan.model->num_params() / 1e6, plan.model->vocab_size(), device.str());
+  int64_t local_bytes = 0;
+  for (const auto& param : model->parameters()) local_bytes += param.numel() * param.element_size();
+  spdlog::info("model {} flavor {}: {:.2f}M parameters, vocab {}, on {}; this rank holds {:.1f} MiB of them, "
+               "peak resident {:.1f} MiB after init",
+               plan.model_plugin, plan.model->flavor(), plan.model->num_params() / 1e6, plan.model->vocab_size(),
+               device.str(), local_bytes / 1048576.0, max_resident_bytes() / 1048576.0);
+  if (core.debug.exit_after_init) return TrainResult{};
 
   std::vector<NamedParameter> parameters;
   std::vector<at::Tensor> parameter_tensors;
@@ -225,6 +231,7 @@ TrainResult train(RunPlan& plan, const World& world) {
     }
     result.last_step = step;
     result.last_loss = loss_value;
+    if (world.rank == core.debug.crash_rank && step == core.debug.crash_at_step) std::raise(SIGKILL);
     if (stopping) {
       spdlog::warn("received signal {}; stopped cleanly after step {}", stop.signal_number(), step);
       result.stopped_by_signal = true;
