@@ -3,7 +3,7 @@
 set -euo pipefail
 packages=(
   build-essential cmake ninja-build ccache git
-  libtorch-dev libgloo-dev libopenblas0-pthread
+  libtorch-dev python3-torch libgloo-dev libopenblas0-pthread
   libyaml-cpp-dev libspdlog-dev libfmt-dev nlohmann-json3-dev doctest-dev
   libboost-dev libboost-filesystem-dev libpcre2-dev zlib1g-dev libsentencepiece-dev
 )
