@@ -202,3 +202,20 @@ TEST_CASE("data parallel: a rank killed mid-run makes titan launch fail fast, na
   auto leftovers = run_command("ps -eo args | grep '[t]itan train .*dp_killed_rank'");
   CHECK(leftovers.output.empty());
 }
+
+TEST_CASE("data parallel: the same FSDP run works under Debian's torchrun (its agent hosts the store)") {
+  if (run_command("command -v torchrun").exit_code != 0) {
+    MESSAGE("torchrun not installed (apt-get install python3-torch); skipped");
+    return;
+  }
+  auto dump = titan::test::temp_dir("dp_torchrun");
+  // --redirects/--tee: torch 1.13's parser breaks on Python 3.11 without them.
+  auto result = run_command("cd " + dump.string() + " && timeout 300 torchrun --nproc_per_node 2 --master_port 29881"
+                            " --redirects 1 --tee 1 --no_python " + titan::test::titan_binary() + " train " +
+                            titan::test::source_dir() + "/configs/llama3_debugmodel_fsdp.yaml --set training.steps=2"
+                            " --set metrics.log_freq=1 --set training.seq_len=32 --set job.dump_folder=" + dump.string());
+  INFO(result.output);
+  CHECK(result.exit_code == 0);
+  CHECK(result.output.find("joined 2 ranks (torchrun)") != std::string::npos);
+  CHECK(titan::test::read_file(dump / "metrics.jsonl").find("\"step\":2") != std::string::npos);
+}

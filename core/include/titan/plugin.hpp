@@ -15,7 +15,7 @@
 
 namespace titan {
 
-constexpr int kPluginAbiVersion = 1;
+constexpr int kPluginAbiVersion = 2;  // 2: CausalLM init_parameter, forward wrappers, layouts
 
 enum PluginKind : uint32_t {
   kind_model = 1u << 0,
