@@ -913,6 +913,24 @@ void check_layout(titan::DistRuntime& runtime) {
                  titan::full_tensor(rank_input(me, shape, at::kFloat), layout, mesh),
                  sum_over_ranks(n, [&](int rank) { return rank_input(rank, shape, at::kFloat); }));
   }
+  // Redistribute: Shard(0) rows -> Shard(1) columns -> Replicate.
+  {
+    const std::vector<int64_t> square{2 * n, 2 * n};
+    at::Tensor full = global_tensor(square);
+    auto rows = row_sharded(square, n, me, "dp_shard");
+    titan::TensorLayout columns;
+    columns.global_shape = square;
+    columns.local_offset = {0, 2 * me};
+    columns.local_shape = {2 * n, 2};
+    columns.mesh_dims = {"dp_shard"};
+    columns.placements = {titan::Placement::shard(1)};
+    at::Tensor mine = titan::redistribute(titan::local_piece(full, rows).clone(), rows, columns, mesh);
+    expect_equal("redistribute S(0) -> S(1)", mine, full.narrow(1, 2 * me, 2));
+    auto whole = titan::TensorLayout::replicated(square);
+    whole.mesh_dims = {"dp_shard"};
+    whole.placements = {titan::Placement::replicate()};
+    expect_equal("redistribute S(1) -> R", titan::redistribute(mine, columns, whole, mesh), full);
+  }
   // Replicate: already whole.
   {
     auto layout = titan::TensorLayout::replicated(shape);

@@ -59,4 +59,11 @@ at::Tensor full_tensor(const at::Tensor& local, const TensorLayout& layout, cons
 // This rank's piece of a full tensor under `layout` (no communication).
 at::Tensor local_piece(const at::Tensor& full, const TensorLayout& layout);
 
+// This rank's piece under `to` of the tensor held as `local` under `from`
+// (same global shape). Collective over `from`'s non-replicated mesh dims.
+// Gathers the whole tensor on every rank on the way: simple and exact, meant
+// for checkpoints and checks, not for the training step.
+at::Tensor redistribute(const at::Tensor& local, const TensorLayout& from, const TensorLayout& to,
+                        const DeviceMesh& mesh);
+
 }  // namespace titan

@@ -95,4 +95,12 @@ at::Tensor full_tensor(const at::Tensor& local, const TensorLayout& layout, cons
   return full;
 }
 
+at::Tensor redistribute(const at::Tensor& local, const TensorLayout& from, const TensorLayout& to,
+                        const DeviceMesh& mesh) {
+  if (from.global_shape != to.global_shape) {
+    throw Error("redistribute: layouts of different global shapes (" + from.describe() + " vs " + to.describe() + ")");
+  }
+  return local_piece(full_tensor(local, from, mesh), to).clone();
+}
+
 }  // namespace titan
