@@ -1,14 +1,6 @@
 // Data tests: the generated stories, every document source format and its
 // errors, and TokenWindowLoader's packing, epochs, resume and dp sharding.
-#include <ATen/ATen.h>  // torch (and glog) before doctest, see libtorch-debian-facts.md
-#undef CHECK
-#undef CHECK_EQ
-#undef CHECK_NE
-#undef CHECK_LT
-#undef CHECK_LE
-#undef CHECK_GT
-#undef CHECK_GE
-#include <doctest/doctest.h>
+#include "doctest_torch.hpp"
 #include <unistd.h>
 
 #include <algorithm>

@@ -1,15 +1,7 @@
 // Tokenizer tests: the tiktoken, tokenizer.json and bytes kinds on hand-made
 // files (exact ids by the formats' merge rules, round trips on any bytes),
 // their errors, and the BPE trainer (tie rule, determinism, reload).
-#include <ATen/ATen.h>  // torch (and glog) before doctest, see libtorch-debian-facts.md
-#undef CHECK
-#undef CHECK_EQ
-#undef CHECK_NE
-#undef CHECK_LT
-#undef CHECK_LE
-#undef CHECK_GT
-#undef CHECK_GE
-#include <doctest/doctest.h>
+#include "doctest_torch.hpp"
 #include <unistd.h>
 
 #include <chrono>

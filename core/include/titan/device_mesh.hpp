@@ -17,6 +17,9 @@ class DistRuntime;
 
 // The canonical dim order; degrees of dims nobody asked for are 1.
 const std::vector<std::string>& mesh_dim_order();
+// The canonical dims a mesh dim name stands for: {"dp_replicate",
+// "dp_shard"} for "dp", all of them for "world", {name} for a plain dim.
+std::vector<std::string> mesh_dims_of(const std::string& name);
 
 // Degrees per dim from the plugins' requests: at most one -1 ("the rest of
 // the world"); the product must equal the world size. Errors name the

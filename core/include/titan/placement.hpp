@@ -38,8 +38,8 @@ struct TensorLayout {
   static TensorLayout replicated(const std::vector<int64_t>& shape);
   bool is_sharded() const;
   int64_t local_numel() const;
-  // Product of the sizes of the mesh dims along which this tensor is
-  // replicated: how many ranks hold each element.
+  // How many ranks hold each element: the product of the sizes of every
+  // mesh dim (mentioned or not) that no shard or partial placement splits.
   int64_t replication(const DeviceMesh& mesh) const;
   std::string describe() const;  // "[256, 64] S(0) over dp_shard, local [64, 64] at [128, 0]"
 };

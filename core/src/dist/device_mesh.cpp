@@ -22,12 +22,6 @@ const std::map<std::string, std::vector<std::string>>& flattened_dims() {
   return flattened;
 }
 
-std::vector<std::string> dims_of(const std::string& name) {
-  auto found = flattened_dims().find(name);
-  if (found != flattened_dims().end()) return found->second;
-  return {name};
-}
-
 std::string request_text(const std::vector<MeshDimRequest>& requests) {
   std::string text;
   for (const auto& request : requests) {
@@ -37,6 +31,12 @@ std::string request_text(const std::vector<MeshDimRequest>& requests) {
 }
 
 }  // namespace
+
+std::vector<std::string> mesh_dims_of(const std::string& name) {
+  auto found = flattened_dims().find(name);
+  if (found != flattened_dims().end()) return found->second;
+  return {name};
+}
 
 const std::vector<std::string>& mesh_dim_order() {
   static const std::vector<std::string> order = {"pp", "dp_replicate", "dp_shard", "cp", "tp"};
@@ -119,7 +119,7 @@ DeviceMesh::DeviceMesh(DistRuntime& runtime, const std::map<std::string, int64_t
   for (const auto& [flat, parts] : flattened_dims()) names.push_back(flat);
   for (const auto& name : names) {
     if (name == "world") continue;
-    std::vector<std::string> members = dims_of(name);
+    std::vector<std::string> members = mesh_dims_of(name);
     std::set<std::string> member_set(members.begin(), members.end());
     std::vector<int> ranks;
     std::map<std::string, int64_t> coordinates = coordinates_;

@@ -42,8 +42,13 @@ int64_t TensorLayout::local_numel() const {
 
 int64_t TensorLayout::replication(const DeviceMesh& mesh) const {
   int64_t copies = 1;
-  for (size_t i = 0; i < mesh_dims.size(); ++i) {
-    if (placements[i].kind == Placement::Kind::replicate) copies *= mesh.size(mesh_dims[i]);
+  for (const auto& dim : mesh_dim_order()) {
+    bool split = false;
+    for (size_t i = 0; i < mesh_dims.size(); ++i) {
+      if (placements[i].kind == Placement::Kind::replicate) continue;
+      for (const auto& part : mesh_dims_of(mesh_dims[i])) split = split || part == dim;
+    }
+    if (!split) copies *= mesh.size(dim);
   }
   return copies;
 }

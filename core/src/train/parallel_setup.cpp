@@ -60,19 +60,6 @@ std::vector<double> ParallelSetup::norm_weights(const CausalLM& model, const std
     const TensorLayout* layout = model.layout(name);
     // No layout: the same whole tensor on every rank.
     double copies = layout ? static_cast<double>(layout->replication(*mesh_)) : mesh_->world_size();
-    // Dims the layout does not mention hold copies too.
-    if (layout) {
-      for (const auto& dim : mesh_dim_order()) {
-        bool mentioned = false;
-        for (const auto& used : layout->mesh_dims) {
-          if (used == dim || (used == "dp" && (dim == "dp_replicate" || dim == "dp_shard")) ||
-              (used == "dp_shard_cp" && (dim == "dp_shard" || dim == "cp"))) {
-            mentioned = true;
-          }
-        }
-        if (!mentioned) copies *= static_cast<double>(mesh_->size(dim));
-      }
-    }
     weights.push_back(1.0 / copies);
   }
   return weights;
