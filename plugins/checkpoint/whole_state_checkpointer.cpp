@@ -59,6 +59,14 @@ std::vector<int64_t> committed_steps(const std::string& folder) {
 
 WholeStateCheckpointer::WholeStateCheckpointer(CheckpointOptions options) : options_(std::move(options)) {}
 
+void WholeStateCheckpointer::attach(const CheckpointEnv& env) {
+  if (options_.enable && env.world_size > 1) {
+    throw Error("checkpoint.enable is true in a " + std::to_string(env.world_size) +
+                "-process job, but the whole-state `checkpoint` plugin saves one process only; use the sharded "
+                "checkpointer (checkpoint.name=dcp)");
+  }
+}
+
 bool WholeStateCheckpointer::should_save(int64_t step, bool last_step) const {
   return options_.enable && (last_step || step % options_.interval == 0);
 }
@@ -69,7 +77,9 @@ void WholeStateCheckpointer::save(int64_t step, const TrainState& state) {
   std::string partial = final_dir + ".partial-" + std::to_string(::getpid());
   fs::remove_all(partial);
   fs::create_directories(partial);
-  uint32_t crc = write_tensor_file((fs::path(partial) / "state.bin").string(), state.tensors);
+  std::map<std::string, at::Tensor> tensors = state.tensors;
+  for (const auto& [name, tensor] : state.rank_local) tensors[name] = tensor;  // one process: its own
+  uint32_t crc = write_tensor_file((fs::path(partial) / "state.bin").string(), tensors);
   nlohmann::json metadata = {{"format", "titan-whole-state-1"}, {"step", step},
                              {"values", state.values}, {"files", {{"state.bin", hex(crc)}}}};
   {
@@ -128,7 +138,9 @@ std::optional<int64_t> WholeStateCheckpointer::load(TrainState& state) {
                 "); nothing was loaded" +
                 (earlier.empty() ? "" : "; to resume from the previous one set checkpoint.load_step=" + earlier));
   }
-  read_tensor_file(file, state.tensors);
+  std::map<std::string, at::Tensor> targets = state.tensors;  // aliases: filled in place
+  for (const auto& [name, tensor] : state.rank_local) targets[name] = tensor;
+  read_tensor_file(file, targets);
   state.values = metadata["values"].get<std::map<std::string, std::string>>();
   return step;
 }

@@ -19,6 +19,7 @@ struct CheckpointOptions {
 class WholeStateCheckpointer : public Checkpointer {
  public:
   explicit WholeStateCheckpointer(CheckpointOptions options);
+  void attach(const CheckpointEnv& env) override;
   bool enabled() const override { return options_.enable; }
   bool should_save(int64_t step, bool last_step) const override;
   void save(int64_t step, const TrainState& state) override;

@@ -92,8 +92,13 @@ class ModelSpec {
   virtual std::map<std::string, TpStyle> tp_plan() const { return {}; }
   // Block indices where a pipeline may cut (before that block).
   virtual std::vector<int64_t> pipeline_split_points(int64_t stages) const;
-  // Titan parameter name -> Hugging Face name.
+  // Hugging Face interop: Titan parameter name -> HF name (empty: the
+  // model has no HF counterpart), the conversion of one whole tensor each
+  // way (e.g. Llama's q/k rotary permutation), and HF's config.json text.
   virtual std::map<std::string, std::string> hf_names() const { return {}; }
+  virtual at::Tensor to_hf(const std::string& /*name*/, const at::Tensor& tensor) const { return tensor; }
+  virtual at::Tensor from_hf(const std::string& /*name*/, const at::Tensor& tensor) const { return tensor; }
+  virtual std::string hf_config_json() const { return {}; }
 };
 
 }  // namespace titan

@@ -41,7 +41,13 @@ struct TensorLayout {
   // How many ranks hold each element: the product of the sizes of every
   // mesh dim (mentioned or not) that no shard or partial placement splits.
   int64_t replication(const DeviceMesh& mesh) const;
+  // Whether this rank holds the first of those copies (coordinate 0 along
+  // every such dim): the one rank that writes the piece to a checkpoint.
+  bool is_first_copy(const DeviceMesh& mesh) const;
   std::string describe() const;  // "[256, 64] S(0) over dp_shard, local [64, 64] at [128, 0]"
+
+ private:
+  bool splits(const std::string& canonical_dim) const;  // by a shard or partial placement
 };
 
 // FSDP's dim-0 split: rank r of n holds rows [r * c, min((r + 1) * c, rows))

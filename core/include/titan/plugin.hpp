@@ -15,7 +15,7 @@
 
 namespace titan {
 
-constexpr int kPluginAbiVersion = 2;  // 2: CausalLM init_parameter, forward wrappers, layouts
+constexpr int kPluginAbiVersion = 3;  // 2: CausalLM init/forward/layout hooks; 3: sharded TrainState, HF hooks
 
 enum PluginKind : uint32_t {
   kind_model = 1u << 0,

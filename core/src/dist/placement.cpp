@@ -40,17 +40,29 @@ int64_t TensorLayout::local_numel() const {
   return numel;
 }
 
+bool TensorLayout::splits(const std::string& canonical_dim) const {
+  for (size_t i = 0; i < mesh_dims.size(); ++i) {
+    if (placements[i].kind == Placement::Kind::replicate) continue;
+    for (const auto& part : mesh_dims_of(mesh_dims[i])) {
+      if (part == canonical_dim) return true;
+    }
+  }
+  return false;
+}
+
 int64_t TensorLayout::replication(const DeviceMesh& mesh) const {
   int64_t copies = 1;
   for (const auto& dim : mesh_dim_order()) {
-    bool split = false;
-    for (size_t i = 0; i < mesh_dims.size(); ++i) {
-      if (placements[i].kind == Placement::Kind::replicate) continue;
-      for (const auto& part : mesh_dims_of(mesh_dims[i])) split = split || part == dim;
-    }
-    if (!split) copies *= mesh.size(dim);
+    if (!splits(dim)) copies *= mesh.size(dim);
   }
   return copies;
+}
+
+bool TensorLayout::is_first_copy(const DeviceMesh& mesh) const {
+  for (const auto& dim : mesh_dim_order()) {
+    if (!splits(dim) && mesh.coordinate(dim) != 0) return false;
+  }
+  return true;
 }
 
 std::string TensorLayout::describe() const {

@@ -28,7 +28,11 @@ ParallelSetup::ParallelSetup(const World& world, const RunPlan& plan) : world_(w
   timeouts.collective = std::chrono::seconds(plan.core.comm.train_timeout_seconds);
   runtime_ = std::make_unique<DistRuntime>(world, timeouts);
   mesh_ = std::make_unique<DeviceMesh>(*runtime_, degrees);
-  if (world.distributed()) spdlog::info("device mesh: {}", mesh_->describe());
+  if (!world.distributed()) return;
+  spdlog::info("device mesh: {}", mesh_->describe());
+  std::vector<int> everyone(world.world_size);
+  for (int rank = 0; rank < world.world_size; ++rank) everyone[rank] = rank;
+  checkpoint_comm_ = runtime_->new_group("checkpoint", everyone);
 }
 
 ParallelSetup::~ParallelSetup() = default;

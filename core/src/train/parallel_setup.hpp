@@ -20,6 +20,8 @@ class ParallelSetup {
   ~ParallelSetup();
 
   const DeviceMesh* mesh() const { return mesh_.get(); }
+  // A group of all ranks used only by the checkpointer (none on one process).
+  Comm* checkpoint_comm() const { return checkpoint_comm_.get(); }
   int rank() const { return world_.rank; }
   int dp_rank() const;
   int dp_degree() const;
@@ -37,6 +39,7 @@ class ParallelSetup {
   World world_;
   std::unique_ptr<DistRuntime> runtime_;
   std::unique_ptr<DeviceMesh> mesh_;
+  std::unique_ptr<Comm> checkpoint_comm_;
 };
 
 }  // namespace titan

@@ -1,5 +1,6 @@
 // Naming scheme of the train state: model.<param>, optim.<param>.<state>,
-// rng.cpu; values step and data.position.
+// rng.cpu (per rank); values step and data.position. Optimizer states
+// shaped like their parameter share its layout.
 #include "train_state.hpp"
 
 #include <ATen/CPUGeneratorImpl.h>
@@ -14,14 +15,22 @@ at::Tensor cpu_rng_state() { return at::detail::getDefaultCPUGenerator().get_sta
 
 TrainStateView::TrainStateView(CausalLM& model, Optimizer& optimizer, TokenWindowLoader& loader)
     : model_(model), optimizer_(optimizer), loader_(loader) {
-  for (const auto& item : model_.named_parameters()) slots_.tensors["model." + item.key()] = item.value();
-  for (const auto& [key, tensor] : optimizer_.state_tensors()) slots_.tensors["optim." + key] = tensor;
-  slots_.tensors["rng.cpu"] = cpu_rng_state();
+  for (const auto& item : model_.named_parameters()) {
+    slots_.tensors["model." + item.key()] = item.value();
+    if (const TensorLayout* layout = model_.layout(item.key())) slots_.layouts["model." + item.key()] = *layout;
+  }
+  for (const auto& [key, tensor] : optimizer_.state_tensors()) {
+    slots_.tensors["optim." + key] = tensor;
+    std::string param = key.substr(0, key.rfind('.'));
+    const TensorLayout* layout = model_.layout(param);
+    if (layout && tensor.sizes().vec() == layout->local_shape) slots_.layouts["optim." + key] = *layout;
+  }
+  slots_.rank_local["rng.cpu"] = cpu_rng_state();
 }
 
 TrainState TrainStateView::capture(int64_t step) {
   TrainState state = slots_;
-  state.tensors["rng.cpu"] = cpu_rng_state();
+  state.rank_local["rng.cpu"] = cpu_rng_state();
   state.values["step"] = std::to_string(step);
   state.values["data.position"] = std::to_string(loader_.position());
   return state;
@@ -34,9 +43,12 @@ int64_t TrainStateView::restore(const TrainState& state) {
     return std::stoll(found->second);
   };
   loader_.set_position(value("data.position"));
-  at::Generator generator = at::detail::getDefaultCPUGenerator();  // a handle to the global one
-  std::lock_guard<std::mutex> lock(generator.mutex());
-  generator.set_state(state.tensors.at("rng.cpu"));
+  auto rng = state.rank_local.find("rng.cpu");
+  if (rng != state.rank_local.end() && rng->second.defined()) {
+    at::Generator generator = at::detail::getDefaultCPUGenerator();  // a handle to the global one
+    std::lock_guard<std::mutex> lock(generator.mutex());
+    generator.set_state(rng->second);
+  }
   return value("step");
 }
 

@@ -111,11 +111,6 @@ TrainResult train(RunPlan& plan, const World& world) {
   const CoreConfig& core = plan.core;
   const TrainingConfig& training = core.training;
   if (world.rank == 0) write_resolved_config(plan);
-  if (world.distributed() && plan.checkpointer->enabled()) {
-    throw Error("checkpoint.enable is true in a " + std::to_string(world.world_size) +
-                "-process job, but the whole-state `checkpoint` plugin saves one process only; sharded "
-                "checkpoints come with the `dcp` plugin. Set checkpoint.enable=false for now");
-  }
   // LibTorch starts with one intra-op thread here; use the machine unless told.
   int threads = training.threads > 0 ? static_cast<int>(training.threads)
                                      : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
@@ -135,6 +130,8 @@ TrainResult train(RunPlan& plan, const World& world) {
     ~ObserverScope() { clear_comm_observers(); }
   } observer_scope(plan);
   ParallelSetup parallel(world, plan);
+  plan.checkpointer->attach(CheckpointEnv{world.rank, world.world_size, parallel.mesh(), parallel.checkpoint_comm(),
+                                          plan.root.dump()});
   TokenWindowLoader loader(open_dataset(data), tokenizer, training.seq_len, parallel.dp_rank(),
                            parallel.dp_degree());
 
