@@ -52,6 +52,9 @@ class Checkpointer {
   // tensors in place and its values; returns the step, or none if no
   // checkpoint exists. A corrupt checkpoint is a titan::Error.
   virtual std::optional<int64_t> load(TrainState& state) = 0;
+  // Called after every step: rethrows the error of a background save that
+  // failed since, so no failure goes unnoticed until the next save.
+  virtual void poll() {}
   // Blocks until background saves are done; rethrows their errors.
   virtual void wait() {}
 

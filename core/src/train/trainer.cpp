@@ -226,6 +226,7 @@ TrainResult train(RunPlan& plan, const World& world) {
     if (plan.checkpointer->should_save(step, step == training.steps) || (stopping && plan.checkpointer->enabled())) {
       plan.checkpointer->save(step, state.capture(step));
     }
+    plan.checkpointer->poll();
     result.last_step = step;
     result.last_loss = loss_value;
     if (world.rank == core.debug.crash_rank && step == core.debug.crash_at_step) std::raise(SIGKILL);
