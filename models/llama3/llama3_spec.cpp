@@ -54,8 +54,8 @@ std::map<std::string, TpStyle> Llama3Spec::tp_plan() const {
 }
 
 std::map<std::string, std::string> Llama3Spec::hf_names() const {
-  // HF stores q_proj/k_proj rows in rotate-half order: an exporter must
-  // also permute them (n_heads / n_kv_heads from args()).
+  // HF stores q_proj/k_proj rows in rotate-half order: to_hf/from_hf
+  // (llama3_hf.cpp) permute them.
   static const std::pair<const char*, const char*> block_names[] = {
       {"attention.wq.weight", "self_attn.q_proj.weight"},
       {"attention.wk.weight", "self_attn.k_proj.weight"},

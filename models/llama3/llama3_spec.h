@@ -19,6 +19,11 @@ class Llama3Spec : public ModelSpec {
   double flops_per_token(int64_t seq_len) const override;
   std::map<std::string, TpStyle> tp_plan() const override;
   std::map<std::string, std::string> hf_names() const override;
+  // llama3_hf.cpp: `name` is the Titan parameter name in both directions;
+  // wq/wk rows are permuted between Meta's and HF's rotary layouts.
+  at::Tensor to_hf(const std::string& name, const at::Tensor& tensor) const override;
+  at::Tensor from_hf(const std::string& name, const at::Tensor& tensor) const override;
+  std::string hf_config_json() const override;
   // Shapes for code that needs more than names (e.g. the HF q/k permutation).
   const Llama3Args& args() const { return args_; }
 
