@@ -128,7 +128,7 @@ Tensors export_hf(const titan::ModelSpec& spec, titan::CausalLM& model, bool con
 }  // namespace
 
 TEST_SUITE("llama3 hf") {
-  TEST_CASE("to_hf reorders each head's q/k rows from interleaved pairs to halves; from_hf undoes it") {
+  TEST_CASE("to_hf reorders each head's q/k rows from interleaved pairs to halves, and from_hf undoes it") {
     auto spec = llama3(kGqa);  // head_dim 16: q has 4 heads (64 rows), k has 2 (32 rows)
     int64_t head_dim = 16, half = 8;
     for (auto [name, heads] : {std::pair<const char*, int64_t>{"layers.1.attention.wq.weight", 4},

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "accumulation_schedule.hpp"
+#include "initial_load.hpp"
 #include "parallel_setup.hpp"
 #include "step_metrics.hpp"
 #include "stop_signal.hpp"
@@ -175,6 +176,8 @@ TrainResult train(RunPlan& plan, const World& world) {
   if (auto loaded = plan.checkpointer->load(state.slots())) {
     step = state.restore(state.slots());
     spdlog::info("resumed from checkpoint at step {} (data position {})", step, loader.position());
+  } else {
+    load_initial_weights(*plan.checkpointer, *plan.model, *model);  // checkpoint.initial_load_path, if set
   }
 
   double peak = core.metrics.peak_flops;

@@ -1,0 +1,86 @@
+// HfWeights: Titan parameters from a Hugging Face folder. config.json is
+// checked first because a wrong head count keeps every shape the same (the
+// q/k permutation would then silently scramble the weights).
+#include "titan/hf_weights.hpp"
+
+#include <ATen/ATen.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "titan/error.hpp"
+#include "titan/logging.hpp"
+#include "titan/model.hpp"
+
+namespace titan {
+
+namespace {
+
+using nlohmann::json;
+
+std::string shape_text(c10::IntArrayRef shape) { return c10::str(shape); }
+
+void check_config(const std::string& dir, const std::string& model_config_text) {
+  std::filesystem::path path = std::filesystem::path(dir) / "config.json";
+  if (!std::filesystem::exists(path) || model_config_text.empty()) return;
+  json theirs, ours = json::parse(model_config_text);
+  try {
+    std::ifstream in(path);
+    theirs = json::parse(in);
+  } catch (const json::exception& error) {
+    throw Error("'" + path.string() + "' is not valid JSON: " + error.what());
+  }
+  // Fields that decide shapes or the rotary permutation must agree.
+  for (const char* key : {"hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads",
+                          "num_hidden_layers", "vocab_size", "head_dim"}) {
+    if (!theirs.contains(key) || !ours.contains(key) || theirs[key] == ours[key]) continue;
+    throw Error("'" + path.string() + "' has " + key + " " + theirs[key].dump() + " but the configured model has " +
+                ours[key].dump() + " (check model.flavor and its overrides, and the tokenizer for vocab_size)");
+  }
+  // Fields that change the function but not the shapes: worth a warning.
+  for (const char* key : {"rope_theta", "rms_norm_eps", "rope_scaling", "tie_word_embeddings"}) {
+    if (!theirs.contains(key) || !ours.contains(key) || theirs[key] == ours[key]) continue;
+    spdlog::warn("{} has {} {} but the configured model has {}", path.string(), key, theirs[key].dump(),
+                 ours[key].dump());
+  }
+}
+
+}  // namespace
+
+HfWeights::HfWeights(const std::string& dir, const ModelSpec& spec)
+    : folder_(dir), spec_(spec), names_(spec.hf_names()) {
+  if (names_.empty()) throw Error("the model has no Hugging Face names, so it cannot load '" + dir + "'");
+  check_config(dir, spec.hf_config_json());
+}
+
+at::Tensor HfWeights::read(const std::string& name, const std::vector<int64_t>& expected_shape) const {
+  auto hf = names_.find(name);
+  if (hf == names_.end()) {
+    throw Error("parameter '" + name + "' has no Hugging Face name, so it cannot be loaded from '" + dir() + "'");
+  }
+  if (!folder_.contains(hf->second)) {
+    throw Error("Hugging Face folder '" + dir() + "' has no tensor '" + hf->second + "' (the model's '" + name + "')");
+  }
+  const auto& info = folder_.info(hf->second);
+  if (info.shape != expected_shape) {
+    throw Error(folder_.file_of(hf->second) + ": tensor '" + hf->second + "' has shape " + shape_text(info.shape) +
+                " but the model's '" + name + "' is " + shape_text(expected_shape));
+  }
+  return spec_.from_hf(name, folder_.read(hf->second));
+}
+
+std::vector<std::string> HfWeights::unused(const std::set<std::string>& loaded) const {
+  std::set<std::string> used;
+  for (const auto& name : loaded) {
+    auto hf = names_.find(name);
+    if (hf != names_.end()) used.insert(hf->second);
+  }
+  std::vector<std::string> rest;
+  for (const auto& name : folder_.names()) {
+    if (!used.count(name)) rest.push_back(name);
+  }
+  return rest;
+}
+
+}  // namespace titan

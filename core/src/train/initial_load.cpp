@@ -1,0 +1,77 @@
+// Starting weights from checkpoint.initial_load_path. No collectives: every
+// rank reads the whole tensors it needs and keeps its piece, so this works
+// for any parallel layout of the model being trained.
+#include "initial_load.hpp"
+
+#include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
+
+#include <filesystem>
+#include <optional>
+#include <set>
+
+#include "titan/error.hpp"
+#include "titan/hf_weights.hpp"
+#include "titan/logging.hpp"
+#include "titan/safetensors.hpp"
+
+namespace titan {
+
+bool load_initial_weights(const Checkpointer& checkpointer, const ModelSpec& spec, CausalLM& model) {
+  const std::string path = checkpointer.initial_load_path();
+  if (path.empty()) return false;
+  if (!std::filesystem::is_directory(path)) {
+    throw Error("checkpoint.initial_load_path '" + path + "' is not a folder (expected a checkpoint step folder or "
+                "a Hugging Face safetensors folder)");
+  }
+  const bool hf = safetensors::is_hf_folder(path);
+  std::optional<HfWeights> hf_weights;
+  std::set<std::string> saved;
+  if (hf) {
+    hf_weights.emplace(path, spec);
+  } else {
+    for (auto& name : checkpointer.model_tensor_names(path)) saved.insert(name);
+  }
+  at::NoGradGuard no_grad;
+  std::set<std::string> loaded;
+  int64_t bytes = 0;
+  for (auto& item : model.named_parameters()) {
+    const std::string& name = item.key();
+    const TensorLayout* layout = model.layout(name);
+    std::vector<int64_t> global = layout ? layout->global_shape : item.value().sizes().vec();
+    at::Tensor whole;
+    if (hf) {
+      whole = hf_weights->read(name, global);
+    } else {
+      if (!saved.count(name)) {
+        throw Error("checkpoint.initial_load_path '" + path + "' has no model tensor '" + name + "'");
+      }
+      whole = checkpointer.read_model_tensor(path, name);
+      if (whole.sizes() != c10::IntArrayRef(global)) {
+        throw Error("checkpoint.initial_load_path '" + path + "': tensor '" + name + "' has shape " +
+                    c10::str(whole.sizes()) + " but the model's is " + c10::str(global));
+      }
+    }
+    item.value().copy_(layout ? local_piece(whole, *layout) : whole);
+    bytes += whole.numel() * whole.element_size();
+    loaded.insert(name);
+  }
+  std::vector<std::string> unused;
+  if (hf) {
+    unused = hf_weights->unused(loaded);
+  } else {
+    for (const auto& name : saved) {
+      if (!loaded.count(name)) unused.push_back(name);
+    }
+  }
+  spdlog::info("loaded initial weights: {} tensors ({:.1f} MiB) from {} '{}'", loaded.size(), bytes / 1048576.0,
+               hf ? "Hugging Face folder" : "checkpoint", path);
+  // Expected on a pipeline stage, which holds part of the model.
+  if (!unused.empty()) {
+    spdlog::info("{} tensors of '{}' are not used by this model or pipeline stage (first: {})", unused.size(), path,
+                 unused.front());
+  }
+  return true;
+}
+
+}  // namespace titan

@@ -1,0 +1,40 @@
+// `titan checkpoint import`: a Hugging Face folder as a model-only
+// checkpoint step folder of the run a config describes, written by that
+// run's checkpointer (dcp), so `checkpoint.initial_load_path` or a resume
+// can start from it.
+#include <set>
+
+#include "checkpoint_hf.h"
+#include "titan/error.hpp"
+#include "titan/hf_weights.hpp"
+#include "titan/logging.hpp"
+
+namespace titan::cli {
+
+void import_safetensors(const ImportOptions& options) {
+  ConfigNode config = ConfigNode::load_file(options.config_path);
+  for (const auto& assignment : options.overrides) config.apply_override(assignment);
+  CheckpointPlan planned = plan_for_checkpoint(config);
+  const RunPlan& plan = planned.plan;
+  HfWeights weights(options.hf_dir, *plan.model);
+  auto model = plan.model->build(c10::Device(c10::kMeta));
+  std::map<std::string, at::Tensor> tensors;
+  std::set<std::string> loaded;
+  int64_t bytes = 0;
+  for (const auto& item : model->named_parameters()) {
+    at::Tensor value = weights.read(item.key(), item.value().sizes().vec());
+    tensors[item.key()] = value.to(item.value().scalar_type()).contiguous();
+    bytes += static_cast<int64_t>(tensors[item.key()].nbytes());
+    loaded.insert(item.key());
+  }
+  auto unused = weights.unused(loaded);
+  if (!unused.empty()) {
+    spdlog::warn("{} tensors of {} are not used by the model (first: {})", unused.size(), options.hf_dir,
+                 unused.front());
+  }
+  plan.checkpointer->write_model(options.out_dir, tensors, plan.root.dump());
+  spdlog::info("imported {} tensors ({:.1f} MiB) from {} into {}", tensors.size(), bytes / 1048576.0, options.hf_dir,
+               options.out_dir);
+}
+
+}  // namespace titan::cli
