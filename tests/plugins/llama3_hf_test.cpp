@@ -93,7 +93,8 @@ at::Tensor hf_forward(Tensors w, const nlohmann::json& config, const at::Tensor&
                          config, cos, sin);
     at::Tensor x = hf_rms_norm(h, w.at(layer + "post_attention_layernorm.weight"), eps);
     std::string mlp = layer + "mlp.";
-    at::Tensor act = at::silu(x.matmul(w.at(mlp + "gate_proj.weight").t())) * x.matmul(w.at(mlp + "up_proj.weight").t());
+    at::Tensor act =
+        at::silu(x.matmul(w.at(mlp + "gate_proj.weight").t())) * x.matmul(w.at(mlp + "up_proj.weight").t());
     h = h + act.matmul(w.at(mlp + "down_proj.weight").t());
   }
   return hf_rms_norm(h, w.at("model.norm.weight"), eps).matmul(w.at("lm_head.weight").t());
@@ -181,7 +182,8 @@ TEST_SUITE("llama3 hf") {
       double error = (titan_logits - hf_logits).abs().max().item<double>();
       // Without the permutation the same weights give other logits: the
       // comparison can tell a right conversion from a wrong one.
-      double unpermuted = (titan_logits - hf_forward(export_hf(*spec, *model, false), config, tokens)).abs().max().item<double>();
+      double unpermuted =
+          (titan_logits - hf_forward(export_hf(*spec, *model, false), config, tokens)).abs().max().item<double>();
       MESSAGE("max |titan - hf| " << error << ", without the permutation " << unpermuted << ", logits up to " << scale);
       CHECK(scale > 0.1);
       CHECK(error < 2e-5 * scale + 1e-6);
@@ -193,7 +195,9 @@ TEST_SUITE("llama3 hf") {
       auto copy = spec->build(c10::Device(c10::kCPU));
       copy->init_weights(99);
       torch::NoGradGuard no_grad;
-      for (auto& item : copy->named_parameters()) item.value().copy_(spec->from_hf(item.key(), hf.at(names.at(item.key()))));
+      for (auto& item : copy->named_parameters()) {
+        item.value().copy_(spec->from_hf(item.key(), hf.at(names.at(item.key()))));
+      }
       CHECK(copy->forward(tokens).equal(model->forward(tokens)));
     }
   }

@@ -108,7 +108,8 @@ TEST_SUITE("safetensors") {
     CHECK(contains(error_of([&] { file.read("nope"); }), path));
   }
 
-  TEST_CASE("the writer follows the spec: aligned padded header, contiguous offsets, metadata, and round-trips exactly") {
+  TEST_CASE(
+      "the writer follows the spec: aligned padded header, contiguous offsets, metadata, and round-trips exactly") {
     fs::path dir = titan::test::temp_dir("safetensors_round_trip");
     torch::manual_seed(1);
     std::map<std::string, at::Tensor> tensors = {

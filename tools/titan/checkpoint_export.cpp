@@ -51,10 +51,13 @@ std::vector<ExportedTensor> plan_tensors(const RunPlan& plan, const std::string&
   for (const auto& item : model->named_parameters()) {
     if (!saved.erase(item.key())) {
       throw Error("checkpoint '" + step_dir + "' has no model tensor '" + item.key() + "', which model " +
-                  plan.model_plugin + " " + plan.model->flavor() + " has (is its config.yaml the one it was saved with?)");
+                  plan.model_plugin + " " + plan.model->flavor() +
+                  " has (is its config.yaml the one it was saved with?)");
     }
     auto hf = names.find(item.key());
-    if (hf == names.end()) throw Error("model plugin '" + plan.model_plugin + "' gives no HF name for '" + item.key() + "'");
+    if (hf == names.end()) {
+      throw Error("model plugin '" + plan.model_plugin + "' gives no HF name for '" + item.key() + "'");
+    }
     tensors.push_back({item.key(), hf->second, item.value().sizes().vec()});
   }
   if (!saved.empty()) {

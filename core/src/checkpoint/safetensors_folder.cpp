@@ -74,7 +74,8 @@ Folder::Folder(const std::string& dir) : dir_(dir) {
       auto [slot, added] = file_index.emplace(file, files_.size());
       if (added) files_.emplace_back((fs::path(dir) / file).string());
       if (!files_[slot->second].contains(tensor)) {
-        fail(dir, std::string(kIndexName) + " puts tensor '" + tensor + "' in '" + file + "', which has no such tensor");
+        fail(dir,
+             std::string(kIndexName) + " puts tensor '" + tensor + "' in '" + file + "', which has no such tensor");
       }
       owner_[tensor] = slot->second;
     }
@@ -84,7 +85,9 @@ Folder::Folder(const std::string& dir) : dir_(dir) {
     files_.emplace_back(path);
     for (const auto& [tensor, info] : files_.back().tensors()) {
       auto [slot, added] = owner_.emplace(tensor, files_.size() - 1);
-      if (!added) fail(dir, "tensor '" + tensor + "' is in both '" + files_[slot->second].path() + "' and '" + path + "'");
+      if (!added) {
+        fail(dir, "tensor '" + tensor + "' is in both '" + files_[slot->second].path() + "' and '" + path + "'");
+      }
     }
   }
   if (files_.empty()) fail(dir, std::string("no *.safetensors files and no ") + kIndexName);
