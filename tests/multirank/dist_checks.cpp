@@ -550,7 +550,8 @@ void check_observer(titan::DistRuntime& runtime) {
     comm->all_reduce(a);
     {
       titan::CallSite inner("inner scope");
-      expect(titan::CallSite::current() == "inner scope", "a nested CallSite is not current");
+      expect(titan::CallSite::current() == "step 7 / observer check / inner scope",
+             "a nested CallSite does not add its text to the outer one");
     }
     expect(titan::CallSite::current() == "step 7 / observer check", "a nested CallSite did not restore the outer one");
     std::string other_thread_site = "unset";

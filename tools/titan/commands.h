@@ -13,6 +13,7 @@ int launch_command(const Args& args);
 int plugins_command(const Args& args);
 int config_command(const Args& args);
 int tokenizer_command(const Args& args);
+int fr_analyze_command(const Args& args);
 int checkpoint_command(const Args& args);
 
 // Shared helpers.

@@ -21,6 +21,7 @@ commands:
   plugins list                         list the plugins found on the search path
   plugins inspect NAME                 a plugin's kinds, ABI and options
   tokenizer train CORPUS... --out FILE train a byte-level BPE tokenizer
+  fr-analyze DIR [--json]              find the rank and collective at fault in flight recorder dumps
   checkpoint export|import ...         convert between checkpoints and Hugging Face safetensors
 
 `titan <command> --help` explains each command.
@@ -38,6 +39,7 @@ int dispatch(const titan::cli::Args& args) {
   if (command == "plugins") return titan::cli::plugins_command(rest);
   if (command == "config") return titan::cli::config_command(rest);
   if (command == "tokenizer") return titan::cli::tokenizer_command(rest);
+  if (command == "fr-analyze") return titan::cli::fr_analyze_command(rest);
   if (command == "checkpoint") return titan::cli::checkpoint_command(rest);
   std::cerr << "titan: unknown command '" << command << "'\n\n" << kUsage;
   return 2;

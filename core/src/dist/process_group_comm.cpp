@@ -9,6 +9,8 @@
 #include <sstream>
 
 #include "compat_collectives.hpp"
+#include "test_faults.hpp"
+#include "titan/comm_timeout.hpp"
 #include "titan/error.hpp"
 
 namespace titan {
@@ -22,6 +24,7 @@ std::vector<CommObserver*>& observers() {
 }
 
 thread_local std::string current_call_site;
+std::atomic<int64_t> job_collective_timeout_ms{0};
 
 double monotonic_seconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
@@ -49,8 +52,15 @@ class ProcessGroupComm : public Comm {
   std::unique_ptr<CommWork> all_reduce_async(at::Tensor& tensor, ReduceOp op) override {
     check_device(tensor, "all_reduce");
     check_average(tensor, op, "all_reduce");
-    auto event = begin("all_reduce", {tensor});
-    auto started = compat::start_all_reduce(*group_, tensor, op);
+    at::Tensor reduced = tensor;
+    switch (take_test_fault("all_reduce")) {
+      case test_faults::Action::skip: return std::make_unique<Skipped>();
+      case test_faults::Action::grow: reduced = at::cat({tensor.reshape({-1}), at::zeros({1}, tensor.options())}); break;
+      case test_faults::Action::reshape: reduced = tensor.unsqueeze(-1); break;
+      case test_faults::Action::none: break;
+    }
+    auto event = begin("all_reduce", {reduced});
+    auto started = compat::start_all_reduce(*group_, reduced, op);
     return std::make_unique<Pending>(*this, std::move(started), std::move(event));
   }
 
@@ -114,6 +124,16 @@ class ProcessGroupComm : public Comm {
   }
 
  private:
+  // TEST-ONLY (TITAN_TEST_FAULT): a call the faulty rank never issued.
+  class Skipped : public CommWork {
+   public:
+    void wait() override {}
+  };
+
+  test_faults::Action take_test_fault(const std::string& op) {
+    return test_faults::take(op, name_, ranks_[static_cast<size_t>(rank())], sequence_);
+  }
+
   class Pending : public CommWork {
    public:
     Pending(ProcessGroupComm& comm, compat::StartedCollective started, CollectiveEvent event)
@@ -207,6 +227,7 @@ class ProcessGroupComm : public Comm {
 
   template <typename Body>
   void run(const std::string& op, const std::vector<at::Tensor>& tensors, Body body) {
+    if (take_test_fault(op) == test_faults::Action::skip) return;
     auto event = begin(op, tensors);
     try {
       body();
@@ -241,7 +262,11 @@ at::Tensor Comm::all_gather(const at::Tensor& input) {
   return output;
 }
 
-CallSite::CallSite(std::string text) : previous_(current_call_site) { current_call_site = std::move(text); }
+// Nested scopes add detail to the outer one ("step 12" / "fsdp all_gather
+// layers.3"), so the observers see the phase and the module together.
+CallSite::CallSite(std::string text) : previous_(current_call_site) {
+  current_call_site = previous_.empty() ? std::move(text) : previous_ + " / " + text;
+}
 CallSite::~CallSite() { current_call_site = previous_; }
 const std::string& CallSite::current() { return current_call_site; }
 
@@ -250,6 +275,8 @@ void add_comm_observer(CommObserver* observer) {
   observers().push_back(observer);
 }
 
+std::chrono::milliseconds collective_timeout() { return std::chrono::milliseconds(job_collective_timeout_ms.load()); }
+
 void clear_comm_observers() {
   std::lock_guard<std::mutex> lock(observers_mutex);
   observers().clear();
@@ -257,6 +284,8 @@ void clear_comm_observers() {
 
 std::unique_ptr<Comm> make_process_group_comm(c10::intrusive_ptr<c10d::ProcessGroup> group, std::string name,
                                               std::vector<int> global_ranks, std::chrono::milliseconds timeout) {
+  test_faults::check_environment();
+  job_collective_timeout_ms.store(timeout.count());
   return std::make_unique<ProcessGroupComm>(std::move(group), std::move(name), std::move(global_ranks), timeout);
 }
 

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "accumulation_schedule.hpp"
+#include "collective_verifier.hpp"
 #include "initial_load.hpp"
 #include "parallel_setup.hpp"
 #include "step_metrics.hpp"
@@ -124,12 +125,14 @@ TrainResult train(RunPlan& plan, const World& world) {
   plan.model->set_vocab_size(tokenizer->vocab_size());
   std::string data = training.dataset_path.empty() ? training.dataset : resolve_asset(training.dataset_path);
   // Observers (e.g. the flight recorder) see every collective from here on.
+  CollectiveVerifier verifier;
   struct ObserverScope {
-    explicit ObserverScope(RunPlan& plan) {
+    ObserverScope(RunPlan& plan, CollectiveVerifier* verifier) {
       for (auto& observer : plan.comm_observers) add_comm_observer(observer.get());
+      if (verifier) add_comm_observer(verifier);
     }
     ~ObserverScope() { clear_comm_observers(); }
-  } observer_scope(plan);
+  } observer_scope(plan, core.comm.verify_collectives && world.distributed() ? &verifier : nullptr);
   ParallelSetup parallel(world, plan);
   plan.checkpointer->attach(CheckpointEnv{world.rank, world.world_size, parallel.mesh(), parallel.checkpoint_comm(),
                                           plan.root.dump()});
@@ -197,6 +200,7 @@ TrainResult train(RunPlan& plan, const World& world) {
   StepRecord record;
   while (step < training.steps) {
     ++step;
+    CallSite step_site("step " + std::to_string(step));  // observers see "step 12 / fsdp all_gather layers.3"
     std::vector<Microbatch> microbatches;
     for (int64_t i = 0; i < accumulation; ++i) {
       at::Tensor windows = loader.next_batch(training.local_batch_size).to(device);
@@ -220,6 +224,10 @@ TrainResult train(RunPlan& plan, const World& world) {
       ++result.skipped_steps;
     } else {
       optimizer->step(lr);
+    }
+    if (core.comm.verify_collectives && world.distributed() && step == result.first_step) {
+      CallSite site("verify_collectives");
+      verifier.verify(parallel.mesh()->group("world"), step);
     }
     int64_t bytes = state_bytes(parameter_tensors, *optimizer);
     optimizer->zero_grad();

@@ -1,0 +1,246 @@
+// The analysis: collectives are aligned per process group by their
+// sequence id (each group numbers its own calls); at the first id where the
+// members disagree, the minority is named. Point-to-point ops pair unlike
+// ops by design, so groups that carry them are reported but not aligned.
+#include <algorithm>
+#include <map>
+#include <set>
+
+#include "fr_analysis.h"
+
+namespace titan::cli::fr {
+
+namespace {
+
+std::string ranks_text(const std::vector<int>& ranks) {
+  std::string text;
+  for (size_t i = 0; i < ranks.size(); ++i) text += (i ? "," : "") + std::to_string(ranks[i]);
+  return text;
+}
+
+std::string who(const std::vector<int>& ranks) { return (ranks.size() == 1 ? "rank " : "ranks ") + ranks_text(ranks); }
+
+std::string describe(const Entry& entry) {
+  return entry.op + " " + entry.shapes + " " + entry.dtype +
+         (entry.call_site.empty() ? "" : " at '" + entry.call_site + "'") + " (" + entry.state + ")";
+}
+
+bool point_to_point(const std::string& op) { return op == "send" || op == "recv"; }
+
+// One rank's view of one group.
+struct RankView {
+  std::map<uint64_t, const Entry*> by_sequence;
+  int64_t last_enqueued = -1;
+  bool has_p2p = false;
+};
+
+struct GroupViews {
+  std::string name;
+  std::vector<int> ranks;
+  std::map<int, RankView> views;  // ranks with a dump only
+};
+
+std::string group_key(const std::string& name, const std::vector<int>& ranks) {
+  return name + "|" + ranks_text(ranks);
+}
+
+std::map<std::string, GroupViews> group_views(const std::vector<Dump>& dumps) {
+  std::map<std::string, GroupViews> groups;
+  auto view_of = [&](const std::string& name, const std::vector<int>& ranks, int rank) -> RankView& {
+    GroupViews& group = groups[group_key(name, ranks)];
+    group.name = name;
+    group.ranks = ranks;
+    return group.views[rank];
+  };
+  for (const Dump& dump : dumps) {
+    for (const GroupStatus& status : dump.groups) {
+      RankView& view = view_of(status.name, status.ranks, dump.rank);
+      view.last_enqueued = std::max(view.last_enqueued, status.last_enqueued);
+    }
+    for (const Entry& entry : dump.entries) {
+      RankView& view = view_of(entry.group, entry.group_ranks, dump.rank);
+      view.by_sequence[entry.sequence] = &entry;  // oldest first: a reused id keeps the newest
+      view.last_enqueued = std::max(view.last_enqueued, static_cast<int64_t>(entry.sequence));
+      view.has_p2p |= point_to_point(entry.op);
+    }
+  }
+  // Members with a dump but no trace of the group never entered it.
+  std::set<int> dumped;
+  for (const Dump& dump : dumps) dumped.insert(dump.rank);
+  for (auto& [key, group] : groups) {
+    for (int rank : group.ranks) {
+      if (dumped.count(rank)) group.views[rank];
+    }
+  }
+  return groups;
+}
+
+// The first disagreement among the members of one group, if any.
+bool first_divergence(const GroupViews& group, Finding& finding) {
+  int64_t low = -1, high = -1;
+  for (const auto& [rank, view] : group.views) {
+    if (view.by_sequence.empty()) continue;
+    // Below a rank's oldest buffered id its history is gone (the ring wrapped).
+    low = std::max(low, static_cast<int64_t>(view.by_sequence.begin()->first));
+    high = std::max(high, view.last_enqueued);
+  }
+  if (high < 0) return false;
+  for (int64_t sequence = std::max<int64_t>(low, 0); sequence <= high; ++sequence) {
+    std::map<std::string, std::vector<int>> by_behaviour;
+    std::map<std::string, const Entry*> sample;
+    std::vector<int> not_entered;
+    double earliest = 0;
+    for (const auto& [rank, view] : group.views) {
+      auto found = view.by_sequence.find(static_cast<uint64_t>(sequence));
+      if (found == view.by_sequence.end()) {
+        if (view.last_enqueued < sequence) not_entered.push_back(rank);
+        continue;  // else: entered, but no longer in its buffer
+      }
+      const Entry& entry = *found->second;
+      std::string key = entry.op + "|" + entry.shapes + "|" + entry.dtype + "|" + entry.call_site;
+      by_behaviour[key].push_back(rank);
+      sample[key] = &entry;
+      if (entry.enqueue_time_s > 0 && (earliest == 0 || entry.enqueue_time_s < earliest)) earliest = entry.enqueue_time_s;
+    }
+    if (by_behaviour.empty()) continue;
+    std::string majority;
+    size_t best = 0;
+    bool tie = false;
+    for (const auto& [key, ranks] : by_behaviour) {
+      if (ranks.size() > best) {
+        best = ranks.size();
+        majority = key;
+        tie = false;
+      } else if (ranks.size() == best) {
+        tie = true;
+      }
+    }
+    const Entry& expected = *sample[majority];
+    finding = Finding{};
+    finding.group = group.name;
+    finding.group_ranks = group.ranks;
+    finding.sequence = sequence;
+    finding.op = expected.op;
+    finding.time_s = earliest;
+    std::string where = " (seq " + std::to_string(sequence) + " on group '" + group.name + "')";
+    if (by_behaviour.size() > 1) {
+      std::vector<int> odd;
+      for (const auto& [key, ranks] : by_behaviour) {
+        finding.variants.push_back({ranks, describe(*sample[key])});
+        if (key != majority || tie) odd.insert(odd.end(), ranks.begin(), ranks.end());
+      }
+      std::sort(odd.begin(), odd.end());
+      finding.faulty_ranks = odd;
+      // Name the kind by the strongest difference from the majority.
+      const Entry* other = nullptr;
+      for (const auto& [key, ranks] : by_behaviour) {
+        if (key != majority) other = sample[key];
+        if (other && other->op != expected.op) break;
+      }
+      const std::string& majority_ranks = ranks_text(by_behaviour[majority]);
+      if (other->op != expected.op) {
+        finding.kind = "op_mismatch";
+        finding.summary = who(odd) + " issued " + other->op + " where " + (tie ? "" : "ranks " + majority_ranks + " issued ") +
+                          expected.op + where;
+      } else if (other->shapes != expected.shapes || other->dtype != expected.dtype) {
+        finding.kind = "size_mismatch";
+        std::string sizes;
+        for (const auto& [key, ranks] : by_behaviour) {
+          sizes += (sizes.empty() ? "" : ", ") + who(ranks) + " " + sample[key]->shapes + " " + sample[key]->dtype;
+        }
+        finding.summary = expected.op + " sizes differ between ranks" + where + ": " + sizes;
+      } else {
+        finding.kind = "call_site_mismatch";
+        finding.summary = who(odd) + " reached " + expected.op + where + " from '" + other->call_site + "' where " +
+                          who(by_behaviour[majority]) + " came from '" + expected.call_site +
+                          "': a collective was skipped or added before it";
+      }
+      if (!not_entered.empty()) finding.variants.push_back({not_entered, "not entered"});
+      return true;
+    }
+    if (!not_entered.empty()) {
+      finding.kind = "not_entered";
+      finding.faulty_ranks = not_entered;
+      finding.variants.push_back({by_behaviour[majority], describe(expected)});
+      finding.variants.push_back({not_entered, "not entered"});
+      finding.summary = who(by_behaviour[majority]) + " entered " + expected.op + where + " but " + who(not_entered) +
+                        " never did";
+      return true;
+    }
+  }
+  return false;
+}
+
+// What each member was in (not completed) when it dumped.
+std::string waiting_in(const GroupViews& group) {
+  std::map<std::string, std::vector<int>> by_entry;
+  for (const auto& [rank, view] : group.views) {
+    for (auto it = view.by_sequence.rbegin(); it != view.by_sequence.rend(); ++it) {
+      const Entry& entry = *it->second;
+      if (entry.state == "started" || entry.state == "scheduled" || entry.state == "failed") {
+        by_entry["seq " + std::to_string(entry.sequence) + " " + describe(entry)].push_back(rank);
+        break;
+      }
+    }
+  }
+  if (by_entry.empty()) return "";
+  std::string text = "group '" + group.name + "' [" + ranks_text(group.ranks) + "]:";
+  for (const auto& [what, ranks] : by_entry) text += " " + who(ranks) + " in " + what + ";";
+  text.pop_back();
+  return text;
+}
+
+}  // namespace
+
+Analysis analyze(const std::vector<Dump>& dumps) {
+  Analysis analysis;
+  std::set<int> dumped;
+  for (const Dump& dump : dumps) {
+    analysis.world_size = std::max(analysis.world_size, dump.world_size);
+    dumped.insert(dump.rank);
+    Dump summary = dump;
+    summary.entries.clear();
+    summary.groups.clear();
+    analysis.dumps.push_back(summary);
+  }
+  analysis.ranks_with_dumps.assign(dumped.begin(), dumped.end());
+  auto groups = group_views(dumps);
+  for (int rank = 0; rank < analysis.world_size; ++rank) {
+    if (dumped.count(rank)) continue;
+    analysis.missing_ranks.push_back(rank);
+    Finding finding;
+    finding.kind = "missing_rank";
+    finding.faulty_ranks = {rank};
+    finding.summary = "rank " + std::to_string(rank) +
+                      " left no dump: it died without running any handler (SIGKILL, the OOM killer, a lost "
+                      "machine) or never started";
+    for (const auto& [key, group] : groups) {
+      if (!std::count(group.ranks.begin(), group.ranks.end(), rank)) continue;
+      std::string waiting = waiting_in(group);
+      if (!waiting.empty()) finding.variants.push_back({{}, "others at dump time, " + waiting});
+    }
+    analysis.findings.push_back(finding);
+  }
+  std::vector<Finding> divergences;
+  for (const auto& [key, group] : groups) {
+    bool p2p = false;
+    for (const auto& [rank, view] : group.views) p2p |= view.has_p2p;
+    std::string waiting = waiting_in(group);
+    if (!waiting.empty()) analysis.waiting.push_back(waiting);
+    if (p2p) {
+      analysis.waiting.push_back("group '" + group.name + "' carries send/recv: not aligned by sequence id");
+      continue;
+    }
+    Finding finding;
+    if (first_divergence(group, finding)) divergences.push_back(finding);
+  }
+  // Across groups the earliest divergence in time is the likeliest cause.
+  std::stable_sort(divergences.begin(), divergences.end(), [](const Finding& a, const Finding& b) {
+    if ((a.time_s == 0) != (b.time_s == 0)) return a.time_s != 0;
+    return a.time_s < b.time_s;
+  });
+  analysis.findings.insert(analysis.findings.end(), divergences.begin(), divergences.end());
+  return analysis;
+}
+
+}  // namespace titan::cli::fr

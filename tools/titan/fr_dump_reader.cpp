@@ -1,0 +1,112 @@
+// Reads flight recorder dumps (format: docs/flight_recorder.md), with errors
+// that name the file and the key.
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "fr_analysis.h"
+#include "titan/error.hpp"
+
+namespace titan::cli::fr {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+template <class T>
+T field(const nlohmann::json& object, const std::string& key, const std::string& where) {
+  if (!object.is_object() || !object.contains(key)) throw Error(where + ": missing key '" + key + "'");
+  try {
+    return object.at(key).get<T>();
+  } catch (const nlohmann::json::exception& error) {
+    throw Error(where + ": key '" + key + "' has the wrong type (" + error.what() + ")");
+  }
+}
+
+double time_or_zero(const nlohmann::json& object, const std::string& key) {
+  return object.contains(key) && object.at(key).is_number() ? object.at(key).get<double>() : 0;
+}
+
+Dump read_dump(const fs::path& path) {
+  std::ifstream in(path);
+  if (!in) throw Error("cannot read flight recorder dump '" + path.string() + "'");
+  nlohmann::json json;
+  try {
+    json = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& error) {
+    throw Error("'" + path.string() + "' is not valid JSON: " + error.what() +
+                " (a dump cut short by a crash? dumps are written to a temporary file and renamed)");
+  }
+  const std::string where = path.string();
+  if (field<std::string>(json, "format", where) != "titan-flight-recorder") {
+    throw Error(where + ": key 'format' is not \"titan-flight-recorder\"");
+  }
+  if (int version = field<int>(json, "version", where); version != 1) {
+    throw Error(where + ": dump version " + std::to_string(version) + " is not supported (this titan reads 1)");
+  }
+  Dump dump;
+  dump.path = where;
+  dump.rank = field<int>(json, "rank", where);
+  dump.world_size = field<int>(json, "world_size", where);
+  dump.trigger = field<std::string>(json, "trigger", where);
+  dump.reason = field<std::string>(json, "reason", where);
+  dump.dump_time_s = time_or_zero(json, "dump_time_s");
+  const auto& entries = field<nlohmann::json>(json, "entries", where);
+  for (size_t i = 0; i < entries.size(); ++i) {
+    const auto& item = entries[i];
+    std::string at = where + ": entries[" + std::to_string(i) + "]";
+    Entry entry;
+    entry.id = field<uint64_t>(item, "id", at);
+    entry.sequence = field<uint64_t>(item, "sequence", at);
+    entry.op = field<std::string>(item, "op", at);
+    entry.group = field<std::string>(item, "group", at);
+    entry.group_ranks = field<std::vector<int>>(item, "group_ranks", at);
+    entry.shapes = field<nlohmann::json>(item, "shapes", at).dump();
+    entry.dtype = field<std::string>(item, "dtype", at);
+    entry.bytes = field<int64_t>(item, "bytes", at);
+    entry.call_site = field<std::string>(item, "call_site", at);
+    entry.state = field<std::string>(item, "state", at);
+    entry.enqueue_time_s = time_or_zero(item, "enqueue_time_s");
+    dump.entries.push_back(std::move(entry));
+  }
+  const auto& groups = field<nlohmann::json>(json, "groups", where);
+  for (size_t i = 0; i < groups.size(); ++i) {
+    std::string at = where + ": groups[" + std::to_string(i) + "]";
+    GroupStatus status;
+    status.name = field<std::string>(groups[i], "name", at);
+    status.ranks = field<std::vector<int>>(groups[i], "ranks", at);
+    status.last_enqueued = field<int64_t>(groups[i], "last_enqueued", at);
+    status.last_completed = field<int64_t>(groups[i], "last_completed", at);
+    dump.groups.push_back(std::move(status));
+  }
+  return dump;
+}
+
+}  // namespace
+
+std::vector<Dump> load_dumps(const std::string& dir) {
+  if (!fs::is_directory(dir)) throw Error("fr-analyze: '" + dir + "' is not a folder");
+  fs::path folder = dir;
+  if (fs::is_directory(folder / "flight_recorder")) folder /= "flight_recorder";
+  std::vector<Dump> dumps;
+  for (const auto& item : fs::directory_iterator(folder)) {
+    std::string name = item.path().filename().string();
+    if (name.rfind("rank_", 0) != 0 || item.path().extension() != ".json") continue;
+    dumps.push_back(read_dump(item.path()));
+  }
+  if (dumps.empty()) {
+    throw Error("fr-analyze: no flight recorder dumps (rank_*.json) in '" + folder.string() +
+                "'; pass the run's job.dump_folder or its flight_recorder/ folder");
+  }
+  std::sort(dumps.begin(), dumps.end(), [](const Dump& a, const Dump& b) { return a.rank < b.rank; });
+  for (size_t i = 1; i < dumps.size(); ++i) {
+    if (dumps[i].rank == dumps[i - 1].rank) {
+      throw Error("fr-analyze: '" + dumps[i - 1].path + "' and '" + dumps[i].path + "' both claim rank " +
+                  std::to_string(dumps[i].rank));
+    }
+  }
+  return dumps;
+}
+
+}  // namespace titan::cli::fr
