@@ -84,7 +84,9 @@ void Watchdog::check_outstanding() {
   const double now = monotonic_seconds();
   Record oldest;
   if (recorder_.buffer().oldest_outstanding(oldest) && now - oldest.event.time_s > limit) {
-    exit_stuck(describe(oldest, now) + ", longer than the watchdog limit of " + std::to_string(limit) + " s");
+    char seconds[32];
+    std::snprintf(seconds, sizeof(seconds), "%g", limit);
+    exit_stuck(describe(oldest, now) + ", longer than the watchdog limit of " + seconds + " s");
   }
   // A failed collective ends the run; a teardown stuck on the dead peer must not hang it.
   const double failed = recorder_.first_failure_s();

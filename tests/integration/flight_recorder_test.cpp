@@ -1,0 +1,273 @@
+// The flight recorder on real failures: ranks started by `titan launch`
+// with a test-only fault (TITAN_TEST_FAULT, read by the comm layer) must all
+// exit non-zero within the timeout, each leaving a dump, and `titan
+// fr-analyze` must name the rank, op and group at fault. Also: the analyzer
+// on hand-written dumps, comm.verify_collectives, and dumps on signals.
+#include "doctest_torch.hpp"
+
+#include <chrono>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "test_support.hpp"
+
+namespace {
+
+using titan::test::run_command;
+
+struct Launched {
+  titan::test::CommandResult result;
+  double seconds = 0;
+};
+
+// A small run of the debug model on `ranks` ranks; `plugins` is YAML.
+Launched launch_train(int ranks, int port, const std::filesystem::path& dump, const std::string& fault,
+                      const std::string& extra_sets = "",
+                      const std::string& plugins = "[{name: fsdp}, {name: flight_recorder}]") {
+  std::string command = (fault.empty() ? "" : "TITAN_TEST_FAULT=" + fault + " ") + "timeout 240 " +
+                        titan::test::titan_binary() + " launch --nproc-per-node " + std::to_string(ranks) +
+                        " --master-port " + std::to_string(port) + " --grace-period-s 20 -- " +
+                        titan::test::titan_binary() + " train " + titan::test::source_dir() +
+                        "/configs/llama3_debugmodel.yaml --set training.steps=3 --set training.seq_len=32"
+                        " --set training.local_batch_size=2 --set training.threads=1 --set metrics.log_freq=1"
+                        " --set comm.train_timeout_seconds=10 --set job.dump_folder=" + dump.string() +
+                        " --set 'plugins=" + plugins + "'" + extra_sets;
+  auto start = std::chrono::steady_clock::now();
+  Launched launched;
+  launched.result = run_command(command);
+  launched.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return launched;
+}
+
+nlohmann::json analyze_json(const std::filesystem::path& dir) {
+  auto result = run_command(titan::test::titan_binary() + " fr-analyze " + dir.string() + " --json 2>/dev/null");
+  INFO(result.output);
+  REQUIRE(result.exit_code == 0);
+  return nlohmann::json::parse(result.output);
+}
+
+bool has_dump(const std::filesystem::path& dump, int rank) {
+  return std::filesystem::exists(dump / "flight_recorder" / ("rank_" + std::to_string(rank) + ".json"));
+}
+
+// A hand-written dump: entries are {sequence, op, shapes, call_site, state}.
+struct FakeEntry {
+  int sequence;
+  std::string op, shapes, call_site, state;
+};
+
+void write_fake_dump(const std::filesystem::path& dir, int rank, int world_size, const std::vector<FakeEntry>& entries) {
+  nlohmann::json list = nlohmann::json::array();
+  int64_t last = -1;
+  for (size_t i = 0; i < entries.size(); ++i) {
+    const auto& e = entries[i];
+    list.push_back({{"id", i}, {"sequence", e.sequence}, {"op", e.op}, {"group", "dp_shard"},
+                    {"group_ranks", {0, 1, 2, 3}}, {"shapes", nlohmann::json::parse(e.shapes)}, {"dtype", "Float"},
+                    {"bytes", 4}, {"call_site", e.call_site}, {"state", e.state},
+                    {"enqueue_time_s", 1000.0 + e.sequence}, {"start_time_s", 1000.0 + e.sequence},
+                    {"end_time_s", nullptr}});
+    last = std::max<int64_t>(last, e.sequence);
+  }
+  nlohmann::json dump = {{"format", "titan-flight-recorder"}, {"version", 1}, {"rank", rank},
+                         {"world_size", world_size}, {"pid", 1}, {"host", "h"}, {"trigger", "watchdog"},
+                         {"reason", "test"}, {"dump_time_s", 2000.0}, {"buffer_size", 2000},
+                         {"entries_recorded", entries.size()}, {"complete", true},
+                         {"groups", nlohmann::json::array({nlohmann::json{{"name", "dp_shard"},
+                                                                          {"ranks", {0, 1, 2, 3}},
+                                                                          {"last_enqueued", last},
+                                                                          {"last_started", last},
+                                                                          {"last_completed", last - 1}}})},
+                         {"entries", list}};
+  titan::test::write_file(dir / "flight_recorder" / ("rank_" + std::to_string(rank) + ".json"), dump.dump());
+}
+
+}  // namespace
+
+TEST_SUITE("flight_recorder") {
+  TEST_CASE("flight recorder: a rank skipping one all-gather makes all 4 ranks exit non-zero with dumps and "
+            "fr-analyze names the rank and the op and the group") {
+    auto dump = titan::test::temp_dir("fr_skip_all_gather");
+    // dp_shard seq 3 is a block's all-gather in the first forward. The
+    // watchdog (5 s) acts long before the comm layer's own timeout (60 s).
+    auto launched = launch_train(4, 29911, dump, "skip:rank=2:op=all_gather:group=dp_shard:seq=3",
+                                 " --set comm.train_timeout_seconds=60",
+                                 "[{name: fsdp}, {name: flight_recorder, watchdog_timeout_seconds: 5}]");
+    INFO(launched.result.output);
+    CHECK(launched.result.exit_code != 0);
+    CHECK(launched.seconds < 50);
+    CHECK(launched.result.output.find("sending SIGKILL") == std::string::npos);  // every rank ended by itself
+    CHECK(launched.result.output.find("exited with status 3") != std::string::npos);  // the watchdog's exit
+    CHECK(launched.result.output.find("flight_recorder: watchdog: rank") != std::string::npos);
+    CHECK(launched.result.output.find("is stuck: #") != std::string::npos);
+    for (int rank = 0; rank < 4; ++rank) CHECK_MESSAGE(has_dump(dump, rank), "no dump from rank ", rank);
+    auto report = analyze_json(dump);
+    INFO(report.dump(2));
+    CHECK(report["missing_ranks"].empty());
+    const auto& first = report["first_divergence"];
+    REQUIRE(first.is_object());
+    CHECK(first["faulty_ranks"] == nlohmann::json::array({2}));
+    CHECK(first["op"] == "all_gather");
+    CHECK(first["group"].get<std::string>().rfind("dp_shard/", 0) == 0);  // the mesh dim's group
+    CHECK(first["sequence"] == 3);
+    auto text = run_command(titan::test::titan_binary() + " fr-analyze " + dump.string());
+    CHECK(text.output.find("first divergence") != std::string::npos);
+    CHECK(text.output.find("rank 2") != std::string::npos);
+  }
+
+  TEST_CASE("flight recorder: mismatched all-reduce sizes kill a rank from a Gloo thread yet every rank leaves "
+            "a dump and fr-analyze reports the size mismatch and the ranks") {
+    auto dump = titan::test::temp_dir("fr_size_mismatch");
+    // DDP's first gradient bucket: Gloo's TCP pair enforces sizes and throws on its own thread.
+    auto launched = launch_train(2, 29913, dump, "grow:rank=1:op=all_reduce:group=dp_replicate", "",
+                                 "[{name: ddp}, {name: flight_recorder}]");
+    INFO(launched.result.output);
+    CHECK(launched.result.exit_code != 0);
+    CHECK(launched.seconds < 90);
+    for (int rank = 0; rank < 2; ++rank) CHECK_MESSAGE(has_dump(dump, rank), "no dump from rank ", rank);
+    CHECK(launched.result.output.find("flight_recorder: std::terminate called") != std::string::npos);
+    bool terminate_dump = false;
+    for (int rank = 0; rank < 2; ++rank) {
+      auto json = nlohmann::json::parse(
+          titan::test::read_file(dump / "flight_recorder" / ("rank_" + std::to_string(rank) + ".json")));
+      terminate_dump |= json["trigger"] == "terminate";
+    }
+    CHECK(terminate_dump);  // written by the terminate handler, on the Gloo thread
+    auto report = analyze_json(dump);
+    INFO(report.dump(2));
+    const auto& first = report["first_divergence"];
+    REQUIRE(first.is_object());
+    CHECK(first["kind"] == "size_mismatch");
+    CHECK(first["group"].get<std::string>().rfind("dp_replicate/", 0) == 0);
+    CHECK(first["op"] == "all_reduce");
+    CHECK(first["faulty_ranks"] == nlohmann::json::array({0, 1}));  // two ranks: no majority to blame
+    std::string summary = first["summary"].get<std::string>();
+    CHECK(summary.find("rank 0 [[") != std::string::npos);
+    CHECK(summary.find("rank 1 [[") != std::string::npos);
+  }
+
+  TEST_CASE("flight recorder: a SIGKILLed rank makes the others exit within the timeout and fr-analyze reports it "
+            "missing") {
+    auto dump = titan::test::temp_dir("fr_sigkill");
+    auto launched = launch_train(3, 29915, dump, "", " --set debug.crash_rank=1 --set debug.crash_at_step=1");
+    INFO(launched.result.output);
+    CHECK(launched.result.exit_code != 0);
+    CHECK(launched.seconds < 90);
+    CHECK(has_dump(dump, 0));
+    CHECK(has_dump(dump, 2));
+    CHECK_FALSE(has_dump(dump, 1));
+    auto report = analyze_json(dump);
+    INFO(report.dump(2));
+    CHECK(report["missing_ranks"] == nlohmann::json::array({1}));
+    CHECK(report["first_divergence"]["kind"] == "missing_rank");
+    CHECK(report["first_divergence"]["faulty_ranks"] == nlohmann::json::array({1}));
+  }
+
+  TEST_CASE("flight recorder: comm.verify_collectives fails fast on every rank with the first differing "
+            "collective and passes a healthy run") {
+    auto dump = titan::test::temp_dir("fr_verify");
+    // Same bytes, another shape: Gloo runs it fine, so only the check can tell.
+    auto bad = launch_train(2, 29917, dump, "reshape:rank=1:op=all_reduce:group=world",
+                            " --set comm.verify_collectives=true");
+    INFO(bad.result.output);
+    CHECK(bad.result.exit_code != 0);
+    CHECK(bad.seconds < 60);
+    for (const char* rank : {"[rank 0]", "[rank 1]"}) {
+      CHECK(bad.result.output.find(std::string(rank) + " titan: error: comm.verify_collectives: ranks disagree") !=
+            std::string::npos);
+    }
+    CHECK(bad.result.output.find("on group 'world': rank 0 issued all_reduce [1] Double") != std::string::npos);
+    CHECK(bad.result.output.find("rank 1 issued all_reduce [1,1] Double") != std::string::npos);
+
+    auto good = launch_train(2, 29919, dump, "", " --set comm.verify_collectives=true");
+    INFO(good.result.output);
+    CHECK(good.result.exit_code == 0);
+    CHECK(good.result.output.find("agree on all 2 ranks") != std::string::npos);
+  }
+
+  TEST_CASE("flight recorder: SIGUSR1 dumps on demand and training goes on and SIGTERM dumps and still stops cleanly") {
+    auto dump = titan::test::temp_dir("fr_signals");
+    std::string files = (dump / "flight_recorder" / "rank_0.json").string();
+    // One process: FSDP over one rank still runs its collectives through Gloo.
+    std::string script =
+        titan::test::titan_binary() + " train " + titan::test::source_dir() +
+        "/configs/llama3_debugmodel.yaml --set training.steps=100000 --set training.seq_len=32"
+        " --set training.local_batch_size=2 --set training.threads=1 --set metrics.log_freq=1 --set job.dump_folder=" +
+        dump.string() + " --set 'plugins=[{name: fsdp}, {name: flight_recorder}]' > " + (dump / "log.txt").string() +
+        " 2>&1 & pid=$!; for i in $(seq 1 600); do [ -s " + (dump / "metrics.jsonl").string() +
+        " ] && break; sleep 0.1; done; kill -USR1 $pid; for i in $(seq 1 50); do [ -f " + files +
+        " ] && break; sleep 0.1; done; cp " + files + " " + (dump / "usr1.json").string() +
+        "; sleep 0.5; kill -0 $pid && echo ALIVE_AFTER_USR1; kill -TERM $pid; wait $pid; echo EXIT=$?";
+    titan::test::write_file(dump / "signals.sh", script + "\n");
+    auto result = run_command("timeout 120 bash " + (dump / "signals.sh").string());
+    std::string log = titan::test::read_file(dump / "log.txt");
+    INFO(result.output);
+    INFO(log);
+    CHECK(result.output.find("ALIVE_AFTER_USR1") != std::string::npos);
+    CHECK(result.output.find("EXIT=0") != std::string::npos);  // the trainer's own clean stop still ran
+    auto on_demand = nlohmann::json::parse(titan::test::read_file(dump / "usr1.json"));
+    CHECK(on_demand["trigger"] == "on_demand");
+    CHECK(on_demand["entries"].size() > 0);
+    auto final_dump = nlohmann::json::parse(titan::test::read_file(files));
+    CHECK(final_dump["trigger"] == "signal");
+    CHECK(log.find("stopped cleanly") != std::string::npos);
+    CHECK(log.find("flight_recorder: crash report") != std::string::npos);
+    // The documented fields are there.
+    for (const char* key : {"rank", "world_size", "pid", "host", "reason", "dump_time_s", "buffer_size", "groups"}) {
+      CHECK_MESSAGE(final_dump.contains(key), key);
+    }
+    const auto& entry = final_dump["entries"][0];
+    for (const char* key : {"id", "sequence", "op", "group", "group_ranks", "shapes", "dtype", "bytes", "call_site",
+                            "state", "enqueue_time_s", "start_time_s", "end_time_s"}) {
+      CHECK_MESSAGE(entry.contains(key), key);
+    }
+  }
+
+  TEST_CASE("fr-analyze: on hand-written dumps it finds a rank in another op and a rank that never entered and "
+            "refuses bad input naming the file") {
+    auto dir = titan::test::temp_dir("fr_analyze_fake");
+    // Ranks 0, 1, 3 are in all_gather seq 2; rank 2 ran an all_reduce there.
+    for (int rank : {0, 1, 3}) {
+      write_fake_dump(dir, rank, 4, {{0, "all_gather", "[[4]]", "step 1 / a", "completed"},
+                                     {1, "all_gather", "[[4]]", "step 1 / b", "completed"},
+                                     {2, "all_gather", "[[4]]", "step 1 / c", "started"}});
+    }
+    write_fake_dump(dir, 2, 4, {{0, "all_gather", "[[4]]", "step 1 / a", "completed"},
+                                {1, "all_gather", "[[4]]", "step 1 / b", "completed"},
+                                {2, "all_reduce", "[[4]]", "step 1 / d", "started"}});
+    auto report = analyze_json(dir);
+    CHECK(report["first_divergence"]["kind"] == "op_mismatch");
+    CHECK(report["first_divergence"]["faulty_ranks"] == nlohmann::json::array({2}));
+    CHECK(report["first_divergence"]["sequence"] == 2);
+
+    auto behind = titan::test::temp_dir("fr_analyze_behind");
+    for (int rank : {0, 1, 2}) {
+      write_fake_dump(behind, rank, 4, {{0, "all_gather", "[[4]]", "x", "completed"},
+                                        {1, "all_gather", "[[4]]", "y", "started"}});
+    }
+    write_fake_dump(behind, 3, 4, {{0, "all_gather", "[[4]]", "x", "completed"}});
+    report = analyze_json(behind);
+    CHECK(report["first_divergence"]["kind"] == "not_entered");
+    CHECK(report["first_divergence"]["faulty_ranks"] == nlohmann::json::array({3}));
+
+    titan::test::write_file(behind / "flight_recorder" / "rank_1.json", "{\"format\": ");
+    auto broken = run_command(titan::test::titan_binary() + " fr-analyze " + behind.string());
+    CHECK(broken.exit_code == 1);
+    CHECK(broken.output.find("rank_1.json' is not valid JSON") != std::string::npos);
+    titan::test::write_file(behind / "flight_recorder" / "rank_1.json",
+                            "{\"format\": \"titan-flight-recorder\", \"version\": 1, \"rank\": 1}");
+    broken = run_command(titan::test::titan_binary() + " fr-analyze " + behind.string());
+    CHECK(broken.exit_code == 1);
+    CHECK(broken.output.find("rank_1.json: missing key 'world_size'") != std::string::npos);
+    auto empty = run_command(titan::test::titan_binary() + " fr-analyze " + titan::test::temp_dir("fr_none").string());
+    CHECK(empty.exit_code == 1);
+    CHECK(empty.output.find("no flight recorder dumps") != std::string::npos);
+  }
+
+  TEST_CASE("flight recorder: bad options are refused naming the key") {
+    auto result = run_command(titan::test::titan_binary() + " config check " + titan::test::source_dir() +
+                              "/configs/llama3_debugmodel.yaml --set 'plugins=[{name: flight_recorder, buffer_size: 0}]'");
+    CHECK(result.exit_code != 0);
+    CHECK(result.output.find("buffer_size") != std::string::npos);
+    CHECK(result.output.find("expected a positive number of entries") != std::string::npos);
+  }
+}
