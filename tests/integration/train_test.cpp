@@ -124,8 +124,8 @@ TEST_SUITE("train") {
       CHECK_MESSAGE(straight_losses[step] == resumed_losses[step], "step ", step);  // exact
     }
     // Parameters, optimizer states and RNG after step 20: identical bytes.
-    CHECK(bytes_of(straight / "out/checkpoint/step-20/state.bin") ==
-          bytes_of(resumed / "out/checkpoint/step-20/state.bin"));
+    CHECK(bytes_of(straight / "out/checkpoint/step-20/shard-00000.bin") ==
+          bytes_of(resumed / "out/checkpoint/step-20/shard-00000.bin"));
   }
 
   TEST_CASE("a non-finite loss stops with a clear error by default, or is skipped") {
@@ -188,24 +188,26 @@ TEST_SUITE("train") {
     expect_error("malformed_data", "--set training.dataset_path=" + garbage.string(), "line 2");
   }
 
-  TEST_CASE("a corrupt checkpoint is refused and the earlier one is untouched") {
+  TEST_CASE("a corrupt checkpoint is refused by name and resume falls back to the newest intact one") {
     fs::path dir = write_run("corrupt");
     auto result = train(dir);
     REQUIRE_MESSAGE(result.exit_code == 0, result.output);
-    fs::path latest = dir / "out/checkpoint/step-20/state.bin";
-    std::string before10 = bytes_of(dir / "out/checkpoint/step-10/state.bin");
+    fs::path latest = dir / "out/checkpoint/step-20/shard-00000.bin";
+    std::string before10 = bytes_of(dir / "out/checkpoint/step-10/shard-00000.bin");
     {
       std::fstream file(latest, std::ios::in | std::ios::out | std::ios::binary);
       file.seekp(-64, std::ios::end);
       file.write("CORRUPTED", 9);
     }
-    result = train(dir, "--set training.steps=30");
+    result = train(dir, "--set training.steps=30 --set checkpoint.load_step=20");
     CHECK_MESSAGE(result.exit_code == 1, result.output);
-    CHECK_MESSAGE(result.output.find("step-20': state.bin fails its checksum") != std::string::npos, result.output);
-    CHECK(result.output.find("checkpoint.load_step=10") != std::string::npos);
-    CHECK(bytes_of(dir / "out/checkpoint/step-10/state.bin") == before10);
-    result = train(dir, "--set training.steps=30 --set checkpoint.load_step=10");
+    CHECK_MESSAGE(result.output.find("step-20/shard-00000.bin' fails its checksum") != std::string::npos, result.output);
+    CHECK(result.output.find("nothing was loaded") != std::string::npos);
+    result = train(dir, "--set training.steps=30");
     CHECK_MESSAGE(result.exit_code == 0, result.output);
+    CHECK(result.output.find("step-20 is unusable") != std::string::npos);
     CHECK(result.output.find("resumed from checkpoint at step 10") != std::string::npos);
+    CHECK(result.output.find("the newest intact checkpoint") != std::string::npos);
+    CHECK(bytes_of(dir / "out/checkpoint/step-10/shard-00000.bin") == before10);
   }
 }

@@ -36,13 +36,13 @@ titan::PluginContext context_from(const std::string& yaml) {
 TEST_SUITE("registry") {
   TEST_CASE("the build tree's plugins are found and load with their kinds") {
     auto names = PluginRegistry::instance().available();
-    for (const char* expected : {"llama3", "adamw", "lr_schedules", "checkpoint"}) {
+    for (const char* expected : {"llama3", "adamw", "lr_schedules", "dcp"}) {
       CHECK_MESSAGE(std::find(names.begin(), names.end(), expected) != names.end(), expected);
     }
     const auto& llama = PluginRegistry::instance().load("llama3");
     CHECK(llama.kinds == titan::kind_model);
     CHECK(llama.torch_version == titan::torch_version_string());
-    CHECK(PluginRegistry::instance().load("checkpoint").kinds == titan::kind_checkpointer);
+    CHECK(PluginRegistry::instance().load("dcp").kinds == titan::kind_checkpointer);
   }
 
   TEST_CASE("an unknown plugin lists the known ones and the closest spelling") {

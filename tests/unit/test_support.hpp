@@ -60,6 +60,7 @@ inline CommandResult run_command(const std::string& command) {
 inline std::string titan_binary() { return env_or("TITAN_BINARY", paths::titan_binary); }
 // The comm layer's multi-rank check program (tests/multirank).
 inline std::string dist_checks_binary() { return env_or("TITAN_DIST_CHECKS", paths::dist_checks_binary); }
+inline std::string dcp_checks_binary() { return env_or("TITAN_DCP_CHECKS", paths::dcp_checks_binary); }
 inline std::string source_dir() { return env_or("TITAN_SOURCE_DIR", paths::source_dir); }
 
 }  // namespace titan::test

@@ -55,7 +55,7 @@ RunPlan plan_run(const ConfigNode& root, int rank, int world_size) {
   plan.lr_schedule = registry.create_lr_schedule(lr_plugin, make_context(lr));
 
   ConfigNode checkpoint = root.child("checkpoint");
-  std::string checkpoint_plugin = checkpoint.get<std::string>("name", "checkpoint", "checkpointer plugin");
+  std::string checkpoint_plugin = checkpoint.get<std::string>("name", "dcp", "checkpointer plugin");
   plan.checkpointer = registry.create_checkpointer(checkpoint_plugin, make_context(checkpoint));
 
   if (plan.core.metrics.enable_tensorboard) {
