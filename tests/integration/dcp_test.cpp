@@ -140,6 +140,35 @@ TEST_SUITE("dcp") {
     }
   }
 
+  TEST_CASE("dcp: a rank killed at step 13 under titan launch --max-restarts 1 resumes from step 10 on the same curve") {
+    fs::path straight = titan::test::temp_dir("dcp_restart_straight");
+    Run a = train(straight, 2, 29718, "{name: fsdp}", 20);
+    REQUIRE_MESSAGE(a.exit_code == 0, a.output);
+    // The first attempt's rank 1 SIGKILLs itself after step 13; the
+    // launcher restarts both ranks, which resume from step-10.
+    fs::path dump = titan::test::temp_dir("dcp_restart");
+    std::string train_command = titan::test::titan_binary() + " train " + titan::test::source_dir() +
+                                "/configs/llama3_debugmodel.yaml --set training.local_batch_size=4 --set "
+                                "'plugins=[{name: fsdp}]'" + tiny_sets(dump, 20);
+    std::string command = "timeout 300 " + titan::test::titan_binary() +
+                          " launch --nproc-per-node 2 --master-port 29719 --grace-period-s 5 --max-restarts 1 -- "
+                          "sh -c 'if [ \"$TITAN_RESTART_COUNT\" = 0 ]; then exec \"$0\" \"$@\" "
+                          "--set debug.crash_rank=1 --set debug.crash_at_step=13; else exec \"$0\" \"$@\"; fi' " +
+                          train_command;
+    auto result = run_command(command);
+    REQUIRE_MESSAGE(result.exit_code == 0, command, "\n", result.output);
+    CHECK_MESSAGE(result.output.find("restarting all 2 ranks") != std::string::npos, result.output);
+    CHECK_MESSAGE(result.output.find("resumed from checkpoint at step 10") != std::string::npos, result.output);
+    std::map<int64_t, double> losses;
+    std::ifstream lines(dump / "metrics.jsonl");
+    for (std::string line; std::getline(lines, line);) {
+      auto record = nlohmann::json::parse(line);
+      losses[record["step"].get<int64_t>()] = record["loss"].get<double>();  // the restart's lines win
+    }
+    REQUIRE(losses.size() == 20);
+    for (const auto& [step, loss] : losses) CHECK_MESSAGE(loss == a.losses.at(step), "step ", step);  // exact
+  }
+
   TEST_CASE("dcp: a truncated shard / a missing shard / unparsable metadata are refused by name and resume falls back") {
     fs::path original = titan::test::temp_dir("dcp_corrupt_original");
     Run first = train(original, 1, 0, "", 20);
