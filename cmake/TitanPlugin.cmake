@@ -1,18 +1,29 @@
-# titan_add_plugin(NAME SOURCES ... [LIBRARIES ...]): builds one Titan plugin
-# library libtitan_plugin_<NAME>.so that exports only its descriptor. Used
-# in-tree and, installed with the SDK, by out-of-tree plugins.
+# titan_add_plugin(NAME SOURCES ... [LIBRARIES ...] [KINDS ...]): builds one
+# Titan plugin library libtitan_plugin_<NAME>.so that exports only its
+# descriptor, into TITAN_PLUGIN_OUTPUT_DIR (default <build>/plugins), and
+# installs it into TITAN_PLUGIN_INSTALL_DIR when set. KINDS (model,
+# optimizer, ...) documents what the descriptor declares; the descriptor is
+# what titan trusts. Used in-tree and, installed with the SDK, out of tree.
 set(TITAN_PLUGIN_VERSION_SCRIPT ${CMAKE_CURRENT_LIST_DIR}/titan_plugin.map)
+set(TITAN_PLUGIN_KIND_NAMES model parallelizer schedule optimizer lr_schedule precision checkpointer
+  comm_observer metrics_sink)
 
 function(titan_add_plugin name)
   cmake_parse_arguments(ARG "" "" "SOURCES;LIBRARIES;KINDS" ${ARGN})
   if(NOT ARG_SOURCES)
     message(FATAL_ERROR "titan_add_plugin(${name}): SOURCES is empty")
   endif()
+  foreach(kind IN LISTS ARG_KINDS)
+    if(NOT kind IN_LIST TITAN_PLUGIN_KIND_NAMES)
+      message(FATAL_ERROR "titan_add_plugin(${name}): unknown KINDS entry '${kind}' "
+        "(known: ${TITAN_PLUGIN_KIND_NAMES})")
+    endif()
+  endforeach()
   set(target titan_plugin_${name})
   add_library(${target} MODULE ${ARG_SOURCES})
   if(TARGET titan_core)
     target_link_libraries(${target} PRIVATE titan_core)
-  else()
+  else()  # out of tree, against the installed SDK
     target_link_libraries(${target} PRIVATE Titan::core)
   endif()
   target_link_libraries(${target} PRIVATE ${ARG_LIBRARIES})
@@ -24,7 +35,8 @@ function(titan_add_plugin name)
   set_target_properties(${target} PROPERTIES
     PREFIX "lib"
     LIBRARY_OUTPUT_DIRECTORY ${TITAN_PLUGIN_OUTPUT_DIR}
-    INSTALL_RPATH "$ORIGIN/../..")
+    INSTALL_RPATH "$ORIGIN/../.."
+    TITAN_PLUGIN_KINDS "${ARG_KINDS}")
   if(TARGET titan_all_plugins)
     add_dependencies(titan_all_plugins ${target})
   endif()

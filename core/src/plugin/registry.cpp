@@ -4,7 +4,9 @@
 #include "titan/registry.hpp"
 
 #include <boost/dll/shared_library.hpp>
+#include <dlfcn.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <map>
@@ -24,6 +26,7 @@ namespace titan {
 namespace build_info {
 const char* plugin_build_dir();
 const char* plugin_install_dir();
+const char* plugin_dir_from_libdir();
 }  // namespace build_info
 
 namespace fs = std::filesystem;
@@ -50,6 +53,19 @@ std::string major_minor(const std::string& version) {
   auto first = version.find('.');
   auto second = version.find('.', first == std::string::npos ? 0 : first + 1);
   return version.substr(0, second);
+}
+
+// The installed plugins relative to the libtitan_core this process runs, so
+// an SDK installed with `cmake --install --prefix P` (or moved) finds its
+// own plugins rather than those of the prefix it was configured with.
+std::string plugins_next_to_core() {
+  Dl_info info{};
+  if (dladdr(reinterpret_cast<void*>(&build_info::plugin_dir_from_libdir), &info) == 0 || !info.dli_fname) {
+    return "";
+  }
+  std::error_code error;
+  fs::path core = fs::canonical(info.dli_fname, error);
+  return error ? "" : (core.parent_path() / build_info::plugin_dir_from_libdir()).string();
 }
 
 }  // namespace
@@ -106,8 +122,12 @@ struct PluginRegistry::Impl : PluginRegistrar {
         if (!dir.empty()) out.push_back(dir);
       }
     }
-    out.push_back(build_info::plugin_build_dir());
-    out.push_back(build_info::plugin_install_dir());
+    // An installed libtitan_core has its plugins beside it; the build
+    // tree's has none there, so the build tree's folder comes next.
+    for (const std::string& dir : {plugins_next_to_core(), std::string(build_info::plugin_build_dir()),
+                                   std::string(build_info::plugin_install_dir())}) {
+      if (!dir.empty() && std::find(out.begin(), out.end(), dir) == out.end()) out.push_back(dir);
+    }
     return out;
   }
 
