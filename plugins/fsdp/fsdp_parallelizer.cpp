@@ -3,6 +3,8 @@
 //   backward of block i: pre-backward marker refills the parameters, the
 //   block's backward runs, the post-backward marker at its input
 //   reduce-scatters the gradients and reshards.
+// Prefetch: block i+1's all-gather starts before block i's forward body,
+// and block i-1's before block i's backward, one unit ahead as in FSDP2.
 // The root unit (embeddings, final norm, output) stays gathered from the
 // start of forward to the end of backward, as FSDP2's root does.
 #include "fsdp_parallelizer.h"
@@ -45,13 +47,17 @@ struct PostBackward : torch::autograd::Function<PostBackward> {
 
 // Identity whose backward gathers the unit again before its backward.
 struct PreBackward : torch::autograd::Function<PreBackward> {
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& output, int64_t unit) {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& output, int64_t unit, int64_t prefetch) {
     ctx->saved_data["unit"] = unit;
+    ctx->saved_data["prefetch"] = prefetch;
     return output;
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     unit_of(ctx)->unshard();
-    return {grads[0], at::Tensor()};
+    // The unit whose backward comes next (the block before) starts its
+    // all-gather now, overlapping this block's backward.
+    if (int64_t next = ctx->saved_data["prefetch"].toInt()) reinterpret_cast<Unit*>(next)->prefetch();
+    return {grads[0], at::Tensor(), at::Tensor()};
   }
 };
 
@@ -149,8 +155,11 @@ void FsdpParallelizer::parallelize(CausalLM& model, const ParallelizeContext& co
   }
 
   model.add_block_wrapper([state](int64_t index, const at::Tensor& hidden, const BlockBody& inner) {
-    Unit& unit = *state->blocks.at(static_cast<size_t>(index));
+    const size_t i = static_cast<size_t>(index);
+    Unit& unit = *state->blocks.at(i);
     unit.unshard();
+    // The next block's all-gather overlaps this block's forward.
+    if (i + 1 < state->blocks.size()) state->blocks[i + 1]->prefetch();
     if (!at::GradMode::is_enabled()) {
       at::Tensor out = inner(hidden);
       unit.reshard();
@@ -158,7 +167,8 @@ void FsdpParallelizer::parallelize(CausalLM& model, const ParallelizeContext& co
     }
     at::Tensor out = inner(PostBackward::apply(hidden, handle(unit)));
     if (state->reshard_after_forward) unit.free_unsharded();
-    return PreBackward::apply(out, handle(unit));
+    int64_t previous = i > 0 ? handle(*state->blocks[i - 1]) : 0;
+    return PreBackward::apply(out, handle(unit), previous);
   });
   model.add_forward_wrapper([state](const at::Tensor& tokens, const ForwardBody& inner) {
     if (state->root) state->root->unshard();

@@ -23,23 +23,35 @@ Unit::Unit(std::string label, std::vector<ShardedParam> params, UnitGroups group
   }
 }
 
-void Unit::unshard() {
-  if (state_ == State::unsharded) return;
+void Unit::prefetch() {
+  if (state_ == State::unsharded || pending_) return;
   CallSite site("fsdp all_gather " + label_);
   const int64_t ranks = groups_.shard->size();
-  const bool first = state_ == State::sharded;
   at::NoGradGuard no_grad;
-  at::Tensor local = at::zeros({flat_numel_}, at::TensorOptions().dtype(param_dtype_));
+  local_ = at::zeros({flat_numel_}, at::TensorOptions().dtype(param_dtype_));
   for (auto& p : params_) {
-    if (first) {
+    if (state_ == State::sharded) {
       if (!p.shard.defined()) p.shard = p.param.data();  // the materialized, initialized rows
       p.param.mutable_grad().reset();  // the optimizer's view of the last step's gradient
     }
     int64_t count = p.rows.length * p.row_numel;
-    if (count > 0) local.narrow(0, p.offset, count).copy_(p.shard.reshape({count}));
+    if (count > 0) local_.narrow(0, p.offset, count).copy_(p.shard.reshape({count}));
   }
-  at::Tensor gathered = at::empty({ranks * flat_numel_}, local.options());
-  groups_.shard->all_gather_into(gathered, local);
+  gathered_ = at::empty({ranks * flat_numel_}, local_.options());
+  pending_ = groups_.shard->all_gather_into_async(gathered_, local_);
+}
+
+void Unit::unshard() {
+  if (state_ == State::unsharded) return;
+  prefetch();
+  pending_->wait();
+  pending_.reset();
+  at::Tensor gathered = gathered_;
+  gathered_ = at::Tensor();
+  local_ = at::Tensor();
+  const int64_t ranks = groups_.shard->size();
+  const bool first = state_ == State::sharded;
+  at::NoGradGuard no_grad;
   const size_t element = gathered.element_size();
   for (auto& p : params_) {
     if (!p.full.defined()) {
@@ -62,6 +74,10 @@ void Unit::unshard() {
   state_ = State::unsharded;
 }
 
+void Unit::settle() {
+  if (pending_) unshard();
+}
+
 void Unit::free_unsharded() {
   if (state_ != State::unsharded) return;
   for (auto& p : params_) compat::resize_storage_bytes(p.full, 0);
@@ -77,12 +93,14 @@ void Unit::point_at_shards() {
 }
 
 void Unit::reshard() {
+  settle();
   if (state_ == State::sharded) return;
   for (auto& p : params_) p.param.mutable_grad().reset();
   point_at_shards();
 }
 
 void Unit::reduce_gradients() {
+  settle();
   if (state_ == State::sharded) return;
   CallSite site("fsdp reduce_scatter " + label_);
   at::NoGradGuard no_grad;

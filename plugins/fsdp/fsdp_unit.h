@@ -7,6 +7,7 @@
 #pragma once
 #include <ATen/core/Tensor.h>
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -40,8 +41,12 @@ class Unit {
 
   const std::string& label() const { return label_; }
   bool sharded() const { return state_ == State::sharded; }
-  // All-gathers the parameters (one collective for the unit) and points the
-  // module's tensors at them; refills freed storage before backward.
+  // Starts the unit's all-gather (one collective) without waiting, so it
+  // overlaps the compute of the block before it (FSDP2's prefetch).
+  void prefetch();
+  // Finishes (or starts and finishes) the all-gather and points the
+  // module's tensors at the gathered parameters; refills freed storage
+  // before backward.
   void unshard();
   // Frees the gathered storage after forward; autograd's saved views keep
   // the storage object and see it refilled by the next unshard().
@@ -57,6 +62,8 @@ class Unit {
  private:
   enum class State { sharded, unsharded, freed };
   void point_at_shards();
+  void settle();  // completes a prefetch nobody consumed
+
 
   std::string label_;
   std::vector<ShardedParam> params_;
@@ -64,6 +71,8 @@ class Unit {
   c10::ScalarType param_dtype_, reduce_dtype_;
   int64_t flat_numel_ = 0;  // per rank, padded
   State state_ = State::sharded;
+  std::unique_ptr<CommWork> pending_;  // the prefetch in flight
+  at::Tensor gathered_, local_;        // its buffers, alive until it ends
 };
 
 }  // namespace titan::fsdp

@@ -37,6 +37,9 @@ class Comm {
   // Every rank's `input` (same shape everywhere) stacked along dim 0 into
   // `output` [size * n, ...], which must be contiguous.
   virtual void all_gather_into(at::Tensor& output, const at::Tensor& input) = 0;
+  // The same, started now and finished by wait() (FSDP's prefetch): both
+  // tensors must stay alive and untouched until then.
+  virtual std::unique_ptr<CommWork> all_gather_into_async(at::Tensor& output, const at::Tensor& input) = 0;
   // `input` [size * n, ...] reduced over ranks; this rank's n rows returned.
   virtual at::Tensor reduce_scatter(const at::Tensor& input, ReduceOp op = ReduceOp::sum) = 0;
   virtual void broadcast(at::Tensor& tensor, int root) = 0;

@@ -53,7 +53,7 @@ StartedCollective start_all_reduce(c10d::ProcessGroup& group, at::Tensor& tensor
   c10d::AllreduceOptions options;
   options.reduceOp = to_c10d(op, is_native);
   StartedCollective started;
-  started.work = group.allreduce(list, options);
+  started.works.push_back(group.allreduce(list, options));
   const int size = group.getSize();
   at::Tensor target = tensor;
   started.finish = [=]() mutable {
@@ -63,30 +63,29 @@ StartedCollective start_all_reduce(c10d::ProcessGroup& group, at::Tensor& tensor
   return started;
 }
 
-void all_gather_into(c10d::ProcessGroup& group, at::Tensor& output, const at::Tensor& input,
-                     std::chrono::milliseconds timeout) {
+StartedCollective start_all_gather_into(c10d::ProcessGroup& group, at::Tensor& output, const at::Tensor& input) {
+  StartedCollective started;
   const int size = group.getSize();
   const int64_t n = input.size(0);
+  at::Tensor in = input.contiguous();
+  started.finish = [in] {};  // keeps the input alive until the work is done
   if (native(group)) {
-    at::Tensor in = input.contiguous();
-    auto work = group._allgather_base(output, in);
-    wait_for(*work, timeout, "all_gather");
-    return;
+    started.works.push_back(group._allgather_base(output, in));
+    return started;
   }
   // One broadcast per rank into views of the output (faster than Gloo's
   // list all-gather, and no extra copy).
   at::Tensor out = movable(output, group);
-  at::Tensor own = movable(input.contiguous(), group);
-  std::vector<c10::intrusive_ptr<c10d::Work>> works;
+  at::Tensor own = movable(in, group);
   for (int root = 0; root < size; ++root) {
     at::Tensor slot = out.narrow(0, root * n, n);
     if (root == group.getRank()) slot.copy_(own);
     std::vector<at::Tensor> list{slot};
     c10d::BroadcastOptions options;
     options.rootRank = root;
-    works.push_back(group.broadcast(list, options));
+    started.works.push_back(group.broadcast(list, options));
   }
-  for (auto& work : works) wait_for(*work, timeout, "all_gather");
+  return started;
 }
 
 at::Tensor reduce_scatter(c10d::ProcessGroup& group, const at::Tensor& input, ReduceOp op,
@@ -105,7 +104,7 @@ at::Tensor reduce_scatter(c10d::ProcessGroup& group, const at::Tensor& input, Re
   // All-reduce the whole input, keep this rank's rows.
   at::Tensor buffer = input.scalar_type() == at::kBFloat16 ? input.to(at::kFloat) : input.clone();
   auto started = start_all_reduce(group, buffer, op);
-  wait_for(*started.work, timeout, "reduce_scatter");
+  for (auto& work : started.works) wait_for(*work, timeout, "reduce_scatter");
   started.finish();
   return buffer.narrow(0, group.getRank() * n, n).to(input.scalar_type()).clone();
 }

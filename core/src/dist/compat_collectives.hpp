@@ -12,17 +12,16 @@
 
 namespace titan::compat {
 
-// A started collective: wait on `work`, then run `finish` (copy back,
+// A started collective: wait on every work, then run `finish` (copy back,
 // divide for AVG, ...).
 struct StartedCollective {
-  c10::intrusive_ptr<c10d::Work> work;
+  std::vector<c10::intrusive_ptr<c10d::Work>> works;
   std::function<void()> finish;
 };
 
 StartedCollective start_all_reduce(c10d::ProcessGroup& group, at::Tensor& tensor, ReduceOp op);
 // output: contiguous [size * n, ...]; input [n, ...]
-void all_gather_into(c10d::ProcessGroup& group, at::Tensor& output, const at::Tensor& input,
-                     std::chrono::milliseconds timeout);
+StartedCollective start_all_gather_into(c10d::ProcessGroup& group, at::Tensor& output, const at::Tensor& input);
 at::Tensor reduce_scatter(c10d::ProcessGroup& group, const at::Tensor& input, ReduceOp op,
                           std::chrono::milliseconds timeout);
 void broadcast(c10d::ProcessGroup& group, at::Tensor& tensor, int root, std::chrono::milliseconds timeout);

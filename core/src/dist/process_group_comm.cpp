@@ -72,7 +72,26 @@ class ProcessGroupComm : public Comm {
       fail("all_gather", "output " + shape_text(output) + " is not a contiguous [" + std::to_string(size()) +
                              " x rows] stack of input " + shape_text(input));
     }
-    run("all_gather", {input}, [&] { compat::all_gather_into(*group_, output, input, timeout_); });
+    all_gather_into_async(output, input)->wait();
+  }
+
+  std::unique_ptr<CommWork> all_gather_into_async(at::Tensor& output, const at::Tensor& input) override {
+    check_device(input, "all_gather");
+    if (!output.is_contiguous() || output.dim() != input.dim() || output.dim() == 0 ||
+        output.size(0) != input.size(0) * size() || output.sizes().slice(1) != input.sizes().slice(1) ||
+        output.scalar_type() != input.scalar_type()) {
+      fail("all_gather", "output " + shape_text(output) + " is not a contiguous [" + std::to_string(size()) +
+                             " x rows] stack of input " + shape_text(input));
+    }
+    if (take_test_fault("all_gather") == test_faults::Action::skip) return std::make_unique<Skipped>();
+    auto event = begin("all_gather", {input});
+    try {
+      auto started = compat::start_all_gather_into(*group_, output, input);
+      return std::make_unique<Pending>(*this, std::move(started), std::move(event));
+    } catch (const c10::Error& error) {
+      end(event, false);
+      throw Error(what("all_gather") + " failed: " + error.what_without_backtrace());
+    }
   }
 
   at::Tensor reduce_scatter(const at::Tensor& input, ReduceOp op) override {
@@ -150,7 +169,7 @@ class ProcessGroupComm : public Comm {
       if (done_) return;
       done_ = true;
       try {
-        compat::wait_for(*started_.work, comm_.timeout_, comm_.what(event_.op));
+        for (auto& work : started_.works) compat::wait_for(*work, comm_.timeout_, comm_.what(event_.op));
         started_.finish();
       } catch (const Error&) {
         comm_.end(event_, false);
