@@ -13,10 +13,12 @@ FsdpOptions read_options(const titan::ConfigNode& node) {
                                        "ranks each parameter is sharded over (-1: the rest of the world)");
   options.dp_replicate = node.get<int64_t>("dp_replicate", options.dp_replicate,
                                            "replicas of the sharded model (HSDP when > 1)");
-  options.reshard_after_forward =
-      node.choice("reshard_after_forward", options.reshard_after_forward, {"default", "always", "never"},
+  // true/false are FSDP2's spellings of always/never.
+  std::string reshard =
+      node.choice("reshard_after_forward", options.reshard_after_forward, {"default", "always", "never", "true", "false"},
                   "free gathered parameters after each block's forward (default = always without pipelining; "
-                  "never keeps them until backward, trading memory for one all-gather)");
+                  "never keeps them until backward, trading memory for one all-gather; true/false = always/never)");
+  options.reshard_after_forward = reshard == "true" ? "always" : reshard == "false" ? "never" : reshard;
   if (options.dp_shard == 0 || options.dp_shard < -1) node.fail("dp_shard", "expected a degree >= 1 or -1");
   if (options.dp_replicate < 1) node.fail("dp_replicate", "expected a degree >= 1");
   return options;
