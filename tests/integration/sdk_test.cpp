@@ -1,0 +1,183 @@
+// The installed SDK as a third party sees it: `cmake --install` into a
+// temporary prefix, the examples built out of tree against that prefix only,
+// the installed titan training with each, and Lion's step against a float64
+// reference written out here.
+#include "doctest_torch.hpp"
+
+#include <cmath>
+#include <nlohmann/json.hpp>
+
+#include "test_support.hpp"
+#include "titan/config.hpp"
+#include "titan/optimizer.hpp"
+#include "titan/registry.hpp"
+
+namespace fs = std::filesystem;
+using titan::test::run_command;
+
+namespace {
+
+// The build tree the titan binary comes from (<build>/bin/titan).
+fs::path build_dir() {
+  return titan::test::env_or("TITAN_BUILD_DIR", fs::path(titan::test::titan_binary()).parent_path().parent_path());
+}
+
+// Fixed (not fresh) folders, so each test process reuses the install and the
+// example builds: ninja and `cmake --install` redo only what changed.
+fs::path sdk_root() {
+  fs::path root = fs::path(titan::test::env_or("TITAN_TEST_TMP", titan::test::paths::test_tmp)) / "sdk";
+  fs::create_directories(root);
+  return root;
+}
+
+fs::path sdk_prefix() { return sdk_root() / "prefix"; }
+
+// Serialized over test processes (ctest -j) with flock: one install and one
+// example build at a time.
+titan::test::CommandResult locked(const std::string& command) {
+  return run_command("flock " + (sdk_root() / "lock").string() + " sh -c '" + command + "'");
+}
+
+void install_sdk() {
+  auto result = locked("cmake --install " + build_dir().string() + " --prefix " + sdk_prefix().string());
+  INFO(result.output);
+  REQUIRE(result.exit_code == 0);
+}
+
+// Configures and builds examples/<name> against the installed prefix only;
+// returns its plugin folder.
+fs::path build_example(const std::string& name) {
+  install_sdk();
+  fs::path source = fs::path(titan::test::source_dir()) / "examples" / name;
+  fs::path build = sdk_root() / ("build_" + name);
+  std::string launcher = run_command("command -v ccache").exit_code == 0 ? " -DCMAKE_CXX_COMPILER_LAUNCHER=ccache" : "";
+  auto result = locked("cmake -S " + source.string() + " -B " + build.string() +
+                       " -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_PREFIX_PATH=" + sdk_prefix().string() +
+                       launcher + " && cmake --build " + build.string());
+  INFO(result.output);
+  REQUIRE(result.exit_code == 0);
+  return build / "plugins";
+}
+
+// The installed titan (not the build tree's) on an example config, from the
+// example's folder, with the example's plugin folder on TITAN_PLUGIN_PATH.
+titan::test::CommandResult train_example(const std::string& name, const std::string& config,
+                                         const fs::path& plugin_dir, const fs::path& dump, const std::string& sets) {
+  fs::path folder = fs::path(titan::test::source_dir()) / "examples" / name;
+  return run_command("cd " + folder.string() + " && TITAN_PLUGIN_PATH=" + plugin_dir.string() + " " +
+                     (sdk_prefix() / "bin" / "titan").string() + " train " + config +
+                     " --set job.dump_folder=" + dump.string() +
+                     " --set training.seq_len=32 --set training.local_batch_size=4 --set training.steps=8"
+                     " --set training.threads=1 --set metrics.log_freq=1 --set lr_scheduler.warmup_steps=2 " +
+                     sets);
+}
+
+std::vector<double> losses_of(const fs::path& dump) {
+  std::vector<double> losses;
+  std::stringstream text(titan::test::read_file(dump / "metrics.jsonl"));
+  for (std::string line; std::getline(text, line);) {
+    if (line.empty()) continue;
+    auto json = nlohmann::json::parse(line);
+    losses.push_back(json["loss"].is_number() ? json["loss"].get<double>() : std::nan(""));
+  }
+  return losses;
+}
+
+void check_learns(const fs::path& dump, size_t steps) {
+  auto losses = losses_of(dump);
+  REQUIRE(losses.size() == steps);
+  for (double loss : losses) CHECK(std::isfinite(loss));
+  CHECK(losses.back() < losses.front());
+}
+
+}  // namespace
+
+TEST_CASE("SDK: cmake --install puts the headers, libtitan_core, titan, the plugins and the CMake package under "
+          "the prefix, and the installed titan uses the installed plugins") {
+  install_sdk();
+  fs::path prefix = sdk_prefix();
+  for (const char* file : {"include/titan/plugin.hpp", "include/titan/optimizer.hpp", "lib/libtitan_core.so",
+                           "bin/titan", "lib/titan/plugins/libtitan_plugin_adamw.so",
+                           "lib/titan/plugins/libtitan_plugin_llama3.so", "lib/cmake/Titan/TitanConfig.cmake",
+                           "lib/cmake/Titan/TitanConfigVersion.cmake", "lib/cmake/Titan/TitanTargets.cmake",
+                           "lib/cmake/Titan/TitanPlugin.cmake", "lib/cmake/Titan/titan_plugin.map"}) {
+    INFO(file);
+    CHECK(fs::exists(prefix / file));
+  }
+  // The test plugins (deliberately broken) are not part of the SDK.
+  CHECK_FALSE(fs::exists(prefix / "lib/titan/plugins/libtitan_plugin_wrong_abi.so"));
+  auto inspect = run_command("cd / && " + (prefix / "bin" / "titan").string() + " plugins inspect adamw");
+  INFO(inspect.output);
+  REQUIRE(inspect.exit_code == 0);
+  CHECK(inspect.output.find((prefix / "lib/titan/plugins/libtitan_plugin_adamw.so").string()) != std::string::npos);
+}
+
+TEST_CASE("SDK: the Lion example builds out of tree and the installed titan trains with it") {
+  fs::path plugins = build_example("lion_optimizer");
+  REQUIRE(fs::exists(plugins / "libtitan_plugin_lion.so"));
+  fs::path dump = titan::test::temp_dir("sdk_lion");
+  auto result = train_example("lion_optimizer", "lion_debugmodel.yaml", plugins, dump,
+                              "--set model.dim=64 --set model.n_layers=2 --set model.n_heads=4 "
+                              "--set model.max_seq_len=64 --set optimizer.lr=1e-3");
+  INFO(result.output);
+  REQUIRE(result.exit_code == 0);
+  CHECK(result.output.find("lion: ") != std::string::npos);  // the plugin built the optimizer
+  check_learns(dump, 8);
+
+  // A bad option is refused before training, naming its key.
+  auto bad = train_example("lion_optimizer", "lion_debugmodel.yaml", plugins, dump / "bad",
+                           "--set optimizer.beta1=1.5");
+  INFO(bad.output);
+  CHECK(bad.exit_code != 0);
+  CHECK(bad.output.find("optimizer.beta1") != std::string::npos);
+}
+
+TEST_CASE("SDK: the GPT-2 model example builds out of tree and the installed titan trains it") {
+  fs::path plugins = build_example("gpt2_model");
+  fs::path dump = titan::test::temp_dir("sdk_gpt2");
+  auto result = train_example("gpt2_model", "gpt2_tiny.yaml", plugins, dump, "--set model.max_seq_len=64");
+  INFO(result.output);
+  REQUIRE(result.exit_code == 0);
+  CHECK(result.output.find("model gpt2 flavor tiny") != std::string::npos);
+  check_learns(dump, 8);
+}
+
+TEST_CASE("Lion example: two steps match a float64 reference of the rule, with weight decay") {
+  fs::path plugins = build_example("lion_optimizer");
+  titan::PluginContext context;
+  context.options = titan::ConfigNode::parse("{beta1: 0.8, beta2: 0.95, weight_decay: 0.5}", "test.yaml");
+  auto factory = titan::PluginRegistry::instance().create_optimizer((plugins / "libtitan_plugin_lion.so").string(),
+                                                                    context);
+  torch::manual_seed(7);
+  std::vector<at::Tensor> params = {torch::randn({5, 3}).set_requires_grad(true),
+                                    torch::randn({4}).set_requires_grad(true)};
+  std::vector<titan::NamedParameter> named = {{"w", params[0]}, {"b", params[1]}};
+  auto optimizer = factory->build(named);
+
+  // The rule in float64: decay, sign of the interpolation, then the momentum.
+  std::vector<at::Tensor> p_ref, m_ref;
+  for (const auto& p : params) {
+    p_ref.push_back(p.detach().to(at::kDouble));
+    m_ref.push_back(torch::zeros_like(p_ref.back()));
+  }
+  const double lr = 0.01, beta1 = 0.8, beta2 = 0.95, weight_decay = 0.5;
+  for (int step = 0; step < 2; ++step) {
+    for (size_t i = 0; i < params.size(); ++i) {
+      at::Tensor grad = torch::randn(params[i].sizes());
+      params[i].mutable_grad() = grad.clone();
+      at::Tensor g = grad.to(at::kDouble);
+      p_ref[i] = p_ref[i] * (1 - lr * weight_decay) - lr * torch::sign(beta1 * m_ref[i] + (1 - beta1) * g);
+      m_ref[i] = beta2 * m_ref[i] + (1 - beta2) * g;
+    }
+    optimizer->step(lr);
+  }
+  auto state = optimizer->state_tensors();
+  REQUIRE(state.count("w.exp_avg") == 1);
+  REQUIRE(state.count("b.exp_avg") == 1);
+  const char* names[] = {"w", "b"};
+  for (size_t i = 0; i < params.size(); ++i) {
+    INFO(names[i]);
+    CHECK((params[i].detach().to(at::kDouble) - p_ref[i]).abs().max().item<double>() < 1e-6);
+    CHECK((state[std::string(names[i]) + ".exp_avg"].to(at::kDouble) - m_ref[i]).abs().max().item<double>() < 1e-6);
+  }
+}
