@@ -96,8 +96,12 @@ TEST_SUITE("dcp") {
     save_then_load("hsdp_async", 29712, 4, "hsdp", {{2, "fsdp"}, {3, "fsdp"}, {1, "single"}}, /*async=*/true);
   }
 
-  TEST_CASE("dcp: a DDP x2 save loads under FSDP x4") {
-    save_then_load("ddp2", 29713, 2, "ddp", {{4, "fsdp"}});
+  TEST_CASE("dcp: a DDP x2 save loads under FSDP x4 and column pieces (TP-style x3)") {
+    save_then_load("ddp2", 29713, 2, "ddp", {{4, "fsdp"}, {3, "tp"}});
+  }
+
+  TEST_CASE("dcp: a save in column pieces (TP-style x4) loads under FSDP x2 and one process") {
+    save_then_load("tp4", 29710, 4, "tp", {{2, "fsdp"}, {1, "single"}, {2, "tp"}});
   }
 
   TEST_CASE("dcp: training resumed from an FSDP x4 checkpoint under another layout continues the same loss curve") {

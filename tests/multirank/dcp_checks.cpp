@@ -1,9 +1,9 @@
 // titan_dcp_checks: the `dcp` plugin on real ranks. `save` writes a state
 // shaped like a model's (uneven and tiny shards, bf16, a scalar, per-rank
-// RNG bytes) under one layout; `load` reads it back under another and
+// RNG bytes) under one layout (tp: pieces split along the last dim); `load` reads it back under another and
 // compares every local piece with the exact global values.
 //
-//   titan launch --nproc-per-node N -- titan_dcp_checks save|load DIR fsdp|hsdp|ddp|single [async]
+//   titan launch --nproc-per-node N -- titan_dcp_checks save|load DIR fsdp|hsdp|ddp|tp|single [async]
 //
 // Prints "DCP ok" when this rank's state is right, else each mismatch and
 // exit status 1. `async` saves in the background and scribbles over the
@@ -56,6 +56,7 @@ std::map<std::string, int64_t> degrees_for(const std::string& layout, int world_
   if (layout == "fsdp") return {{"dp_shard", world_size}};
   if (layout == "hsdp") return {{"dp_replicate", 2}, {"dp_shard", world_size / 2}};
   if (layout == "ddp") return {{"dp_replicate", world_size}};
+  if (layout == "tp") return {{"tp", world_size}};
   return {};
 }
 
@@ -64,6 +65,15 @@ titan::TensorLayout layout_for(const Spec& spec, const std::string& layout, cons
   result.global_shape = spec.shape;
   result.local_offset.assign(spec.shape.size(), 0);
   result.local_shape = spec.shape;
+  if (layout == "tp") {  // TP-style: split the last dim (columns), as a rowwise linear's weight
+    size_t dim = spec.shape.size() - 1;
+    titan::RowRange columns = titan::even_row_shard(spec.shape[dim], mesh.size("tp"), mesh.coordinate("tp"));
+    result.local_offset[dim] = columns.begin;
+    result.local_shape[dim] = columns.length;
+    result.mesh_dims = {"tp"};
+    result.placements = {titan::Placement::shard(static_cast<int64_t>(dim))};
+    return result;
+  }
   titan::RowRange rows = titan::even_row_shard(spec.shape[0], mesh.size("dp_shard"), mesh.coordinate("dp_shard"));
   result.local_offset[0] = rows.begin;
   result.local_shape[0] = rows.length;
@@ -87,7 +97,7 @@ void expect(bool ok, const std::string& what) {
 
 int main(int argc, char** argv) {
   if (argc < 4) {
-    std::fprintf(stderr, "usage: titan_dcp_checks save|load DIR fsdp|hsdp|ddp|single [async]\n");
+    std::fprintf(stderr, "usage: titan_dcp_checks save|load DIR fsdp|hsdp|ddp|tp|single [async]\n");
     return 2;
   }
   std::string mode = argv[1], dir = argv[2], layout = argv[3];
@@ -124,7 +134,7 @@ int main(int argc, char** argv) {
     std::map<std::string, at::Tensor> expected;
     for (const auto& spec : specs()) {
       at::Tensor full = global_value(spec);
-      bool sharded = spec.sharded && mesh && (layout == "fsdp" || layout == "hsdp");
+      bool sharded = spec.sharded && mesh && (layout == "fsdp" || layout == "hsdp" || layout == "tp");
       at::Tensor local = full;
       if (sharded) {
         titan::TensorLayout tensor_layout = layout_for(spec, layout, *mesh);
