@@ -1,15 +1,18 @@
-# titan_add_plugin(NAME SOURCES ... [LIBRARIES ...] [KINDS ...]): builds one
+# titan_add_plugin(NAME SOURCES ... [LIBRARIES ...] [KINDS ...] [CONFORMANCE FILE]): builds one
 # Titan plugin library libtitan_plugin_<NAME>.so that exports only its
 # descriptor, into TITAN_PLUGIN_OUTPUT_DIR (default <build>/plugins), and
 # installs it into TITAN_PLUGIN_INSTALL_DIR when set. KINDS (model,
 # optimizer, ...) documents what the descriptor declares; the descriptor is
-# what titan trusts. Used in-tree and, installed with the SDK, out of tree.
+# what titan trusts. CONFORMANCE: the plugin's declaration for
+# titan-conformance (e.g. the optimizer rule it implements), copied beside
+# the library as libtitan_plugin_<NAME>.conformance.yaml and installed with it.
+# Used in-tree and, installed with the SDK, out of tree.
 set(TITAN_PLUGIN_VERSION_SCRIPT ${CMAKE_CURRENT_LIST_DIR}/titan_plugin.map)
 set(TITAN_PLUGIN_KIND_NAMES model parallelizer schedule optimizer lr_schedule precision checkpointer
   comm_observer metrics_sink)
 
 function(titan_add_plugin name)
-  cmake_parse_arguments(ARG "" "" "SOURCES;LIBRARIES;KINDS" ${ARGN})
+  cmake_parse_arguments(ARG "" "CONFORMANCE" "SOURCES;LIBRARIES;KINDS" ${ARGN})
   if(NOT ARG_SOURCES)
     message(FATAL_ERROR "titan_add_plugin(${name}): SOURCES is empty")
   endif()
@@ -45,5 +48,13 @@ function(titan_add_plugin name)
   endif()
   if(TITAN_PLUGIN_INSTALL_DIR)
     install(TARGETS ${target} LIBRARY DESTINATION ${TITAN_PLUGIN_INSTALL_DIR})
+  endif()
+  if(ARG_CONFORMANCE)
+    get_filename_component(declaration ${ARG_CONFORMANCE} ABSOLUTE)
+    set(copy ${TITAN_PLUGIN_OUTPUT_DIR}/libtitan_plugin_${name}.conformance.yaml)
+    configure_file(${declaration} ${copy} COPYONLY)
+    if(TITAN_PLUGIN_INSTALL_DIR)
+      install(FILES ${copy} DESTINATION ${TITAN_PLUGIN_INSTALL_DIR})
+    endif()
   endif()
 endfunction()

@@ -97,7 +97,8 @@ TEST_CASE("SDK: cmake --install puts the headers, libtitan_core, titan, the plug
   install_sdk();
   fs::path prefix = sdk_prefix();
   for (const char* file : {"include/titan/plugin.hpp", "include/titan/optimizer.hpp", "lib/libtitan_core.so",
-                           "bin/titan", "lib/titan/plugins/libtitan_plugin_adamw.so",
+                           "bin/titan", "bin/titan-conformance", "lib/titan/plugins/libtitan_plugin_adamw.so",
+                           "lib/titan/plugins/libtitan_plugin_adamw.conformance.yaml",
                            "lib/titan/plugins/libtitan_plugin_llama3.so", "lib/cmake/Titan/TitanConfig.cmake",
                            "lib/cmake/Titan/TitanConfigVersion.cmake", "lib/cmake/Titan/TitanTargets.cmake",
                            "lib/cmake/Titan/TitanPlugin.cmake", "lib/cmake/Titan/titan_plugin.map"}) {
@@ -123,6 +124,13 @@ TEST_CASE("SDK: the Lion example builds out of tree and the installed titan trai
   REQUIRE(result.exit_code == 0);
   CHECK(result.output.find("lion: ") != std::string::npos);  // the plugin built the optimizer
   check_learns(dump, 8);
+
+  // The installed harness, on the declaration titan_add_plugin(CONFORMANCE) put beside the library.
+  auto conformance = run_command((sdk_prefix() / "bin" / "titan-conformance").string() + " --plugin " +
+                                 (plugins / "libtitan_plugin_lion.so").string());
+  INFO(conformance.output);
+  CHECK(conformance.exit_code == 0);
+  CHECK(conformance.output.find("optimizer.reference_step         PASS") != std::string::npos);
 
   // A bad option is refused before training, naming its key.
   auto bad = train_example("lion_optimizer", "lion_debugmodel.yaml", plugins, dump / "bad",

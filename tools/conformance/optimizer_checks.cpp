@@ -1,0 +1,120 @@
+// Optimizer checks on a few float32 parameters of odd shapes, a fixed seed,
+// three steps (so momentum and bias correction are exercised).
+#include "optimizer_checks.h"
+
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/core/grad_mode.h>
+
+#include <algorithm>
+
+#include "reference_rules.h"
+#include "titan/optimizer.hpp"
+#include "titan/plugin.hpp"
+#include "titan/registry.hpp"
+
+namespace titan::conformance {
+
+namespace {
+
+constexpr int kSteps = 3;
+
+std::unique_ptr<Optimizer> build(const std::string& plugin, const ConfigNode& options,
+                                 const std::vector<NamedParameter>& params, double* lr) {
+  PluginContext context;
+  context.options = options;
+  auto factory = PluginRegistry::instance().create_optimizer(plugin, context);
+  *lr = factory->base_lr();
+  return factory->build(params);
+}
+
+std::vector<NamedParameter> fresh_params(uint64_t seed) {
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+  std::vector<NamedParameter> out;
+  const std::vector<std::vector<int64_t>> shapes = {{7, 5}, {5}, {3, 2, 4}};
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    at::Tensor t = at::normal(0.0, 1.0, shapes[i], gen, at::kDouble).to(at::kFloat).set_requires_grad(true);
+    out.push_back({"p" + std::to_string(i), t});
+  }
+  return out;
+}
+
+CheckResult reference_step(const std::string& plugin, const ConfigNode& declaration) {
+  CheckResult result;
+  result.name = "optimizer.reference_step";
+  ConfigNode options = declaration.child("options");
+  result.limit = declaration.get<double>("tolerance", 1e-6, "max |plugin - reference| after the steps");
+  auto reference = make_reference_rule(declaration, options);
+  auto params = fresh_params(1);
+  double lr = 0;
+  auto optimizer = build(plugin, options, params, &lr);
+  std::vector<at::Tensor> ref;
+  for (const auto& p : params) ref.push_back(p.tensor.detach().to(at::kDouble));
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(2);
+  for (int step = 0; step < kSteps; ++step) {
+    std::vector<at::Tensor> grads;
+    for (auto& p : params) {
+      at::Tensor g = at::normal(0.0, 1.0, p.tensor.sizes(), gen, at::kDouble);
+      p.tensor.mutable_grad() = g.to(at::kFloat);
+      grads.push_back(g.to(at::kFloat).to(at::kDouble));  // the gradient the plugin sees
+    }
+    reference->step(ref, grads, lr);
+    optimizer->step(lr);
+  }
+  for (size_t i = 0; i < params.size(); ++i) {
+    double diff = (params[i].tensor.detach().to(at::kDouble) - ref[i]).abs().max().item<double>();
+    result.measured = std::max(result.measured, diff);
+  }
+  result.passed = result.measured <= result.limit;
+  result.detail = std::to_string(kSteps) + " steps, lr " + std::to_string(lr) + ", rule " +
+                  declaration.require<std::string>("rule");
+  return result;
+}
+
+CheckResult state_like_params(const std::string& plugin, const ConfigNode& declaration) {
+  CheckResult result;
+  result.name = "optimizer.state_like_params";
+  auto params = fresh_params(3);
+  double lr = 0;
+  auto optimizer = build(plugin, declaration.child("options"), params, &lr);
+  int bad = 0;
+  for (const auto& [key, tensor] : optimizer->state_tensors()) {
+    auto owner = std::find_if(params.begin(), params.end(),
+                              [&](const NamedParameter& p) { return key.rfind(p.name + ".", 0) == 0; });
+    // 0-dim tensors (step counters) are per parameter, not per element.
+    bool ok = owner != params.end() && (tensor.dim() == 0 || tensor.sizes().equals(owner->tensor.sizes()));
+    if (!ok) {
+      ++bad;
+      result.detail += (result.detail.empty() ? "" : ", ") + key;
+    }
+  }
+  result.measured = bad;
+  result.passed = bad == 0;
+  if (bad) result.detail = "not '<param>.<state>' shaped like the param (or 0-dim): " + result.detail;
+  return result;
+}
+
+CheckResult no_grad_untouched(const std::string& plugin, const ConfigNode& declaration) {
+  CheckResult result;
+  result.name = "optimizer.no_grad_untouched";
+  auto params = fresh_params(4);
+  double lr = 0;
+  auto optimizer = build(plugin, declaration.child("options"), params, &lr);
+  at::Tensor before = params[1].tensor.detach().clone();
+  params[0].tensor.mutable_grad() = at::ones_like(params[0].tensor);
+  optimizer->step(lr);
+  result.measured = (params[1].tensor.detach() - before).abs().max().item<double>();
+  result.passed = result.measured == 0;
+  result.detail = "a parameter without a gradient must not move (weight decay included)";
+  return result;
+}
+
+}  // namespace
+
+CheckResults check_optimizer(const std::string& plugin, const ConfigNode& declaration) {
+  at::NoGradGuard no_grad;
+  return {reference_step(plugin, declaration), state_like_params(plugin, declaration),
+          no_grad_untouched(plugin, declaration)};
+}
+
+}  // namespace titan::conformance
