@@ -21,7 +21,8 @@ namespace {
 const char* kUsage =
     "usage: titan plugins list\n"
     "       titan plugins inspect NAME|PATH.so\n"
-    "  Search path: job.plugin_path, TITAN_PLUGIN_PATH, the build tree, the install prefix.\n";
+    "  Search path: job.plugin_path, TITAN_PLUGIN_PATH, the plugins beside the running libtitan_core (an\n"
+    "  installed SDK's), the build tree, the configured install prefix.\n";
 
 void print_options(const std::string& kind, const ConfigNode& options) {
   const auto& docs = options.documented();
