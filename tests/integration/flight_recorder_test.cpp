@@ -94,7 +94,7 @@ TEST_SUITE("flight_recorder") {
                                  "[{name: fsdp}, {name: flight_recorder, watchdog_timeout_seconds: 5}]");
     INFO(launched.result.output);
     CHECK(launched.result.exit_code != 0);
-    CHECK(launched.seconds < 50);
+    CHECK(launched.seconds < 150);  // generous: CI machines are loaded
     CHECK(launched.result.output.find("sending SIGKILL") == std::string::npos);  // every rank ended by itself
     CHECK(launched.result.output.find("exited with status 3") != std::string::npos);  // the watchdog's exit
     CHECK(launched.result.output.find("flight_recorder: watchdog: rank") != std::string::npos);
@@ -122,7 +122,7 @@ TEST_SUITE("flight_recorder") {
                                  "[{name: ddp}, {name: flight_recorder}]");
     INFO(launched.result.output);
     CHECK(launched.result.exit_code != 0);
-    CHECK(launched.seconds < 90);
+    CHECK(launched.seconds < 150);
     for (int rank = 0; rank < 2; ++rank) CHECK_MESSAGE(has_dump(dump, rank), "no dump from rank ", rank);
     CHECK(launched.result.output.find("flight_recorder: std::terminate called") != std::string::npos);
     bool terminate_dump = false;
@@ -151,7 +151,7 @@ TEST_SUITE("flight_recorder") {
     auto launched = launch_train(3, 29915, dump, "", " --set debug.crash_rank=1 --set debug.crash_at_step=1");
     INFO(launched.result.output);
     CHECK(launched.result.exit_code != 0);
-    CHECK(launched.seconds < 90);
+    CHECK(launched.seconds < 150);
     CHECK(has_dump(dump, 0));
     CHECK(has_dump(dump, 2));
     CHECK_FALSE(has_dump(dump, 1));
