@@ -47,6 +47,24 @@ void fill_tensor(const std::string& dir, const std::string& name, const TensorEn
   }
 }
 
+// Writes `rank`'s shard file into `dir` and records each piece's shard
+// (and the file's size) in `metadata`, which already names the tensors.
+void write_pieces(const std::string& dir, int rank, const std::vector<Piece>& pieces, CheckpointMetadata& metadata) {
+  std::string file = shard_file_name(rank);
+  std::vector<ShardRecord> records = write_shard_file(dir + "/" + file, file, pieces);
+  int64_t bytes = 0;
+  for (size_t i = 0; i < records.size(); ++i) {
+    const std::string& name = pieces[i].name;
+    bytes += records[i].bytes;
+    if (name.rfind(kRankLocalPrefix, 0) == 0) {
+      metadata.rank_local[name.substr(std::string(kRankLocalPrefix).size())][rank].shards.push_back(records[i]);
+    } else {
+      metadata.tensors[name].shards.push_back(records[i]);
+    }
+  }
+  metadata.files[file] = bytes;
+}
+
 void write_text_file(const std::string& path, const std::string& text) {
   {
     std::ofstream out(path);
@@ -145,19 +163,7 @@ void DcpCheckpointer::write(const StagedSave& staged) const {
   barrier(env_.comm);
   try {
     if (fragment.error.empty() && !staged.pieces.empty()) {
-      std::string file = shard_file_name(env_.rank);
-      std::vector<ShardRecord> records = write_shard_file(partial + "/" + file, file, staged.pieces);
-      int64_t bytes = 0;
-      for (size_t i = 0; i < records.size(); ++i) {
-        const std::string& name = staged.pieces[i].name;
-        bytes += records[i].bytes;
-        if (name.rfind(kRankLocalPrefix, 0) == 0) {
-          fragment.rank_local[name.substr(std::string(kRankLocalPrefix).size())][env_.rank].shards.push_back(records[i]);
-        } else {
-          fragment.tensors[name].shards.push_back(records[i]);
-        }
-      }
-      fragment.files[file] = bytes;
+      write_pieces(partial, env_.rank, staged.pieces, fragment);
     }
   } catch (const std::exception& error) {
     fragment.error = error.what();
@@ -329,14 +335,7 @@ void DcpCheckpointer::write_model(const std::string& step_dir, const std::map<st
     metadata.tensors["model." + name] = TensorEntry{whole.scalar_type(), whole.sizes().vec(), {}};
     pieces.push_back({"model." + name, whole, whole_box(whole.sizes().vec())});
   }
-  std::string file = shard_file_name(0);
-  std::vector<ShardRecord> records = write_shard_file(partial + "/" + file, file, pieces);
-  int64_t bytes = 0;
-  for (size_t i = 0; i < records.size(); ++i) {
-    metadata.tensors[pieces[i].name].shards.push_back(records[i]);
-    bytes += records[i].bytes;
-  }
-  metadata.files[file] = bytes;
+  write_pieces(partial, 0, pieces, metadata);
   if (!config_yaml.empty()) write_text_file(partial + "/config.yaml", config_yaml + "\n");
   write_metadata(partial, metadata);
   commit_rename(partial, step_dir);

@@ -65,13 +65,6 @@ class ProcessGroupComm : public Comm {
   }
 
   void all_gather_into(at::Tensor& output, const at::Tensor& input) override {
-    check_device(input, "all_gather");
-    if (!output.is_contiguous() || output.dim() != input.dim() || output.dim() == 0 ||
-        output.size(0) != input.size(0) * size() || output.sizes().slice(1) != input.sizes().slice(1) ||
-        output.scalar_type() != input.scalar_type()) {
-      fail("all_gather", "output " + shape_text(output) + " is not a contiguous [" + std::to_string(size()) +
-                             " x rows] stack of input " + shape_text(input));
-    }
     all_gather_into_async(output, input)->wait();
   }
 
