@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_timing.hpp"
 #include "titan/checkpointer.hpp"
 #include "titan/logging.hpp"
 #include "titan/plugin.hpp"
@@ -19,9 +20,8 @@
 
 namespace {
 
-double seconds_since(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
+using titan::bench::seconds_since;
+using titan::bench::median;
 
 struct Timing {
   double blocked = 0;  // inside save()
@@ -47,11 +47,6 @@ Timing time_save(titan::Checkpointer& checkpointer, titan::TrainState& state, in
   checkpointer.wait();
   timing.total = seconds_since(start);
   return timing;
-}
-
-double median(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  return values[values.size() / 2];
 }
 
 }  // namespace

@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "bench_timing.hpp"
 #include "titan/config.hpp"
 #include "titan/logging.hpp"
 #include "titan/registry.hpp"
@@ -20,6 +21,9 @@
 #include "titan/trainer.hpp"
 
 namespace {
+
+using titan::bench::seconds_since;
+using titan::bench::median;
 
 std::string run_yaml(int steps, int threads, const std::string& dump, bool recorder) {
   return "job: {dump_folder: " + dump + "}\n"
@@ -30,10 +34,6 @@ std::string run_yaml(int steps, int threads, const std::string& dump, bool recor
          ", threads: " + std::to_string(threads) + "}\n"
          "metrics: {log_freq: 1000000, peak_flops: 1.0e12}\n"
          "plugins: [{name: fsdp}" + std::string(recorder ? ", {name: flight_recorder}" : "") + "]\n";
-}
-
-double seconds_since(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
 // Counts collectives (added next to the plugins' observers).
@@ -87,11 +87,6 @@ double recorder_seconds_per_collective(int iterations) {
     recorder->on_complete(event, true);
   }
   return seconds_since(start) / iterations;
-}
-
-double median(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  return values[values.size() / 2];
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "bench_timing.hpp"
 #include "titan/config.hpp"
 #include "titan/data.hpp"
 #include "titan/logging.hpp"
@@ -17,6 +18,8 @@
 
 namespace {
 
+using titan::bench::seconds_since;
+
 std::string run_yaml(int steps, int threads, const std::string& dump) {
   return "job: {dump_folder: " + dump + "}\n"
          "model: {name: llama3, flavor: debugmodel, tokenizer_path: assets/tokenizer/stories_bpe.json}\n"
@@ -25,10 +28,6 @@ std::string run_yaml(int steps, int threads, const std::string& dump) {
          "training: {local_batch_size: 8, seq_len: 256, steps: " + std::to_string(steps) +
          ", threads: " + std::to_string(threads) + "}\n"
          "metrics: {log_freq: 1000000, peak_flops: 1.0e12}\n";
-}
-
-double seconds_since(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
 // The reference: the same model built through the same plugin, trained by

@@ -2,9 +2,15 @@
 #include "titan/compat.hpp"
 
 #include <ATen/native/Resize.h>
+#include <c10/core/CPUAllocator.h>
 #include <torch/csrc/autograd/function_hook.h>
 #include <torch/csrc/autograd/variable.h>
 #include <torch/torch.h>
+
+#include <atomic>
+#include <cstring>
+
+#include "titan/peak_memory.hpp"
 
 #ifdef TITAN_WITH_CUDA
 #include <ATen/native/cuda/Resize.h>
@@ -95,3 +101,60 @@ int64_t device_peak_memory(const c10::Device& device) {
 }
 
 }  // namespace titan::compat
+
+// peak_cpu_bytes_during (titan/peak_memory.hpp) lives here because its
+// allocator wrapper depends on the LibTorch version (copy_data below).
+namespace titan {
+
+namespace {
+
+class PeakTrackingAllocator : public c10::Allocator {
+ public:
+  explicit PeakTrackingAllocator(c10::Allocator* base) : base_(base) {}
+  c10::DataPtr allocate(size_t bytes) const override {
+    c10::DataPtr inner = base_->allocate(bytes);
+    void* data = inner.get();
+    int64_t now = live_ += static_cast<int64_t>(bytes);
+    int64_t peak = peak_.load();
+    while (now > peak && !peak_.compare_exchange_weak(peak, now)) {}
+    return {data, new Block{std::move(inner), bytes, this}, &PeakTrackingAllocator::release, c10::Device(c10::kCPU)};
+  }
+  // LibTorch 2.x makes this pure virtual; 1.13 has no such method (hence no `override`).
+  void copy_data(void* dest, const void* src, std::size_t count) const { std::memcpy(dest, src, count); }
+  int64_t peak() const { return peak_; }
+
+ private:
+  struct Block {
+    c10::DataPtr inner;
+    size_t bytes;
+    const PeakTrackingAllocator* owner;
+  };
+  // Blocks may outlive the body (a tensor kept after it): the tracker then
+  // must outlive them too, so trackers are never destroyed (see below).
+  static void release(void* context) {
+    auto* block = static_cast<Block*>(context);
+    block->owner->live_ -= static_cast<int64_t>(block->bytes);
+    delete block;
+  }
+  c10::Allocator* base_;
+  mutable std::atomic<int64_t> live_{0}, peak_{0};
+};
+
+}  // namespace
+
+int64_t peak_cpu_bytes_during(const std::function<void()>& body) {
+  c10::Allocator* original = c10::GetCPUAllocator();
+  // Leaked on purpose: tensors allocated during the body may be freed later.
+  auto* tracker = new PeakTrackingAllocator(original);
+  c10::SetCPUAllocator(tracker, /*priority=*/255);
+  try {
+    body();
+  } catch (...) {
+    c10::SetCPUAllocator(original, 255);
+    throw;
+  }
+  c10::SetCPUAllocator(original, 255);
+  return tracker->peak();
+}
+
+}  // namespace titan

@@ -5,6 +5,7 @@
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
 
+#include "titan/compat.hpp"
 #include "titan/error.hpp"
 
 namespace titan {
@@ -63,6 +64,16 @@ std::vector<int64_t> ModelSpec::pipeline_split_points(int64_t stages) const {
   std::vector<int64_t> points;
   for (int64_t stage = 1; stage < stages; ++stage) points.push_back(stage * blocks / stages);
   return points;
+}
+
+void materialize_module(torch::nn::Module& module, const c10::Device& device) {
+  at::NoGradGuard no_grad;
+  for (auto& tensor : module.parameters()) {
+    if (tensor.device().is_meta()) compat::materialize_in_place(tensor, device);
+  }
+  for (auto& tensor : module.buffers()) {
+    if (tensor.device().is_meta()) compat::materialize_in_place(tensor, device);
+  }
 }
 
 }  // namespace titan

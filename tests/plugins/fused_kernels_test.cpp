@@ -4,6 +4,7 @@
 // chunked cross-entropy's peak memory is O(tokens x chunk); the plugin
 // refuses kernels a CPU build cannot run.
 #include "doctest_torch.hpp"
+#include "titan/peak_memory.hpp"
 
 #include <c10/core/CPUAllocator.h>
 
@@ -113,55 +114,10 @@ void check_cross_entropy(int64_t tokens, int64_t dim, int64_t vocab, int64_t chu
   check_close(grads.grad_weight, weight_ref.grad(), tol, name + " grad_weight");
 }
 
-// Wraps LibTorch's CPU allocator to measure the peak of live bytes.
-class PeakTrackingAllocator : public c10::Allocator {
- public:
-  explicit PeakTrackingAllocator(c10::Allocator* base) : base_(base) {}
-  c10::DataPtr allocate(size_t bytes) const override {
-    c10::DataPtr inner = base_->allocate(bytes);
-    void* data = inner.get();
-    int64_t now = live_ += static_cast<int64_t>(bytes);
-    int64_t peak = peak_.load();
-    while (now > peak && !peak_.compare_exchange_weak(peak, now)) {}
-    return {data, new Block{std::move(inner), bytes, this}, &PeakTrackingAllocator::release, c10::Device(c10::kCPU)};
-  }
-  // LibTorch 2.x makes this pure virtual; 1.13 has no such method (hence no `override`).
-  void copy_data(void* dest, const void* src, std::size_t count) const { std::memcpy(dest, src, count); }
-  void reset_peak() { peak_ = live_.load(); }
-  int64_t live() const { return live_; }
-  int64_t peak() const { return peak_; }
-
- private:
-  struct Block {
-    c10::DataPtr inner;
-    size_t bytes;
-    const PeakTrackingAllocator* owner;
-  };
-  static void release(void* context) {
-    auto* block = static_cast<Block*>(context);
-    block->owner->live_ -= static_cast<int64_t>(block->bytes);
-    delete block;
-  }
-  c10::Allocator* base_;
-  mutable std::atomic<int64_t> live_{0}, peak_{0};
-};
-
 // Peak bytes allocated above the starting level while `body` runs.
 template <class Body>
 int64_t peak_extra_bytes(Body body) {
-  c10::Allocator* original = c10::GetCPUAllocator();
-  PeakTrackingAllocator tracker(original);
-  c10::SetCPUAllocator(&tracker, /*priority=*/255);
-  int64_t start = tracker.live();
-  tracker.reset_peak();
-  try {
-    body();
-  } catch (...) {
-    c10::SetCPUAllocator(original, 255);
-    throw;
-  }
-  c10::SetCPUAllocator(original, 255);
-  return tracker.peak() - start;
+  return titan::peak_cpu_bytes_during(body);
 }
 
 }  // namespace

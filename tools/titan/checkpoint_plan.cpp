@@ -1,31 +1,12 @@
 // The run a checkpoint belongs to, planned without training: the model
 // spec (vocabulary from the tokenizer, as the trainer sets it) and the
 // checkpointer that reads and writes its step folders.
-#include <filesystem>
-
 #include "checkpoint_hf.h"
+#include "titan/assets.hpp"
 #include "titan/logging.hpp"
 
 namespace titan {
-namespace build_info {
-const char* source_dir();
-}
-
 namespace cli {
-
-namespace {
-
-// The trainer's rule for asset paths: the working directory first, then
-// the Titan source tree (so a config naming a shipped tokenizer works from
-// anywhere).
-std::string resolve_asset(const std::string& path) {
-  namespace fs = std::filesystem;
-  if (path.empty() || fs::path(path).is_absolute() || fs::exists(path) || path == "bytes") return path;
-  fs::path shipped = fs::path(build_info::source_dir()) / path;
-  return fs::exists(shipped) ? shipped.string() : path;
-}
-
-}  // namespace
 
 CheckpointPlan plan_for_checkpoint(const ConfigNode& config) {
   CheckpointPlan result;

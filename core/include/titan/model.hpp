@@ -73,6 +73,11 @@ class CausalLM : public torch::nn::Module {
   bool gradient_sync_ = true;
 };
 
+// Allocates every parameter and buffer still on the meta device on `device`,
+// in place (uninitialized; CausalLM::init_weights fills parameters). Run
+// after the parallelizers, so only this rank's pieces are allocated.
+void materialize_module(torch::nn::Module& module, const c10::Device& device);
+
 // How tensor parallelism may split a linear layer (by submodule path).
 enum class TpStyle { colwise, rowwise, sequence_parallel_norm };
 
