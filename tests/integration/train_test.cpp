@@ -1,6 +1,7 @@
 // `titan train` end to end on a tiny Llama 3: it learns, resumes
-// bit-for-bit, applies the non-finite loss policy, stops cleanly on
-// SIGTERM, and turns bad inputs into one clear error with a non-zero exit.
+// bit-for-bit, applies the non-finite loss policy and a precision plugin's
+// dtypes, stops cleanly on SIGTERM, and turns bad inputs into one clear
+// error with a non-zero exit.
 #include "doctest_torch.hpp"
 #include <signal.h>
 #include <spawn.h>
@@ -141,6 +142,22 @@ TEST_SUITE("train") {
     CHECK_MESSAGE(result.exit_code == 0, result.output);
     CHECK(result.output.find("step 13: non-finite loss") != std::string::npos);
     CHECK(losses_of(skip).size() == 20);
+  }
+
+  TEST_CASE("a precision plugin's dtypes replace training.mixed_precision_* and the run still learns") {
+    fs::path dir = write_run("precision_plugin", "plugins:\n  - name: fsdp\n  - name: bf16_policy\n");
+    auto result = train(dir, "--set checkpoint.enable=false --set job.plugin_path=[" +
+                                 std::string(titan::test::paths::test_plugin_dir) + "]");
+    REQUIRE_MESSAGE(result.exit_code == 0, result.output);
+    CHECK(result.output.find("precision policy: params BFloat16 / reduce Float") != std::string::npos);
+    CHECK(result.output.find("params BFloat16 / reduce Float, reshard") != std::string::npos);  // fsdp got them
+    auto losses = losses_of(dir);
+    REQUIRE(losses.size() == 20);
+    for (const auto& [step, loss] : losses) CHECK_MESSAGE(std::isfinite(loss), "step ", step);
+    // Batches differ step to step: compare the means of the first and last four.
+    double first = (losses[1] + losses[2] + losses[3] + losses[4]) / 4;
+    double last = (losses[17] + losses[18] + losses[19] + losses[20]) / 4;
+    CHECK(last < first - 0.1);
   }
 
   TEST_CASE("SIGTERM stops after the current step and saves a checkpoint") {

@@ -7,6 +7,10 @@
 
 namespace titan {
 
+// The dtypes the trainer gathers, computes and reduces in: float32 and
+// bfloat16 (a policy asking for another is refused before training).
+inline bool trainer_supports_dtype(c10::ScalarType dtype) { return dtype == c10::kFloat || dtype == c10::kBFloat16; }
+
 class PrecisionPolicy {
  public:
   virtual ~PrecisionPolicy() = default;

@@ -17,6 +17,7 @@
 #include "step_metrics.hpp"
 #include "stop_signal.hpp"
 #include "train_state.hpp"
+#include "titan/assets.hpp"
 #include "titan/compat.hpp"
 #include "titan/data.hpp"
 #include "titan/error.hpp"
@@ -25,20 +26,8 @@
 #include "titan/tokenizer.hpp"
 
 namespace titan {
-namespace build_info {
-const char* source_dir();
-}
 
 namespace {
-
-// Relative paths are tried from the working directory, then from the
-// Titan source tree (so shipped assets work from anywhere).
-std::string resolve_asset(const std::string& path) {
-  namespace fs = std::filesystem;
-  if (path.empty() || fs::path(path).is_absolute() || fs::exists(path) || path == "bytes") return path;
-  fs::path shipped = fs::path(build_info::source_dir()) / path;
-  return fs::exists(shipped) ? shipped.string() : path;
-}
 
 c10::Device choose_device(const TrainingConfig& training) {
   if (training.device == "cuda") {
@@ -49,16 +38,6 @@ c10::Device choose_device(const TrainingConfig& training) {
     return c10::Device(c10::kCUDA, 0);
   }
   return c10::Device(c10::kCPU);
-}
-
-void materialize(torch::nn::Module& model, const c10::Device& device) {
-  torch::NoGradGuard no_grad;
-  for (auto& tensor : model.parameters()) {
-    if (tensor.device().is_meta()) compat::materialize_in_place(tensor, device);
-  }
-  for (auto& tensor : model.buffers()) {
-    if (tensor.device().is_meta()) compat::materialize_in_place(tensor, device);
-  }
 }
 
 int64_t bytes_of(const at::Tensor& tensor) {
@@ -107,6 +86,25 @@ int64_t accumulation_steps(const TrainingConfig& training, int64_t dp_degree) {
   return training.global_batch_size / per_step;
 }
 
+// A precision plugin decides the dtypes the parallelizers gather, compute
+// and reduce in, in place of training.mixed_precision_param / _reduce.
+void apply_precision_policy(const RunPlan& plan, const TrainingConfig& training, ParallelizeContext& context) {
+  if (!plan.precision) return;
+  c10::ScalarType param = plan.precision->param_dtype(), reduce = plan.precision->reduce_dtype();
+  if (!trainer_supports_dtype(param) || !trainer_supports_dtype(reduce)) {
+    throw Error(std::string("the precision plugin asks for params ") + c10::toString(param) + " / reduce " +
+                c10::toString(reduce) + "; the trainer supports Float and BFloat16");
+  }
+  if (training.mixed_precision_param != "float32" || training.mixed_precision_reduce != "float32") {
+    spdlog::warn("training.mixed_precision_param / _reduce ({} / {}) are replaced by the precision plugin's",
+                 training.mixed_precision_param, training.mixed_precision_reduce);
+  }
+  context.param_dtype = param;
+  context.reduce_dtype = reduce;
+  spdlog::info("precision policy: params {} / reduce {}, loss within {} of float32", c10::toString(param),
+               c10::toString(reduce), plan.precision->loss_tolerance());
+}
+
 }  // namespace
 
 TrainResult train(RunPlan& plan, const World& world) {
@@ -144,11 +142,18 @@ TrainResult train(RunPlan& plan, const World& world) {
   ParallelizeContext parallel_context{*plan.model, device, parallel.mesh(),
                                       dtype_of(training.mixed_precision_param),
                                       dtype_of(training.mixed_precision_reduce)};
+  apply_precision_policy(plan, training, parallel_context);
+  bool converted = false;
   for (auto& [name, parallelizer] : plan.parallelizers) {
+    if (!converted && parallelizer->stage() > Stage::precision_conversion) {
+      if (plan.precision) plan.precision->convert(*model);
+      converted = true;
+    }
     spdlog::info("applying {} ({})", name, stage_name(parallelizer->stage()));
     parallelizer->parallelize(*model, parallel_context);
   }
-  materialize(*model, device);
+  if (!converted && plan.precision) plan.precision->convert(*model);
+  materialize_module(*model, device);
   model->init_weights(static_cast<uint64_t>(training.seed));
   model->train();
   int64_t local_bytes = 0;
