@@ -32,5 +32,9 @@ void register_fsdp(titan::PluginRegistrar& registrar) {
 
 }  // namespace
 
-TITAN_PLUGIN("fsdp", "1.0", titan::kind_parallelizer,
+#ifndef TITAN_FSDP_PLUGIN_NAME
+#define TITAN_FSDP_PLUGIN_NAME "fsdp"  // test mutants are built under other names
+#endif
+
+TITAN_PLUGIN(TITAN_FSDP_PLUGIN_NAME, "1.0", titan::kind_parallelizer,
              "fully sharded data parallel (FSDP2 semantics; HSDP with dp_replicate > 1)", register_fsdp)

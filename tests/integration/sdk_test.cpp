@@ -130,7 +130,7 @@ TEST_CASE("SDK: the Lion example builds out of tree and the installed titan trai
                                  (plugins / "libtitan_plugin_lion.so").string());
   INFO(conformance.output);
   CHECK(conformance.exit_code == 0);
-  CHECK(conformance.output.find("optimizer.reference_step         PASS") != std::string::npos);
+  CHECK(conformance.output.find("optimizer.reference_step                 PASS") != std::string::npos);
 
   // A bad option is refused before training, naming its key.
   auto bad = train_example("lion_optimizer", "lion_debugmodel.yaml", plugins, dump / "bad",
@@ -148,6 +148,14 @@ TEST_CASE("SDK: the GPT-2 model example builds out of tree and the installed tit
   REQUIRE(result.exit_code == 0);
   CHECK(result.output.find("model gpt2 flavor tiny") != std::string::npos);
   check_learns(dump, 8);
+
+  // The installed harness runs the model checks on the example's declaration.
+  auto conformance = run_command((sdk_prefix() / "bin" / "titan-conformance").string() + " --plugin " +
+                                 (plugins / "libtitan_plugin_gpt2.so").string());
+  INFO(conformance.output);
+  CHECK(conformance.exit_code == 0);
+  CHECK(conformance.output.find("model.init_order_independent             PASS") != std::string::npos);
+  CHECK(conformance.output.find("model.learns                             PASS") != std::string::npos);
 }
 
 TEST_CASE("Lion example: two steps match a float64 reference of the rule, with weight decay") {

@@ -3,16 +3,21 @@
 // its conformance declaration (by default <PATH minus .so>.conformance.yaml,
 // which titan_add_plugin(... CONFORMANCE file) puts beside the library),
 // prints a table (or JSON), and exits 1 when any check fails, 2 on bad input.
+// Multi-rank checks start this program again as workers (--worker).
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
+#include <filesystem>
 #include <iostream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "check_result.h"
-#include "optimizer_checks.h"
+#include "kind_checks.h"
+#include "worker.h"
 #include "titan/plugin.hpp"
 #include "titan/registry.hpp"
 
@@ -22,12 +27,16 @@ using titan::conformance::CheckResult;
 using titan::conformance::CheckResults;
 
 const char* kUsage =
-    "usage: titan-conformance --plugin PATH.so [--declare FILE.yaml] [--ranks 1,2,4] [--json]\n"
-    "  --ranks: for multi-rank kinds (parallelizer, checkpointer), which have no checks yet\n";
+    "usage: titan-conformance --plugin PATH.so [--declare FILE.yaml] [--ranks 1,2,4] [--json] [--keep]\n"
+    "  --ranks: the Gloo world sizes multi-rank kinds (parallelizer, checkpointer) are checked on\n"
+    "  --keep:  keep the scratch folder (workers' logs, checkpoints) even when every check passes\n";
 
 struct Args {
-  std::string plugin, declaration, ranks = "1";
-  bool json = false;
+  std::string plugin, declaration, ranks = "1,2,4";
+  bool json = false, keep = false;
+  // Worker mode (internal): one rank of a multi-rank check.
+  std::string worker, scratch;
+  std::map<std::string, std::string> values;
 };
 
 Args parse_args(int argc, char** argv) {
@@ -42,7 +51,17 @@ Args parse_args(int argc, char** argv) {
     else if (arg == "--declare") args.declaration = value();
     else if (arg == "--ranks") args.ranks = value();
     else if (arg == "--json") args.json = true;
-    else throw titan::Error("unknown argument '" + arg + "'\n" + kUsage);
+    else if (arg == "--keep") args.keep = true;
+    else if (arg == "--worker") args.worker = value();
+    else if (arg == "--scratch") args.scratch = value();
+    else if (arg == "--set") {
+      std::string pair = value();
+      auto eq = pair.find('=');
+      if (eq == std::string::npos) throw titan::Error("--set needs key=value, got '" + pair + "'");
+      args.values[pair.substr(0, eq)] = pair.substr(eq + 1);
+    } else {
+      throw titan::Error("unknown argument '" + arg + "'\n" + kUsage);
+    }
   }
   if (args.plugin.empty()) throw titan::Error(std::string("--plugin is required\n") + kUsage);
   if (args.declaration.empty()) {
@@ -53,33 +72,36 @@ Args parse_args(int argc, char** argv) {
   return args;
 }
 
-CheckResults run_checks(const Args& args, uint32_t kinds, const titan::ConfigNode& declaration) {
-  CheckResults results;
-  if (kinds & titan::kind_optimizer) {
-    if (!declaration.has("optimizer")) {
-      results.push_back({"optimizer.declaration", false, false, 0, 0,
-                         args.declaration + ": no 'optimizer:' section (rule, options, tolerance)"});
-    } else {
-      auto checks = titan::conformance::check_optimizer(args.plugin, declaration.child("optimizer"));
-      results.insert(results.end(), checks.begin(), checks.end());
+std::vector<int> parse_ranks(const std::string& text) {
+  std::vector<int> ranks;
+  std::stringstream in(text);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    char* end = nullptr;
+    long value = std::strtol(item.c_str(), &end, 10);
+    if (item.empty() || *end != '\0' || value < 1 || value > 64) {
+      throw titan::Error("--ranks: expected a comma-separated list of world sizes 1..64 (e.g. 1,2,4), got '" + text + "'");
     }
+    ranks.push_back(static_cast<int>(value));
   }
-  // Kinds without checks yet are listed, so a pass is never claimed for them.
-  uint32_t unchecked = kinds & ~static_cast<uint32_t>(titan::kind_optimizer);
-  for (uint32_t bit = 1; bit != 0 && bit <= unchecked; bit <<= 1) {
-    if (unchecked & bit) {
-      results.push_back({titan::kinds_to_string(bit), false, true, 0, 0, "no conformance checks for this kind yet"});
-    }
-  }
-  return results;
+  if (ranks.empty()) throw titan::Error("--ranks is empty; e.g. --ranks 1,2,4");
+  return ranks;
+}
+
+std::string make_scratch() {
+  const char* tmp = std::getenv("TMPDIR");
+  std::string pattern = std::string(tmp && *tmp ? tmp : "/tmp") + "/titan-conformance-XXXXXX";
+  if (!mkdtemp(pattern.data())) throw titan::Error("cannot create a scratch folder '" + pattern + "'");
+  return pattern;
 }
 
 void print_table(const std::string& plugin, const CheckResults& results) {
-  std::printf("titan-conformance %s\n%-32s %-6s %-12s %-12s %s\n", plugin.c_str(), "check", "result", "measured",
+  std::printf("titan-conformance %s\n%-40s %-6s %-12s %-12s %s\n", plugin.c_str(), "check", "result", "measured",
               "limit", "detail");
   for (const auto& r : results) {
     const char* verdict = r.skipped ? "SKIP" : r.passed ? "PASS" : "FAIL";
-    std::printf("%-32s %-6s %-12.3g %-12.3g %s\n", r.name.c_str(), verdict, r.measured, r.limit, r.detail.c_str());
+    std::string detail = r.detail.substr(0, r.detail.find('\n'));  // the whole text goes to stderr on failure
+    std::printf("%-40s %-6s %-12.3g %-12.3g %s\n", r.name.c_str(), verdict, r.measured, r.limit, detail.c_str());
   }
 }
 
@@ -92,25 +114,43 @@ void print_json(const std::string& plugin, const CheckResults& results, bool pas
   std::cout << out.dump(2) << "\n";
 }
 
+int run_harness(const Args& args) {
+  if (args.json) spdlog::set_level(spdlog::level::warn);  // plugins' info lines would break the JSON on stdout
+  const titan::PluginInfo& info = titan::PluginRegistry::instance().load(args.plugin);
+  titan::ConfigNode declaration = titan::ConfigNode::load_file(args.declaration);
+  titan::conformance::KindCheckRequest request{args.plugin, args.declaration, declaration, parse_ranks(args.ranks),
+                                               make_scratch()};
+  CheckResults results;
+  try {
+    results = titan::conformance::run_kind_checks(request, info.kinds);
+    declaration.check_unknown_keys();
+  } catch (...) {
+    std::filesystem::remove_all(request.scratch);  // bad input: nothing there worth keeping
+    throw;
+  }
+  bool passed = std::none_of(results.begin(), results.end(), [](const CheckResult& r) { return !r.passed && !r.skipped; });
+  if (args.json) print_json(info.name, results, passed);
+  else print_table(info.name, results);
+  if (!passed) {
+    for (const auto& r : results) {
+      if (!r.passed && !r.skipped) std::cerr << "conformance check failed: " << r.name << " (" << r.detail << ")\n";
+    }
+  }
+  if (passed && !args.keep) std::filesystem::remove_all(request.scratch);
+  else std::cerr << "titan-conformance: workers' logs and files are in " << request.scratch << "\n";
+  return passed ? 0 : 1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   try {
     Args args = parse_args(argc, argv);
-    if (args.json) spdlog::set_level(spdlog::level::warn);  // plugins' info lines would break the JSON on stdout
-    const titan::PluginInfo& info = titan::PluginRegistry::instance().load(args.plugin);
-    titan::ConfigNode declaration = titan::ConfigNode::load_file(args.declaration);
-    CheckResults results = run_checks(args, info.kinds, declaration);
-    declaration.check_unknown_keys();
-    bool passed = std::none_of(results.begin(), results.end(), [](const CheckResult& r) { return !r.passed && !r.skipped; });
-    if (args.json) print_json(info.name, results, passed);
-    else print_table(info.name, results);
-    if (!passed) {
-      for (const auto& r : results) {
-        if (!r.passed && !r.skipped) std::cerr << "conformance check failed: " << r.name << " (" << r.detail << ")\n";
-      }
+    if (!args.worker.empty()) {
+      titan::conformance::register_workers();
+      return titan::conformance::run_worker_main(args.worker, {args.plugin, args.declaration, args.scratch, args.values});
     }
-    return passed ? 0 : 1;
+    return run_harness(args);
   } catch (const std::exception& error) {
     std::cerr << "titan-conformance: " << error.what() << "\n";
     return 2;

@@ -7,6 +7,7 @@
 #include <ATen/core/grad_mode.h>
 
 #include <algorithm>
+#include <map>
 
 #include "reference_rules.h"
 #include "titan/optimizer.hpp"
@@ -77,7 +78,11 @@ CheckResult state_like_params(const std::string& plugin, const ConfigNode& decla
   auto params = fresh_params(3);
   double lr = 0;
   auto optimizer = build(plugin, declaration.child("options"), params, &lr);
+  // After a step: an optimizer may create its state lazily.
+  for (auto& p : params) p.tensor.mutable_grad() = at::ones_like(p.tensor);
+  optimizer->step(lr);
   int bad = 0;
+  std::map<std::string, int> states_of;
   for (const auto& [key, tensor] : optimizer->state_tensors()) {
     auto owner = std::find_if(params.begin(), params.end(),
                               [&](const NamedParameter& p) { return key.rfind(p.name + ".", 0) == 0; });
@@ -87,10 +92,22 @@ CheckResult state_like_params(const std::string& plugin, const ConfigNode& decla
       ++bad;
       result.detail += (result.detail.empty() ? "" : ", ") + key;
     }
+    if (owner != params.end()) ++states_of[owner->name];
+  }
+  if (bad) result.detail = "not '<param>.<state>' shaped like the param (or 0-dim): " + result.detail;
+  // Rules with moments keep some per parameter; a checkpoint would otherwise lose them.
+  const std::string rule = declaration.require<std::string>("rule");
+  if (rule == "adamw" || rule == "lion") {
+    for (const auto& p : params) {
+      if (states_of[p.name] > 0) continue;
+      ++bad;
+      result.detail += std::string(result.detail.empty() ? "" : "; ") + "no state tensor for '" + p.name +
+                       "' after a step (a " + rule + " rule keeps moments per parameter)";
+    }
   }
   result.measured = bad;
   result.passed = bad == 0;
-  if (bad) result.detail = "not '<param>.<state>' shaped like the param (or 0-dim): " + result.detail;
+  if (!bad) result.detail = "every state tensor is '<param>.<state>', shaped like its parameter or 0-dim";
   return result;
 }
 

@@ -2,9 +2,9 @@
 // a PluginDescriptor. The host checks abi_version and torch_version before
 // it calls anything else, then lets the plugin register its factories.
 //
-// ABI rule: bump kPluginAbiVersion whenever a class in titan/*.hpp that a
-// plugin implements or calls changes layout or virtual methods, or the
-// descriptor changes; the first field of the descriptor never moves.
+// ABI rule (full text: docs/plugins.md): bump kPluginAbiVersion with any change
+// that breaks an already-built plugin: interface virtuals, members of structs
+// crossing the boundary, the descriptor after abi_version, or a call's meaning.
 #pragma once
 #include <cstdint>
 #include <functional>

@@ -1,0 +1,29 @@
+// A deliberately wrong metrics sink: it throws on a non-finite value, which
+// would end a run on the step where training.on_nonfinite_loss=skip was
+// meant to carry on; titan-conformance's metrics_sink.accepts_steps must
+// fail it.
+#include <cmath>
+#include <stdexcept>
+
+#include "titan/metrics_sink.hpp"
+#include "titan/plugin.hpp"
+
+namespace {
+
+class NanIntolerantSink : public titan::MetricsSink {
+ public:
+  void write(int64_t step, const std::map<std::string, double>& metrics) override {
+    for (const auto& [key, value] : metrics) {
+      if (!std::isfinite(value)) throw std::runtime_error(key + " is not finite at step " + std::to_string(step));
+    }
+  }
+};
+
+void register_nan_intolerant_sink(titan::PluginRegistrar& registrar) {
+  registrar.metrics_sink([](const titan::PluginContext&) { return std::make_unique<NanIntolerantSink>(); });
+}
+
+}  // namespace
+
+TITAN_PLUGIN("nan_intolerant_sink", "1.0", titan::kind_metrics_sink, "test plugin: a sink that throws on NaN",
+             register_nan_intolerant_sink)

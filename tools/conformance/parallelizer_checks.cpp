@@ -1,0 +1,292 @@
+// Each rank trains the fixture twice: alone (the reference) and with the
+// plugin on the mesh its mesh_dims() ask for, on its data-parallel share of
+// every batch. Full parameters are gathered through the layouts the plugin
+// recorded, so a plugin that records wrong layouts fails too.
+#include "parallelizer_checks.h"
+
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "training_fixture.h"
+#include "worker.h"
+#include "titan/device_mesh.hpp"
+#include "titan/dist_runtime.hpp"
+#include "titan/grad_clip.hpp"
+#include "titan/parallelizer.hpp"
+#include "titan/peak_memory.hpp"
+#include "titan/placement.hpp"
+#include "titan/plugin.hpp"
+#include "titan/registry.hpp"
+#include "titan/world.hpp"
+
+namespace titan::conformance {
+
+namespace {
+
+struct ParallelizerDeclaration {
+  std::string variant;  // "" for the base options, else a `variants:` entry's name
+  ConfigNode options;
+  std::vector<std::string> shards_over;
+  double loss_tolerance = 0;
+  double grad_norm_tolerance = 0;
+  double params_tolerance = 0;
+  double memory_limit = 0;
+  std::vector<int64_t> world_sizes;  // empty: any
+};
+
+// `variant` 0 is the section's own options; i > 0 is `variants[i - 1]`
+// (e.g. fsdp as HSDP): its name, options and world_sizes replace the base
+// ones, the tolerances and sharding stay.
+ParallelizerDeclaration read_declaration(const ConfigNode& declaration, size_t variant = 0) {
+  ConfigNode section = declaration.child("parallelizer");
+  ParallelizerDeclaration out;
+  out.options = section.child("options");
+  out.shards_over = section.get<std::vector<std::string>>(
+      "shards_over", {}, "mesh dims every parameter is split along (empty: each rank holds whole parameters)");
+  ConfigNode tolerance = section.child("tolerance");
+  out.loss_tolerance = tolerance.get<double>("loss", 1e-5, "max relative loss difference per step");
+  out.grad_norm_tolerance = tolerance.get<double>("grad_norm", 1e-5, "max relative gradient-norm difference");
+  out.params_tolerance = tolerance.get<double>("params", 1e-5, "max |parameter - reference| after the steps");
+  out.memory_limit = section.get<double>(
+      "memory_limit", 0.75, "peak bytes while building and initializing / whole-model bytes (sharding plugins)");
+  out.world_sizes = section.get<std::vector<int64_t>>(
+      "world_sizes", {}, "world sizes the plugin runs on by itself (empty: any); others are reported as skipped");
+  std::vector<ConfigNode> variants = section.children("variants");
+  if (variant > variants.size()) throw Error("conformance worker: no parallelizer variant " + std::to_string(variant));
+  if (variant > 0) {
+    const ConfigNode& chosen = variants[variant - 1];
+    out.variant = chosen.require<std::string>("name", "the variant's name, shown in its rows (e.g. hsdp)");
+    out.options = chosen.child("options");
+    out.world_sizes = chosen.get<std::vector<int64_t>>("world_sizes", out.world_sizes, "world sizes of this variant");
+  }
+  return out;
+}
+
+size_t variant_count(const ConfigNode& declaration) {
+  return 1 + declaration.child("parallelizer").children("variants").size();
+}
+
+// Row suffix: "@4", or "@4:hsdp" for a variant.
+std::string suffix(int world_size, const std::string& variant) {
+  return "@" + std::to_string(world_size) + (variant.empty() ? "" : ":" + variant);
+}
+
+CheckResult row(const std::string& name, const std::string& where, double measured, double limit,
+                const std::string& detail) {
+  return {"parallelizer." + name + where, measured <= limit, false, measured, limit, detail};
+}
+
+// Every parameter split along each declared dim (when that dim has more
+// than one rank), and the local tensor shaped as its layout says.
+CheckResult sharding(CausalLM& model, const DeviceMesh& mesh, const ParallelizerDeclaration& declared) {
+  int bad = 0;
+  std::string first;
+  for (const auto& item : model.named_parameters()) {
+    const std::string& name = item.key();
+    const TensorLayout* layout = model.layout(name);
+    std::string problem;
+    if (!layout) {
+      for (const auto& dim : declared.shards_over) {
+        if (mesh.size(dim) > 1) problem = "no layout recorded, but the plugin declares sharding over " + dim;
+      }
+    } else {
+      if (!item.value().sizes().equals(layout->local_shape)) {
+        problem = "local shape differs from its layout (" + layout->describe() + ")";
+      }
+      for (const auto& dim : declared.shards_over) {
+        if (mesh.size(dim) <= 1) continue;
+        auto at = std::find(layout->mesh_dims.begin(), layout->mesh_dims.end(), dim);
+        bool split = at != layout->mesh_dims.end() &&
+                     layout->placements[at - layout->mesh_dims.begin()].kind == Placement::Kind::shard;
+        if (!split) problem = "not Shard() along " + dim + " (" + layout->describe() + ")";
+      }
+      if (declared.shards_over.empty() && layout->is_sharded()) {
+        problem = "sharded (" + layout->describe() + ") but the plugin declares whole parameters";
+      }
+    }
+    if (!problem.empty() && bad++ == 0) first = name + ": " + problem;
+  }
+  std::string what = declared.shards_over.empty() ? "whole on every rank" : "sharded as declared";
+  return row("sharding", suffix(mesh.world_size(), declared.variant), bad, 0, bad ? first : "every parameter " + what);
+}
+
+// After the step's gradient finalization, a gradient sits on every
+// trainable parameter, shaped and typed like it.
+CheckResult gradients(CausalLM& model, const std::string& where) {
+  int bad = 0;
+  std::string first;
+  for (const auto& item : model.named_parameters()) {
+    const at::Tensor& param = item.value();
+    if (!param.requires_grad()) continue;
+    std::string problem;
+    if (!param.grad().defined()) problem = "no gradient after finalize_gradients()";
+    else if (!param.grad().sizes().equals(param.sizes())) problem = "gradient shaped unlike its local parameter";
+    else if (param.grad().device() != param.device()) problem = "gradient on another device";
+    if (!problem.empty() && bad++ == 0) first = item.key() + ": " + problem;
+  }
+  return row("gradients", where, bad, 0, bad ? first : "every gradient matches its parameter");
+}
+
+// The plugin's mesh, this rank's layout of each parameter and the reference:
+// gathers each parameter whole and compares; also checks that every rank
+// holding a copy of it holds the same values.
+void compare_parameters(CausalLM& model, const DeviceMesh& mesh, const ReferenceTrace& reference,
+                        const ParallelizerDeclaration& declared, CheckResults& rows) {
+  double worst = 0, spread = 0;
+  std::string worst_name, spread_name;
+  Comm& world = mesh.group("world");
+  for (const auto& item : model.named_parameters()) {
+    at::Tensor local = item.value().detach();
+    const TensorLayout* layout = model.layout(item.key());
+    at::Tensor full = layout ? full_tensor(local, *layout, mesh) : local.clone();
+    full = full.to(at::kDouble);
+    auto expected = reference.params.find(item.key());
+    double diff = expected == reference.params.end() || !expected->second.sizes().equals(full.sizes())
+                      ? INFINITY
+                      : (full - expected->second.to(at::kDouble)).abs().max().item<double>();
+    if (diff > worst || worst_name.empty()) worst = diff, worst_name = item.key();
+    at::Tensor high = full.clone(), low = full.clone();
+    world.all_reduce(high, ReduceOp::max);
+    world.all_reduce(low, ReduceOp::min);
+    double apart = (high - low).abs().max().item<double>();
+    if (apart > spread || spread_name.empty()) spread = apart, spread_name = item.key();
+  }
+  const std::string w = suffix(mesh.world_size(), declared.variant);
+  rows.push_back(row("params", w, worst, declared.params_tolerance, "max |param - reference|, worst " + worst_name));
+  rows.push_back(row("replicas_agree", w, spread, 0, "ranks' whole parameters differ by at most this, worst " + spread_name));
+}
+
+// The fixture's steps with the plugin, each data-parallel rank on its share
+// of every batch; loss (averaged over dp) and the global grad norm are
+// compared with the reference at every step.
+void train_on_mesh(CausalLM& model, const DeviceMesh& mesh, const TrainingFixture& fixture,
+                   const ReferenceTrace& reference, const ParallelizerDeclaration& declared, CheckResults& rows) {
+  const std::string where = suffix(mesh.world_size(), declared.variant);
+  const int64_t dp = mesh.size("dp");
+  const int64_t dp_rank = mesh.coordinate("dp");
+  if (fixture.batch % dp != 0) {
+    throw Error("the fixture's batch (" + std::to_string(fixture.batch) + ") must divide over " + std::to_string(dp) +
+                " data-parallel ranks; set model.batch in the declaration");
+  }
+  const int64_t rows_per_rank = fixture.batch / dp;
+  auto params = trainable(model);
+  std::vector<double> weights;
+  for (const auto& item : model.named_parameters()) {
+    if (!item.value().requires_grad()) continue;
+    const TensorLayout* layout = model.layout(item.key());
+    weights.push_back(1.0 / static_cast<double>(layout ? layout->replication(mesh) : mesh.world_size()));
+  }
+  Comm& world_group = mesh.group("world");
+  NormReduceFn reduce = [&](double partial, NormReduceOp op) {
+    at::Tensor value = at::full({1}, partial, at::kDouble);
+    world_group.all_reduce(value, op == NormReduceOp::max ? ReduceOp::max : ReduceOp::sum);
+    return value.item<double>();
+  };
+  double loss_diff = 0, norm_diff = 0;
+  for (int64_t step = 1; step <= fixture.steps; ++step) {
+    at::Tensor windows = fixture_windows(fixture, step).narrow(0, dp_rank * rows_per_rank, rows_per_rank);
+    at::Tensor loss = next_token_loss(model, windows);
+    loss.backward();
+    model.finalize_gradients();
+    if (step == 1) rows.push_back(gradients(model, where));
+    at::Tensor mean = loss.detach().to(at::kDouble).reshape({1});
+    if (dp > 1) mesh.group("dp").all_reduce(mean, ReduceOp::avg);
+    double norm = clip_grad_norm(params, INFINITY, 2.0, reduce, weights);
+    loss_diff = std::max(loss_diff, relative_difference(mean.item<double>(), reference.losses[step - 1]));
+    norm_diff = std::max(norm_diff, relative_difference(norm, reference.grad_norms[step - 1]));
+    sgd_step(params, fixture.lr);
+  }
+  std::string steps = std::to_string(fixture.steps) + " SGD steps on " + mesh.describe();
+  rows.push_back(row("loss", where, loss_diff, declared.loss_tolerance, "max relative loss difference, " + steps));
+  rows.push_back(row("grad_norm", where, norm_diff, declared.grad_norm_tolerance, "max relative grad-norm difference"));
+}
+
+CheckResults parallelizer_worker(const WorkerArgs& args) {
+  const PluginInfo& info = PluginRegistry::instance().load(args.plugin);
+  ConfigNode declaration = ConfigNode::load_file(args.declaration);
+  ParallelizerDeclaration declared = read_declaration(declaration, std::stoul(args.value("variant")));
+  TrainingFixture fixture = load_fixture(declaration);
+  World world = detect_world();
+  const std::string where = suffix(world.world_size, declared.variant);
+  ReferenceTrace reference = train_reference(fixture);
+
+  PluginContext context;
+  context.options = declared.options;
+  context.rank = world.rank;
+  context.world_size = world.world_size;
+  context.dump_folder = args.scratch;
+  context.training_steps = fixture.steps;
+  auto parallelizer = PluginRegistry::instance().create_parallelizer(info.name, context);
+  DistTimeouts timeouts;
+  timeouts.init = std::chrono::seconds(60);
+  timeouts.collective = std::chrono::seconds(60);
+  DistRuntime runtime(world, timeouts);
+  DeviceMesh mesh(runtime, resolve_mesh_degrees(parallelizer->mesh_dims(), world.world_size));
+  const c10::Device cpu(c10::kCPU);
+  ParallelizeContext parallel_context{*fixture.spec, cpu, &mesh, c10::kFloat, c10::kFloat};
+
+  CheckResults rows;
+  std::shared_ptr<CausalLM> model;
+  int64_t peak = peak_cpu_bytes_during([&] {
+    model = fixture.spec->build(c10::Device(c10::kMeta));
+    parallelizer->parallelize(*model, parallel_context);
+    materialize_module(*model, cpu);
+    model->init_weights(fixture.seed);
+  });
+  model->train();
+  int64_t whole = 0;
+  for (const auto& [name, tensor] : reference.params) whole += tensor.numel() * tensor.element_size();
+  double ratio = static_cast<double>(peak) / static_cast<double>(whole);
+  if (!declared.shards_over.empty() && world.world_size > 1) {
+    rows.push_back(row("memory", where, ratio, declared.memory_limit,
+                       "peak CPU bytes while building, parallelizing and initializing / whole model (" +
+                           std::to_string(whole) + " B)"));
+  }
+  rows.push_back(sharding(*model, mesh, declared));
+
+  train_on_mesh(*model, mesh, fixture, reference, declared, rows);
+  compare_parameters(*model, mesh, reference, declared, rows);
+  return rows;
+}
+
+}  // namespace
+
+void register_parallelizer_worker() { register_worker("parallelizer", parallelizer_worker); }
+
+CheckResults check_parallelizer(const std::string& plugin, const std::string& declaration_path,
+                                const ConfigNode& declaration, const std::vector<int>& ranks,
+                                const std::string& scratch) {
+  // Bad input is reported before any rank starts: the factory reads (and
+  // so validates) the plugin's options here too.
+  const PluginInfo& info = PluginRegistry::instance().load(plugin);
+  load_fixture(declaration);
+  CheckResults results;
+  for (size_t variant = 0; variant < variant_count(declaration); ++variant) {
+    ParallelizerDeclaration declared = read_declaration(declaration, variant);
+    PluginContext context;
+    context.options = declared.options;
+    PluginRegistry::instance().create_parallelizer(info.name, context);
+    for (int world_size : ranks) {
+      const std::string where = suffix(world_size, declared.variant);
+      const auto& sizes = declared.world_sizes;
+      if (!sizes.empty() && std::find(sizes.begin(), sizes.end(), world_size) == sizes.end()) {
+        results.push_back({"parallelizer.run" + where, false, true, 0, 0,
+                           "the declaration's world_sizes exclude " + std::to_string(world_size) + " ranks"});
+        continue;
+      }
+      WorkerRun run;
+      run.worker = "parallelizer";
+      run.args = {plugin, declaration_path, scratch + "/parallelizer" + where, {{"variant", std::to_string(variant)}}};
+      run.ranks = world_size;
+      run.deadline = std::chrono::seconds(240);
+      run.row_on_failure = "parallelizer.run" + where;
+      CheckResults rows = run_workers(run);
+      results.insert(results.end(), rows.begin(), rows.end());
+    }
+  }
+  return results;
+}
+
+}  // namespace titan::conformance

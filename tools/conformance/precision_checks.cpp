@@ -1,0 +1,100 @@
+// Mixed precision as FSDP2 does it, on one process: float32 master
+// parameters; each step they are copied into the policy's converted model in
+// param_dtype (compute happens there), and its gradients are rounded
+// through reduce_dtype before the float32 SGD update.
+#include "precision_checks.h"
+
+#include <torch/torch.h>
+
+#include <cmath>
+
+#include "training_fixture.h"
+#include "titan/plugin.hpp"
+#include "titan/precision.hpp"
+#include "titan/registry.hpp"
+
+namespace titan::conformance {
+
+namespace {
+
+CheckResult row(const std::string& name, double measured, double limit, const std::string& detail) {
+  return {"precision." + name, measured <= limit, false, measured, limit, detail};
+}
+
+// The fixture's model after the policy's module conversion, its
+// parameters in param_dtype.
+std::shared_ptr<CausalLM> converted_model(const TrainingFixture& fixture, PrecisionPolicy& policy) {
+  std::shared_ptr<CausalLM> model = fixture.spec->build(c10::Device(c10::kMeta));
+  policy.convert(*model);
+  {
+    torch::NoGradGuard no_grad;
+    for (auto& param : model->parameters()) {
+      if (param.is_floating_point()) param.set_data(param.to(policy.param_dtype()));
+    }
+  }
+  materialize_module(*model, c10::Device(c10::kCPU));
+  model->init_buffers();
+  model->train();
+  return model;
+}
+
+double losses_under_policy(const TrainingFixture& fixture, PrecisionPolicy& policy, const ReferenceTrace& reference,
+                           std::string& trace) {
+  auto master = build_single_process(fixture);
+  auto compute = converted_model(fixture, policy);
+  auto master_params = master->named_parameters();
+  auto compute_params = compute->named_parameters();
+  double worst = 0;
+  for (int64_t step = 1; step <= fixture.steps; ++step) {
+    {
+      torch::NoGradGuard no_grad;
+      for (auto& item : compute_params) {
+        const at::Tensor* source = master_params.find(item.key());
+        if (!source) throw Error("precision: convert() renamed or added parameter '" + item.key() + "'");
+        item.value().copy_(*source);
+      }
+    }
+    at::Tensor loss = next_token_loss(*compute, fixture_windows(fixture, step));
+    loss.backward();
+    compute->finalize_gradients();
+    for (auto& item : compute_params) {
+      at::Tensor& grad = item.value().mutable_grad();
+      if (!grad.defined()) continue;
+      master_params[item.key()].mutable_grad() = grad.to(policy.reduce_dtype()).to(at::kFloat);
+      grad.reset();
+    }
+    sgd_step(trainable(*master), fixture.lr);
+    double value = loss.item<double>();
+    double diff = std::isfinite(value) ? relative_difference(value, reference.losses[step - 1]) : INFINITY;
+    worst = std::max(worst, diff);
+    trace += (step > 1 ? ", " : "") + std::to_string(value) + " vs " + std::to_string(reference.losses[step - 1]);
+  }
+  return worst;
+}
+
+}  // namespace
+
+CheckResults check_precision(const std::string& plugin, const ConfigNode& declaration) {
+  TrainingFixture fixture = load_fixture(declaration);
+  PluginContext context;
+  context.options = declaration.child("precision").child("options");
+  context.training_steps = fixture.steps;
+  auto policy = PluginRegistry::instance().create_precision(PluginRegistry::instance().load(plugin).name, context);
+
+  CheckResults results;
+  c10::ScalarType param = policy->param_dtype(), reduce = policy->reduce_dtype();
+  bool supported = trainer_supports_dtype(param) && trainer_supports_dtype(reduce);
+  results.push_back(row("dtypes", supported ? 0 : 1, 0,
+                        std::string("param ") + c10::toString(param) + ", reduce " + c10::toString(reduce) +
+                            " (the trainer supports Float and BFloat16)"));
+  if (!supported) return results;
+  double tolerance = policy->loss_tolerance();
+  std::string trace;
+  double worst = losses_under_policy(fixture, *policy, train_reference(fixture), trace);
+  results.push_back(row("loss", worst, std::isfinite(tolerance) && tolerance >= 0 ? tolerance : -1,
+                        "max relative loss difference to float32 over " + std::to_string(fixture.steps) +
+                            " SGD steps vs the policy's loss_tolerance(): " + trace));
+  return results;
+}
+
+}  // namespace titan::conformance

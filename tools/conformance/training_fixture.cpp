@@ -1,0 +1,104 @@
+#include "training_fixture.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <torch/torch.h>
+
+#include <cmath>
+
+#include "titan/compat.hpp"
+#include "titan/grad_clip.hpp"
+#include "titan/plugin.hpp"
+#include "titan/registry.hpp"
+
+namespace titan::conformance {
+
+TrainingFixture load_fixture(const ConfigNode& declaration, const std::string& model_under_test) {
+  TrainingFixture fixture;
+  ConfigNode section = declaration.child("model");
+  const bool names_plugin = section.has("plugin");  // before get(), which writes the default back
+  fixture.model_plugin = section.get<std::string>("plugin", "llama3", "the model plugin the checks train");
+  fixture.batch = section.get<int64_t>("batch", 4, "global batch (rows), split over data-parallel ranks");
+  fixture.seq_len = section.get<int64_t>("seq_len", 16, "tokens per row");
+  fixture.steps = section.get<int64_t>("steps", 3, "SGD steps compared with the reference");
+  fixture.lr = section.get<double>("lr", 0.05, "SGD learning rate");
+  fixture.seed = static_cast<uint64_t>(section.get<int64_t>("seed", 7, "init and data seed"));
+  int64_t vocab = section.get<int64_t>("vocab_size", 512, "vocabulary size given to the model");
+  std::string model_name = PluginRegistry::instance().load(model_under_test.empty() ? fixture.model_plugin
+                                                                                    : model_under_test).name;
+  if (!model_under_test.empty() && names_plugin && fixture.model_plugin != model_name) {
+    section.fail("plugin", "names '" + fixture.model_plugin + "', but the model plugin under test is '" +
+                               model_name + "' (leave it out or name that plugin)");
+  }
+  fixture.model_plugin = model_name;
+  ConfigNode options = model_name == "llama3" && !section.has("options")
+                           ? ConfigNode::parse("{dim: 64, n_layers: 4, n_heads: 4, max_seq_len: 64}",
+                                               "conformance default model")
+                           : section.child("options");
+  PluginContext context;
+  context.options = options;
+  fixture.spec = PluginRegistry::instance().create_model(model_name, context);
+  fixture.spec->set_vocab_size(vocab);
+  if (fixture.batch < 1 || fixture.seq_len < 1 || fixture.steps < 1) {
+    section.fail("batch", "batch, seq_len and steps must be >= 1");
+  }
+  return fixture;
+}
+
+at::Tensor fixture_windows(const TrainingFixture& fixture, int64_t step) {
+  auto generator = at::make_generator<at::CPUGeneratorImpl>(fixture.seed * 1000003 + static_cast<uint64_t>(step));
+  return at::randint(fixture.spec->vocab_size(), {fixture.batch, fixture.seq_len + 1}, generator, at::kLong);
+}
+
+std::shared_ptr<CausalLM> build_single_process(const TrainingFixture& fixture) {
+  std::shared_ptr<CausalLM> model = fixture.spec->build(c10::Device(c10::kMeta));
+  materialize_module(*model, c10::Device(c10::kCPU));
+  model->init_weights(fixture.seed);
+  model->train();
+  return model;
+}
+
+at::Tensor next_token_loss(CausalLM& model, const at::Tensor& windows) {
+  int64_t length = windows.size(1) - 1;
+  at::Tensor logits = model.run(windows.narrow(1, 0, length));
+  return torch::nn::functional::cross_entropy(logits.flatten(0, 1).to(at::kFloat),
+                                              windows.narrow(1, 1, length).flatten(0, 1));
+}
+
+void sgd_step(const std::vector<at::Tensor>& params, double lr) {
+  torch::NoGradGuard no_grad;
+  for (const auto& param : params) {
+    if (!param.grad().defined()) continue;
+    param.sub_(param.grad().to(param.scalar_type()), lr);  // a Tensor is a handle: in-place ops are const
+    param.mutable_grad().reset();
+  }
+}
+
+std::vector<at::Tensor> trainable(CausalLM& model) {
+  std::vector<at::Tensor> params;
+  for (const auto& param : model.parameters()) {
+    if (param.requires_grad()) params.push_back(param);
+  }
+  return params;
+}
+
+ReferenceTrace train_reference(const TrainingFixture& fixture) {
+  ReferenceTrace trace;
+  auto model = build_single_process(fixture);
+  auto params = trainable(*model);
+  for (int64_t step = 1; step <= fixture.steps; ++step) {
+    at::Tensor loss = next_token_loss(*model, fixture_windows(fixture, step));
+    loss.backward();
+    model->finalize_gradients();
+    trace.losses.push_back(loss.item<double>());
+    trace.grad_norms.push_back(clip_grad_norm(params, INFINITY));
+    sgd_step(params, fixture.lr);
+  }
+  for (const auto& item : model->named_parameters()) trace.params[item.key()] = item.value().detach().clone();
+  return trace;
+}
+
+double relative_difference(double a, double b, double floor) {
+  return std::abs(a - b) / std::max(std::abs(b), floor);
+}
+
+}  // namespace titan::conformance

@@ -1,0 +1,59 @@
+// The small training job the model-level checks share: a model plugin
+// (llama3 shrunk to 4 blocks by default), fixed random tokens, and plain
+// SGD, so that no optimizer can hide or cause a difference. The reference
+// is the same job on one process in float32.
+#pragma once
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "titan/config.hpp"
+#include "titan/model.hpp"
+
+namespace titan::conformance {
+
+struct TrainingFixture {
+  std::unique_ptr<ModelSpec> spec;
+  std::string model_plugin;
+  int64_t batch = 4;  // global: split over the data-parallel ranks
+  int64_t seq_len = 16;
+  int64_t steps = 3;
+  double lr = 0.05;
+  uint64_t seed = 7;
+};
+
+// Reads the declaration's optional `model:` section: plugin (llama3), its
+// options, vocab_size, batch, seq_len, steps, lr, seed. `model_under_test`
+// (a model plugin's path) replaces `model.plugin`, which may then only name
+// that plugin.
+TrainingFixture load_fixture(const ConfigNode& declaration, const std::string& model_under_test = "");
+
+// [batch, seq_len + 1] tokens of a step: a pure function of (seed, step).
+at::Tensor fixture_windows(const TrainingFixture& fixture, int64_t step);
+
+// The model built on one process, initialized from the fixture's seed.
+std::shared_ptr<CausalLM> build_single_process(const TrainingFixture& fixture);
+
+// Mean next-token cross-entropy of `windows` ([rows, seq_len + 1]).
+at::Tensor next_token_loss(CausalLM& model, const at::Tensor& windows);
+
+// p -= lr * grad for every parameter with a gradient; clears the gradients.
+void sgd_step(const std::vector<at::Tensor>& params, double lr);
+
+std::vector<at::Tensor> trainable(CausalLM& model);
+
+struct ReferenceTrace {
+  std::vector<double> losses;
+  std::vector<double> grad_norms;
+  std::map<std::string, at::Tensor> params;  // after the last step
+};
+
+// The fixture's steps on one process: the reference every check compares to.
+ReferenceTrace train_reference(const TrainingFixture& fixture);
+
+// max |a - b| / max(|b|, floor): a relative difference that stays defined
+// near zero.
+double relative_difference(double a, double b, double floor = 1e-6);
+
+}  // namespace titan::conformance
