@@ -1,5 +1,5 @@
-// titan-conformance on real plugins: the project's adamw passes, a plugin
-// with a sign error fails naming the check, bad input is a clear error, and
+// titan-conformance on real plugins: the project's adamw passes, plugins
+// with a sign error or a non-elementwise update fail naming the check, bad input is a clear error, and
 // --json is machine-readable.
 #include "doctest_torch.hpp"
 
@@ -37,6 +37,28 @@ TEST_CASE("titan-conformance: an optimizer with a sign error fails the reference
       CHECK(check["measured"].get<double>() > 0.1);
     }
   }
+}
+
+TEST_CASE("titan-conformance: an optimizer whose update depends on its whole tensor fails sharded_like_whole, "
+          "an elementwise one passes it") {
+  auto normalized = conformance_json(test_plugin("normalized_sgd"));
+  INFO(normalized.output);
+  CHECK(normalized.exit_code == 1);
+  CHECK(normalized.results["optimizer.sharded_like_whole"] == "fail");
+  CHECK(normalized.output.find("conformance check failed: optimizer.sharded_like_whole") != std::string::npos);
+  CHECK(normalized.results["optimizer.state_like_params"] == "pass");
+  // The sign error is wrong but elementwise: sharding does not change it.
+  auto sign_error = conformance_json(test_plugin("sign_error_sgd"));
+  INFO(sign_error.output);
+  CHECK(sign_error.results["optimizer.reference_step"] == "fail");
+  CHECK(sign_error.results["optimizer.sharded_like_whole"] == "pass");
+  // A rule declared non-elementwise is skipped, never passed.
+  fs::path dir = titan::test::temp_dir("conformance_not_elementwise");
+  titan::test::write_file(dir / "declared.yaml", "optimizer:\n  rule: sgd\n  elementwise: false\n"
+                                                 "  options: {lr: 0.1, momentum: 0.0, weight_decay: 0.0}\n");
+  auto declared = conformance_json(test_plugin("normalized_sgd"), "--declare " + (dir / "declared.yaml").string());
+  INFO(declared.output);
+  CHECK(declared.results["optimizer.sharded_like_whole"] == "skip");
 }
 
 TEST_CASE("titan-conformance: a declaration naming an unknown rule or a missing file is an error naming it") {

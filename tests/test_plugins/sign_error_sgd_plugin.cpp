@@ -1,5 +1,8 @@
 // Deliberately wrong: declares torch.optim.SGD's rule but steps up the
 // gradient (p += lr * g). titan-conformance must fail its reference check.
+// Built also as `normalized_sgd` (TITAN_TEST_NORMALIZED_UPDATE): it steps
+// down g / rms(g) of the whole local tensor, which is not elementwise, so
+// under FSDP each shard would move differently from the unsharded run.
 #include <ATen/ATen.h>
 
 #include "titan/optimizer.hpp"
@@ -13,7 +16,13 @@ class SignErrorSgd : public titan::Optimizer {
   void step(double lr) override {
     at::NoGradGuard no_grad;
     for (auto& p : params_) {
-      if (p.tensor.grad().defined()) p.tensor.add_(p.tensor.grad(), lr);  // the bug: + instead of -
+      if (!p.tensor.grad().defined()) continue;
+#ifdef TITAN_TEST_NORMALIZED_UPDATE
+      at::Tensor grad = p.tensor.grad();
+      p.tensor.sub_(grad / grad.pow(2).mean().sqrt().clamp_min(1e-12), lr);  // the bug: a per-tensor statistic
+#else
+      p.tensor.add_(p.tensor.grad(), lr);  // the bug: + instead of -
+#endif
     }
   }
   void zero_grad() override {
@@ -48,5 +57,9 @@ void register_sign_error_sgd(titan::PluginRegistrar& registrar) {
 
 }  // namespace
 
-TITAN_PLUGIN("sign_error_sgd", "1.0", titan::kind_optimizer, "SGD with a sign error (conformance test)",
+#ifndef TITAN_TEST_OPTIMIZER_NAME
+#define TITAN_TEST_OPTIMIZER_NAME "sign_error_sgd"
+#endif
+
+TITAN_PLUGIN(TITAN_TEST_OPTIMIZER_NAME, "1.0", titan::kind_optimizer, "a broken SGD (conformance test)",
              register_sign_error_sgd)

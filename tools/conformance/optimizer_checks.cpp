@@ -7,6 +7,7 @@
 #include <ATen/core/grad_mode.h>
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 
 #include "reference_rules.h"
@@ -126,12 +127,98 @@ CheckResult no_grad_untouched(const std::string& plugin, const ConfigNode& decla
   return result;
 }
 
+// Rows [begin, begin + length) of every parameter, as FSDP gives one rank.
+std::vector<NamedParameter> row_pieces(const std::vector<NamedParameter>& whole, int piece, int pieces) {
+  std::vector<NamedParameter> out;
+  for (const auto& p : whole) {
+    int64_t rows = p.tensor.size(0), per = (rows + pieces - 1) / pieces;
+    int64_t begin = std::min(rows, per * piece), length = std::min(rows, begin + per) - begin;
+    at::Tensor local = p.tensor.detach().narrow(0, begin, length).clone().set_requires_grad(true);
+    out.push_back({p.name, local});
+  }
+  return out;
+}
+
+// Under FSDP each rank's optimizer sees only its rows of every parameter,
+// under the whole parameter's name. An elementwise rule must then give the
+// rows of the unsharded run, and its state must be those rows of the whole
+// state (what a resharded checkpoint relies on).
+CheckResult sharded_like_whole(const std::string& plugin, const ConfigNode& declaration) {
+  CheckResult result;
+  result.name = "optimizer.sharded_like_whole";
+  result.limit = declaration.get<double>("tolerance", 1e-6, "max |plugin - reference| after the steps");
+  if (!declaration.get<bool>("elementwise", true,
+                             "whether the rule acts on each element alone (false: sharded_like_whole is skipped)")) {
+    result.skipped = true;
+    result.detail = "the declaration says the rule is not elementwise: it cannot run on FSDP's row shards";
+    return result;
+  }
+  constexpr int kPieces = 2;
+  auto whole = fresh_params(5);
+  double lr = 0;
+  auto whole_optimizer = build(plugin, declaration.child("options"), whole, &lr);
+  std::vector<std::vector<NamedParameter>> pieces;
+  std::vector<std::unique_ptr<Optimizer>> piece_optimizers;
+  for (int piece = 0; piece < kPieces; ++piece) {
+    pieces.push_back(row_pieces(whole, piece, kPieces));
+    piece_optimizers.push_back(build(plugin, declaration.child("options"), pieces.back(), &lr));
+  }
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(6);
+  for (int step = 0; step < kSteps; ++step) {
+    for (size_t i = 0; i < whole.size(); ++i) {
+      at::Tensor grad = at::normal(0.0, 1.0, whole[i].tensor.sizes(), gen, at::kDouble).to(at::kFloat);
+      whole[i].tensor.mutable_grad() = grad;
+      int64_t begin = 0;
+      for (auto& piece : pieces) {
+        int64_t rows = piece[i].tensor.size(0);
+        piece[i].tensor.mutable_grad() = grad.narrow(0, begin, rows).clone();
+        begin += rows;
+      }
+    }
+    whole_optimizer->step(lr);
+    for (auto& optimizer : piece_optimizers) optimizer->step(lr);
+  }
+  auto concat = [](const std::vector<at::Tensor>& parts) {
+    return parts.front().dim() == 0 ? parts.front() : at::cat(parts, 0);
+  };
+  std::string worst;
+  auto compare = [&](const std::string& what, const at::Tensor& expected, const at::Tensor& got) {
+    double diff = expected.sizes().equals(got.sizes())
+                      ? (expected.to(at::kDouble) - got.to(at::kDouble)).abs().max().item<double>()
+                      : INFINITY;
+    if (diff > result.measured || worst.empty()) result.measured = diff, worst = what;
+  };
+  for (size_t i = 0; i < whole.size(); ++i) {
+    std::vector<at::Tensor> parts;
+    for (const auto& piece : pieces) parts.push_back(piece[i].tensor.detach());
+    compare(whole[i].name, whole[i].tensor.detach(), concat(parts));
+  }
+  std::vector<std::map<std::string, at::Tensor>> piece_states;
+  for (auto& optimizer : piece_optimizers) piece_states.push_back(optimizer->state_tensors());
+  for (const auto& [key, tensor] : whole_optimizer->state_tensors()) {
+    std::vector<at::Tensor> parts;
+    for (const auto& states : piece_states) {
+      auto found = states.find(key);
+      if (found != states.end()) parts.push_back(found->second.detach());
+    }
+    if (parts.size() != kPieces) {
+      result.measured = INFINITY, worst = key + " (missing from a shard's optimizer)";
+      continue;
+    }
+    compare(key, tensor.detach(), concat(parts));
+  }
+  result.passed = result.measured <= result.limit;
+  result.detail = std::to_string(kSteps) + " steps on " + std::to_string(kPieces) +
+                  " row shards vs whole parameters (params and state), worst " + worst;
+  return result;
+}
+
 }  // namespace
 
 CheckResults check_optimizer(const std::string& plugin, const ConfigNode& declaration) {
   at::NoGradGuard no_grad;
   return {reference_step(plugin, declaration), state_like_params(plugin, declaration),
-          no_grad_untouched(plugin, declaration)};
+          sharded_like_whole(plugin, declaration), no_grad_untouched(plugin, declaration)};
 }
 
 }  // namespace titan::conformance

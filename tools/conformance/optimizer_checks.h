@@ -1,6 +1,7 @@
 // The OptimizerFactory contract: steps match the declared rule's float64
-// reference, state is shaped like its parameter, and a parameter without a
-// gradient is left alone.
+// reference, state is shaped like its parameter, an optimizer over FSDP's
+// row shards gives the rows of the whole run (state included), and a
+// parameter without a gradient is left alone.
 #pragma once
 #include <string>
 
