@@ -102,6 +102,9 @@ void FsdpParallelizer::parallelize(CausalLM& model, const ParallelizeContext& co
   }
   std::vector<std::vector<ShardedParam>> block_params(static_cast<size_t>(model.num_blocks()));
   std::vector<ShardedParam> root_params;
+#ifdef TITAN_FSDP_MUTANT_MATERIALIZE_WHOLE
+  std::vector<at::Tensor> whole_model_staging;
+#endif
   for (auto& item : model.named_parameters()) {
     at::Tensor param = item.value();
     if (!param.requires_grad()) continue;
@@ -134,6 +137,13 @@ void FsdpParallelizer::parallelize(CausalLM& model, const ParallelizeContext& co
       throw Error("fsdp: parameter '" + p.name + "' is already materialized; FSDP must run on the meta model");
     }
     param.set_data(at::empty(local_shape, param.options()));
+#ifdef TITAN_FSDP_MUTANT_MATERIALIZE_WHOLE
+    // Test-only mutant (tests/test_plugins builds it as `whole_model_fsdp`):
+    // every whole parameter is staged on the CPU at once, as a naive FSDP
+    // would before sharding; titan-conformance's memory check must catch it
+    // though training stays exact.
+    whole_model_staging.push_back(at::zeros(p.global_shape, param.options().device(c10::kCPU)));
+#endif
 
     auto found = block_of.find(param.unsafeGetTensorImpl());
     if (found == block_of.end()) {

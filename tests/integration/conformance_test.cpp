@@ -119,6 +119,18 @@ TEST_CASE("titan-conformance: an fsdp that leaves one gradient unreduced fails t
   }
 }
 
+TEST_CASE("titan-conformance: an fsdp that stages the whole model before sharding fails parallelizer.memory only") {
+  auto report = conformance_json(test_plugin("whole_model_fsdp"), "--ranks 2");
+  INFO(report.output);
+  CHECK(report.exit_code == 1);
+  CHECK(report.output.find("conformance check failed: parallelizer.memory@2") != std::string::npos);
+  for (const auto& [name, result] : report.results) {
+    bool memory = name.rfind("parallelizer.memory@", 0) == 0;
+    if (result != "skip") CHECK_MESSAGE(result == (memory ? "fail" : "pass"), name);  // training stays exact
+  }
+  CHECK(report.results["parallelizer.memory@2"] == "fail");
+}
+
 TEST_CASE("titan-conformance: --ranks must be a list of world sizes") {
   auto result = run_conformance("--plugin " + (plugin_dir() / "libtitan_plugin_fsdp.so").string() + " --ranks 1,two");
   INFO(result.output);

@@ -4,6 +4,7 @@
 // which titan_add_plugin(... CONFORMANCE file) puts beside the library),
 // prints a table (or JSON), and exits 1 when any check fails, 2 on bad input.
 // Multi-rank checks start this program again as workers (--worker).
+#include <c10/util/Exception.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -152,6 +153,11 @@ int main(int argc, char** argv) {
       return titan::conformance::run_worker_main(args.worker, {args.plugin, args.declaration, args.scratch, args.values});
     }
     return run_harness(args);
+  } catch (const c10::Error& error) {
+    // A plugin's LibTorch error: its message, not the frames (a worker's log
+    // tail is what the failed row shows).
+    std::cerr << "titan-conformance: " << error.what_without_backtrace() << "\n";
+    return 2;
   } catch (const std::exception& error) {
     std::cerr << "titan-conformance: " << error.what() << "\n";
     return 2;

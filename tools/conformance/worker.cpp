@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <limits>
 #include <nlohmann/json.hpp>
 
 #include "rank_group.h"
@@ -22,6 +23,12 @@ std::map<std::string, WorkerFn>& workers() {
 int env_rank() {
   const char* rank = std::getenv("RANK");
   return rank ? std::atoi(rank) : 0;
+}
+
+// JSON has no infinity or NaN: nlohmann writes them as null. Either is a
+// measurement no limit accepts, so null reads back as infinity.
+double number_or_infinity(const nlohmann::json& value) {
+  return value.is_null() ? std::numeric_limits<double>::infinity() : value.get<double>();
 }
 
 std::string results_path(const std::string& scratch, int rank) {
@@ -71,7 +78,7 @@ CheckResults read_results(const std::string& path) {
   CheckResults results;
   for (const auto& row : rows) {
     results.push_back({row.at("name").get<std::string>(), row.at("passed").get<bool>(), row.at("skipped").get<bool>(),
-                       row.at("measured").get<double>(), row.at("limit").get<double>(),
+                       number_or_infinity(row.at("measured")), number_or_infinity(row.at("limit")),
                        row.at("detail").get<std::string>()});
   }
   return results;
