@@ -17,10 +17,10 @@ using titan::tensorboard::EventFileWriter;
 // unit, so that charts line up with TorchTitan runs. Other keys keep their
 // name.
 struct TagMapping {
-  const char *tag;
+  const char* tag;
   double scale;
 };
-const std::map<std::string, TagMapping> &torchtitan_tags() {
+const std::map<std::string, TagMapping>& torchtitan_tags() {
   static const std::map<std::string, TagMapping> tags{
       {"loss", {"loss_metrics/global_avg_loss", 1.0}},
       {"grad_norm", {"grad_norm", 1.0}},
@@ -33,58 +33,50 @@ const std::map<std::string, TagMapping> &torchtitan_tags() {
 }
 
 class TensorBoardSink : public titan::MetricsSink {
-public:
-  explicit TensorBoardSink(std::unique_ptr<EventFileWriter> writer)
-      : writer_(std::move(writer)) {}
+ public:
+  explicit TensorBoardSink(std::unique_ptr<EventFileWriter> writer) : writer_(std::move(writer)) {}
 
-  void write(int64_t step,
-             const std::map<std::string, double> &metrics) override {
-    if (!writer_)
-      return; // not rank 0
+  void write(int64_t step, const std::map<std::string, double>& metrics) override {
+    if (!writer_) return;  // not rank 0
     std::vector<std::pair<std::string, float>> scalars;
-    for (const auto &[key, value] : metrics) {
+    for (const auto& [key, value] : metrics) {
       auto mapped = torchtitan_tags().find(key);
       // Non-finite values are written: TensorBoard shows a NaN loss, and a
       // gap in the chart would hide the step that went wrong.
       if (mapped == torchtitan_tags().end()) {
         scalars.emplace_back(key, static_cast<float>(value));
       } else {
-        scalars.emplace_back(mapped->second.tag,
-                             static_cast<float>(value * mapped->second.scale));
+        scalars.emplace_back(mapped->second.tag, static_cast<float>(value * mapped->second.scale));
       }
     }
     writer_->append(step, scalars);
   }
 
   void flush() override {
-    if (writer_)
-      writer_->flush();
+    if (writer_) writer_->flush();
   }
 
-private:
+ private:
   std::unique_ptr<EventFileWriter> writer_;
 };
 
-void register_tensorboard(titan::PluginRegistrar &registrar) {
-  registrar.metrics_sink([](const titan::PluginContext &context) {
+void register_tensorboard(titan::PluginRegistrar& registrar) {
+  registrar.metrics_sink([](const titan::PluginContext& context) {
     // Same key, default and doc as core's read of the metrics: section.
-    std::string folder = context.options.get<std::string>(
-        "save_tb_folder", "tb", "TensorBoard folder under dump_folder");
-    if (folder.empty())
-      context.options.fail("save_tb_folder",
-                           "expected a folder name, got an empty string");
+    std::string folder =
+        context.options.get<std::string>("save_tb_folder", "tb", "TensorBoard folder under dump_folder");
+    if (folder.empty()) context.options.fail("save_tb_folder", "expected a folder name, got an empty string");
     std::unique_ptr<EventFileWriter> writer;
     // Only rank 0 writes, as TorchTitan does by default: one event file per
     // job.
     if (context.rank == 0) {
-      writer = std::make_unique<EventFileWriter>(
-          (std::filesystem::path(context.dump_folder) / folder).string());
+      writer = std::make_unique<EventFileWriter>((std::filesystem::path(context.dump_folder) / folder).string());
     }
     return std::make_unique<TensorBoardSink>(std::move(writer));
   });
 }
 
-} // namespace
+}  // namespace
 
 TITAN_PLUGIN("tensorboard", "1.0", titan::kind_metrics_sink,
              "TensorBoard event files of each logged step's metrics "

@@ -19,22 +19,20 @@ namespace fs = std::filesystem;
 
 namespace {
 
-uint32_t bitwise_crc32c(const std::string &bytes) {
+uint32_t bitwise_crc32c(const std::string& bytes) {
   uint32_t crc = 0xFFFFFFFFu;
   for (unsigned char byte : bytes) {
     crc ^= byte;
     for (int bit = 0; bit < 8; ++bit)
-      crc = (crc & 1u) ? (crc >> 1) ^ 0x82F63B78u
-                       : crc >> 1; // Castagnoli 0x1EDC6F41, reflected
+      crc = (crc & 1u) ? (crc >> 1) ^ 0x82F63B78u : crc >> 1;  // Castagnoli 0x1EDC6F41, reflected
   }
   return ~crc;
 }
 
-uint32_t masked(uint32_t crc) {
-  return ((crc >> 15) | (crc << 17)) + 0xa282ead8u;
-}
+uint32_t masked(uint32_t crc) { return ((crc >> 15) | (crc << 17)) + 0xa282ead8u; }
 
-template <class T> T little_endian(const std::string &bytes, size_t at) {
+template <class T>
+T little_endian(const std::string& bytes, size_t at) {
   REQUIRE(at + sizeof(T) <= bytes.size());
   T value;
   std::memcpy(&value, bytes.data() + at, sizeof(T));
@@ -57,7 +55,7 @@ struct Field {
   std::string bytes;
 };
 
-std::vector<Field> fields_of(const std::string &message) {
+std::vector<Field> fields_of(const std::string& message) {
   std::vector<Field> fields;
   size_t at = 0;
   auto varint = [&] {
@@ -66,8 +64,7 @@ std::vector<Field> fields_of(const std::string &message) {
       REQUIRE(at < message.size());
       auto byte = static_cast<unsigned char>(message[at++]);
       value |= uint64_t(byte & 0x7F) << shift;
-      if (!(byte & 0x80))
-        return value;
+      if (!(byte & 0x80)) return value;
     }
   };
   while (at < message.size()) {
@@ -93,23 +90,18 @@ std::vector<Field> fields_of(const std::string &message) {
   return fields;
 }
 
-Event decode_event(const std::string &data) {
+Event decode_event(const std::string& data) {
   Event event;
-  for (const Field &field : fields_of(data)) {
-    if (field.number == 1)
-      std::memcpy(&event.wall_time, &field.bits, 8);
-    if (field.number == 2)
-      event.step = static_cast<int64_t>(field.bits);
-    if (field.number == 3)
-      event.file_version = field.bytes;
-    if (field.number != 5)
-      continue;
-    for (const Field &value : fields_of(field.bytes)) { // Summary.value
+  for (const Field& field : fields_of(data)) {
+    if (field.number == 1) std::memcpy(&event.wall_time, &field.bits, 8);
+    if (field.number == 2) event.step = static_cast<int64_t>(field.bits);
+    if (field.number == 3) event.file_version = field.bytes;
+    if (field.number != 5) continue;
+    for (const Field& value : fields_of(field.bytes)) {  // Summary.value
       std::string tag;
       float simple_value = NAN;
-      for (const Field &part : fields_of(value.bytes)) {
-        if (part.number == 1)
-          tag = part.bytes;
+      for (const Field& part : fields_of(value.bytes)) {
+        if (part.number == 1) tag = part.bytes;
         if (part.number == 2) {
           REQUIRE(part.wire_type == 5);
           auto bits = static_cast<uint32_t>(part.bits);
@@ -123,7 +115,7 @@ Event decode_event(const std::string &data) {
 }
 
 // Every record of a TFRecord file, both masked CRCs checked.
-std::vector<Event> read_events(const fs::path &path) {
+std::vector<Event> read_events(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);
   std::string bytes((std::istreambuf_iterator<char>(in)), {});
   std::vector<Event> events;
@@ -131,57 +123,50 @@ std::vector<Event> read_events(const fs::path &path) {
   while (at < bytes.size()) {
     std::string length_bytes = bytes.substr(at, 8);
     auto length = little_endian<uint64_t>(bytes, at);
-    CHECK(little_endian<uint32_t>(bytes, at + 8) ==
-          masked(bitwise_crc32c(length_bytes)));
+    CHECK(little_endian<uint32_t>(bytes, at + 8) == masked(bitwise_crc32c(length_bytes)));
     REQUIRE(at + 12 + length + 4 <= bytes.size());
     std::string data = bytes.substr(at + 12, length);
-    CHECK(little_endian<uint32_t>(bytes, at + 12 + length) ==
-          masked(bitwise_crc32c(data)));
+    CHECK(little_endian<uint32_t>(bytes, at + 12 + length) == masked(bitwise_crc32c(data)));
     events.push_back(decode_event(data));
     at += 12 + length + 4;
   }
   return events;
 }
 
-std::vector<fs::path> event_files(const fs::path &folder) {
+std::vector<fs::path> event_files(const fs::path& folder) {
   std::vector<fs::path> files;
-  if (!fs::exists(folder))
-    return files;
-  for (const auto &entry : fs::directory_iterator(folder))
-    files.push_back(entry.path());
+  if (!fs::exists(folder)) return files;
+  for (const auto& entry : fs::directory_iterator(folder)) files.push_back(entry.path());
   return files;
 }
 
-std::unique_ptr<titan::MetricsSink> sink(const fs::path &dump_folder,
-                                         int rank) {
+std::unique_ptr<titan::MetricsSink> sink(const fs::path& dump_folder, int rank) {
   titan::PluginContext context;
-  context.options =
-      titan::ConfigNode::parse("save_tb_folder: tb\n", "test.yaml");
+  context.options = titan::ConfigNode::parse("save_tb_folder: tb\n", "test.yaml");
   context.dump_folder = dump_folder.string();
   context.rank = rank;
   context.world_size = 2;
-  return titan::PluginRegistry::instance().create_metrics_sink("tensorboard",
-                                                               context);
+  return titan::PluginRegistry::instance().create_metrics_sink("tensorboard", context);
 }
 
-} // namespace
+}  // namespace
 
 TEST_SUITE("tensorboard") {
-  TEST_CASE("tensorboard: the bitwise CRC-32C of the reader gives the known "
-            "answer 0xE3069283 for 123456789") {
+  TEST_CASE(
+      "tensorboard: the bitwise CRC-32C of the reader gives the known "
+      "answer 0xE3069283 for 123456789") {
     CHECK(bitwise_crc32c("123456789") == 0xE3069283u);
     CHECK(bitwise_crc32c("") == 0u);
   }
 
-  TEST_CASE("tensorboard: rank 0 writes one CRC-checked record per step under "
-            "TorchTitan's tags") {
+  TEST_CASE(
+      "tensorboard: rank 0 writes one CRC-checked record per step under "
+      "TorchTitan's tags") {
     fs::path dir = titan::test::temp_dir("tensorboard_sink");
     auto writer = sink(dir, 0);
-    CHECK(event_files(dir / "tb").empty()); // opened on the first write, so
-                                            // `config check` leaves nothing
-    double before = std::chrono::duration<double>(
-                        std::chrono::system_clock::now().time_since_epoch())
-                        .count();
+    CHECK(event_files(dir / "tb").empty());  // opened on the first write, so
+                                             // `config check` leaves nothing
+    double before = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
     writer->write(10, {{"loss", 7.25},
                        {"grad_norm", 1.5},
                        {"lr", 3e-4},
@@ -197,11 +182,9 @@ TEST_SUITE("tensorboard") {
     auto files = event_files(dir / "tb");
     REQUIRE(files.size() == 1);
     std::string name = files[0].filename().string();
-    CHECK_MESSAGE(
-        std::regex_match(name,
-                         std::regex(R"(events\.out\.tfevents\.\d{10}\..+\.)" +
-                                    std::to_string(getpid()) + R"(\.\d+)")),
-        name);
+    CHECK_MESSAGE(std::regex_match(name, std::regex(R"(events\.out\.tfevents\.\d{10}\..+\.)" +
+                                                    std::to_string(getpid()) + R"(\.\d+)")),
+                  name);
     auto events = read_events(files[0]);
     REQUIRE(events.size() == 4);
     writer->flush();
@@ -214,22 +197,20 @@ TEST_SUITE("tensorboard") {
 
     CHECK(events[1].step == 10);
     CHECK(events[1].wall_time >= events[0].wall_time);
-    CHECK(events[1].scalars ==
-          std::map<std::string, float>{{"loss_metrics/global_avg_loss", 7.25f},
-                                       {"grad_norm", 1.5f},
-                                       {"lr", 3e-4f},
-                                       {"throughput(tps)", 12345.0f},
-                                       {"mfu(%)", 41.0f},
-                                       {"memory/peak(GiB)", 2.0f},
-                                       {"a_key_added_later", -2.0f}});
+    CHECK(events[1].scalars == std::map<std::string, float>{{"loss_metrics/global_avg_loss", 7.25f},
+                                                            {"grad_norm", 1.5f},
+                                                            {"lr", 3e-4f},
+                                                            {"throughput(tps)", 12345.0f},
+                                                            {"mfu(%)", 41.0f},
+                                                            {"memory/peak(GiB)", 2.0f},
+                                                            {"a_key_added_later", -2.0f}});
     // Non-finite values are written, not skipped: TensorBoard shows them.
     CHECK(events[2].step == 20);
     REQUIRE(events[2].scalars.size() == 2);
     CHECK(std::isnan(events[2].scalars["loss_metrics/global_avg_loss"]));
     CHECK(std::isinf(events[2].scalars["grad_norm"]));
     CHECK(events[3].step == 30);
-    CHECK(events[3].scalars ==
-          std::map<std::string, float>{{"loss_metrics/global_avg_loss", 6.5f}});
+    CHECK(events[3].scalars == std::map<std::string, float>{{"loss_metrics/global_avg_loss", 6.5f}});
   }
 
   TEST_CASE("tensorboard: ranks other than 0 write nothing") {
@@ -241,8 +222,9 @@ TEST_SUITE("tensorboard") {
     CHECK(!fs::exists(dir / "tb"));
   }
 
-  TEST_CASE("tensorboard: titan train with metrics.enable_tensorboard logs the "
-            "losses of metrics.jsonl, one record per logged step") {
+  TEST_CASE(
+      "tensorboard: titan train with metrics.enable_tensorboard logs the "
+      "losses of metrics.jsonl, one record per logged step") {
     fs::path dir = titan::test::temp_dir("tensorboard_train");
     std::string yaml = R"(job: {dump_folder: DUMP}
 model: {name: llama3, flavor: debugmodel, dim: 64, n_layers: 2, n_heads: 4, max_seq_len: 64,
@@ -255,44 +237,35 @@ checkpoint: {enable: false}
 )";
     yaml.replace(yaml.find("DUMP"), 4, (dir / "out").string());
     titan::test::write_file(dir / "run.yaml", yaml);
-    std::string titan = "cd " + titan::test::source_dir() + " && " +
-                        titan::test::titan_binary();
+    std::string titan = "cd " + titan::test::source_dir() + " && " + titan::test::titan_binary();
 
-    auto check = titan::test::run_command(
-        titan + " config check " + (dir / "run.yaml").string() +
-        " --set metrics.enable_tensorboard=true");
+    auto check = titan::test::run_command(titan + " config check " + (dir / "run.yaml").string() +
+                                          " --set metrics.enable_tensorboard=true");
     REQUIRE_MESSAGE(check.exit_code == 0, check.output);
-    CHECK(
-        !fs::exists(dir / "out" / "tb")); // planning a run writes no event file
+    CHECK(!fs::exists(dir / "out" / "tb"));  // planning a run writes no event file
 
-    auto result = titan::test::run_command(
-        titan + " train " + (dir / "run.yaml").string() +
-        " --set metrics.enable_tensorboard=true");
+    auto result = titan::test::run_command(titan + " train " + (dir / "run.yaml").string() +
+                                           " --set metrics.enable_tensorboard=true");
     REQUIRE_MESSAGE(result.exit_code == 0, result.output);
     auto files = event_files(dir / "out" / "tb");
     REQUIRE(files.size() == 1);
     auto events = read_events(files[0]);
 
     std::vector<nlohmann::json> lines;
-    std::stringstream jsonl(
-        titan::test::read_file(dir / "out" / "metrics.jsonl"));
+    std::stringstream jsonl(titan::test::read_file(dir / "out" / "metrics.jsonl"));
     for (std::string line; std::getline(jsonl, line);) {
-      if (!line.empty())
-        lines.push_back(nlohmann::json::parse(line));
+      if (!line.empty()) lines.push_back(nlohmann::json::parse(line));
     }
-    REQUIRE(lines.size() == 3); // steps 2, 4, 6
+    REQUIRE(lines.size() == 3);  // steps 2, 4, 6
     REQUIRE(events.size() == 1 + lines.size());
     CHECK(events[0].file_version == "brain.Event:2");
     for (size_t i = 0; i < lines.size(); ++i) {
-      const Event &event = events[i + 1];
+      const Event& event = events[i + 1];
       CAPTURE(i);
       CHECK(event.step == lines[i]["step"].get<int64_t>());
-      CHECK(event.scalars.at("loss_metrics/global_avg_loss") ==
-            static_cast<float>(lines[i]["loss"].get<double>()));
-      CHECK(event.scalars.at("grad_norm") ==
-            static_cast<float>(lines[i]["grad_norm"].get<double>()));
-      CHECK(event.scalars.at("lr") ==
-            static_cast<float>(lines[i]["lr"].get<double>()));
+      CHECK(event.scalars.at("loss_metrics/global_avg_loss") == static_cast<float>(lines[i]["loss"].get<double>()));
+      CHECK(event.scalars.at("grad_norm") == static_cast<float>(lines[i]["grad_norm"].get<double>()));
+      CHECK(event.scalars.at("lr") == static_cast<float>(lines[i]["lr"].get<double>()));
     }
   }
 }
