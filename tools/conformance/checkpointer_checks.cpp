@@ -76,10 +76,7 @@ CheckResults checkpointer_worker(const WorkerArgs& args) {
   std::unique_ptr<DeviceMesh> mesh;
   std::unique_ptr<Comm> comm;
   if (world.world_size > 1) {
-    DistTimeouts timeouts;
-    timeouts.init = std::chrono::seconds(60);
-    timeouts.collective = std::chrono::seconds(60);
-    runtime = std::make_unique<DistRuntime>(world, timeouts);
+    runtime = std::make_unique<DistRuntime>(world, worker_timeouts());
     mesh = std::make_unique<DeviceMesh>(*runtime, checkpoint_mesh_degrees(layout, world.world_size));
     std::vector<int> everyone;
     for (int rank = 0; rank < world.world_size; ++rank) everyone.push_back(rank);

@@ -88,10 +88,7 @@ CheckResult bounded_memory(CommObserver& observer, const ObserverDeclaration& de
 // One-rank Gloo group: the observer runs on the comm layer's real path.
 CheckResult results_unchanged(CommObserver& observer) {
   World single;
-  DistTimeouts timeouts;
-  timeouts.init = std::chrono::seconds(30);
-  timeouts.collective = std::chrono::seconds(30);
-  DistRuntime runtime(single, timeouts);
+  DistRuntime runtime(single, DistTimeouts{std::chrono::seconds(30), std::chrono::seconds(30)});
   add_comm_observer(&observer);
   double worst = 0;
   try {

@@ -40,12 +40,6 @@ CheckResult row(const std::string& name, double measured, double limit, const st
 
 using Values = std::map<std::string, at::Tensor>;
 
-Values values_of(CausalLM& model) {
-  Values out;
-  for (const auto& item : model.named_parameters()) out[item.key()] = item.value().detach().clone();
-  return out;
-}
-
 // The peak of CPU bytes while the spec builds the module on meta.
 CheckResult meta_build(const TrainingFixture& fixture, const ModelLimits& limits) {
   std::shared_ptr<CausalLM> model;
@@ -73,15 +67,12 @@ CheckResult forward_shape(CausalLM& model, const TrainingFixture& fixture) {
 // Same seed twice: identical; another seed: every parameter that is not a
 // constant (norm weights are ones whatever the seed) differs.
 void init_seeds(const TrainingFixture& fixture, const Values& first, CheckResults& rows) {
-  Values again = values_of(*build_single_process(fixture));
+  Values again = parameter_values(*build_single_process(fixture));
   double worst = 0;
   for (const auto& [name, tensor] : first) worst = std::max(worst, (tensor - again.at(name)).abs().max().item<double>());
   rows.push_back(row("init_deterministic", worst, 0, "max |difference| between two inits with seed " +
                                                          std::to_string(fixture.seed)));
-  auto model = fixture.spec->build(c10::Device(c10::kMeta));
-  materialize_module(*model, c10::Device(c10::kCPU));
-  model->init_weights(fixture.seed + 1);
-  Values other = values_of(*model);
+  Values other = parameter_values(*build_single_process(fixture, fixture.seed + 1));
   int same = 0;
   std::string first_same;
   for (const auto& [name, tensor] : first) {
@@ -172,7 +163,7 @@ CheckResults check_model(const std::string& plugin, const ConfigNode& declaratio
   CheckResults rows;
   rows.push_back(meta_build(fixture, limits));
   auto model = build_single_process(fixture);
-  Values first = values_of(*model);
+  Values first = parameter_values(*model);
   rows.push_back(forward_shape(*model, fixture));
   init_seeds(fixture, first, rows);
   rows.push_back(init_independent(*model, first, fixture.seed));

@@ -219,10 +219,7 @@ CheckResults parallelizer_worker(const WorkerArgs& args) {
   context.dump_folder = args.scratch;
   context.training_steps = fixture.steps;
   auto parallelizer = PluginRegistry::instance().create_parallelizer(info.name, context);
-  DistTimeouts timeouts;
-  timeouts.init = std::chrono::seconds(60);
-  timeouts.collective = std::chrono::seconds(60);
-  DistRuntime runtime(world, timeouts);
+  DistRuntime runtime(world, worker_timeouts());
   DeviceMesh mesh(runtime, resolve_mesh_degrees(parallelizer->mesh_dims(), world.world_size));
   const c10::Device cpu(c10::kCPU);
   ParallelizeContext parallel_context{*fixture.spec, cpu, &mesh, c10::kFloat, c10::kFloat};

@@ -41,11 +41,6 @@ CheckResult row(const std::string& name, double measured, double limit, const st
   return {"schedule." + name, measured <= limit, false, measured, limit, detail};
 }
 
-// The trainer's loss: mean next-token cross-entropy of a microbatch.
-at::Tensor mean_cross_entropy(const at::Tensor& logits, const at::Tensor& labels) {
-  return torch::nn::functional::cross_entropy(logits.flatten(0, 1).to(at::kFloat), labels.flatten(0, 1));
-}
-
 std::map<std::string, at::Tensor> gradients_of(CausalLM& model) {
   std::map<std::string, at::Tensor> out;
   for (const auto& item : model.named_parameters()) {
@@ -67,8 +62,7 @@ CheckResults check_schedule(const std::string& plugin, const ConfigNode& declara
   at::Tensor windows = fixture_windows(fixture, 1);
   const int64_t length = fixture.seq_len;
   auto reference_model = build_single_process(fixture);
-  at::Tensor reference_loss = mean_cross_entropy(reference_model->run(windows.narrow(1, 0, length)),
-                                                 windows.narrow(1, 1, length));
+  at::Tensor reference_loss = next_token_loss(*reference_model, windows);
   reference_loss.backward();
   auto reference_grads = gradients_of(*reference_model);
 
@@ -94,7 +88,7 @@ CheckResults check_schedule(const std::string& plugin, const ConfigNode& declara
     at::Tensor part = windows.narrow(0, i * rows, rows);
     microbatches.push_back({part.narrow(1, 0, length), part.narrow(1, 1, length)});
   }
-  at::Tensor loss = schedule->step(*model, microbatches, mean_cross_entropy);
+  at::Tensor loss = schedule->step(*model, microbatches, cross_entropy_loss);
   auto grads = gradients_of(*model);
 
   CheckResults results;

@@ -9,6 +9,7 @@
 #include "titan/grad_clip.hpp"
 #include "titan/plugin.hpp"
 #include "titan/registry.hpp"
+#include "titan/schedule.hpp"
 
 namespace titan::conformance {
 
@@ -50,18 +51,26 @@ at::Tensor fixture_windows(const TrainingFixture& fixture, int64_t step) {
 }
 
 std::shared_ptr<CausalLM> build_single_process(const TrainingFixture& fixture) {
+  return build_single_process(fixture, fixture.seed);
+}
+
+std::shared_ptr<CausalLM> build_single_process(const TrainingFixture& fixture, uint64_t seed) {
   std::shared_ptr<CausalLM> model = fixture.spec->build(c10::Device(c10::kMeta));
   materialize_module(*model, c10::Device(c10::kCPU));
-  model->init_weights(fixture.seed);
+  model->init_weights(seed);
   model->train();
   return model;
 }
 
+std::map<std::string, at::Tensor> parameter_values(CausalLM& model) {
+  std::map<std::string, at::Tensor> values;
+  for (const auto& item : model.named_parameters()) values[item.key()] = item.value().detach().clone();
+  return values;
+}
+
 at::Tensor next_token_loss(CausalLM& model, const at::Tensor& windows) {
   int64_t length = windows.size(1) - 1;
-  at::Tensor logits = model.run(windows.narrow(1, 0, length));
-  return torch::nn::functional::cross_entropy(logits.flatten(0, 1).to(at::kFloat),
-                                              windows.narrow(1, 1, length).flatten(0, 1));
+  return titan::cross_entropy_loss(model.run(windows.narrow(1, 0, length)), windows.narrow(1, 1, length));
 }
 
 void sgd_step(const std::vector<at::Tensor>& params, double lr) {
@@ -93,7 +102,7 @@ ReferenceTrace train_reference(const TrainingFixture& fixture) {
     trace.grad_norms.push_back(clip_grad_norm(params, INFINITY));
     sgd_step(params, fixture.lr);
   }
-  for (const auto& item : model->named_parameters()) trace.params[item.key()] = item.value().detach().clone();
+  trace.params = parameter_values(*model);
   return trace;
 }
 

@@ -32,8 +32,13 @@ TrainingFixture load_fixture(const ConfigNode& declaration, const std::string& m
 // [batch, seq_len + 1] tokens of a step: a pure function of (seed, step).
 at::Tensor fixture_windows(const TrainingFixture& fixture, int64_t step);
 
-// The model built on one process, initialized from the fixture's seed.
+// The model built on one process, initialized from the fixture's seed (or
+// from `seed`).
 std::shared_ptr<CausalLM> build_single_process(const TrainingFixture& fixture);
+std::shared_ptr<CausalLM> build_single_process(const TrainingFixture& fixture, uint64_t seed);
+
+// A detached copy of every parameter, by name.
+std::map<std::string, at::Tensor> parameter_values(CausalLM& model);
 
 // Mean next-token cross-entropy of `windows` ([rows, seq_len + 1]).
 at::Tensor next_token_loss(CausalLM& model, const at::Tensor& windows);

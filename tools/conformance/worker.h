@@ -11,6 +11,7 @@
 
 #include "check_result.h"
 #include "titan/config.hpp"
+#include "titan/dist_runtime.hpp"
 
 namespace titan::conformance {
 
@@ -23,6 +24,10 @@ struct WorkerArgs {
 };
 
 using WorkerFn = std::function<CheckResults(const WorkerArgs& args)>;
+
+// A worker's bound on rendezvous and on every collective: well inside the
+// harness's deadline for the group, so a stuck rank fails as an error.
+inline DistTimeouts worker_timeouts() { return {std::chrono::seconds(60), std::chrono::seconds(60)}; }
 
 // Worker bodies register by name (e.g. "parallelizer"); main dispatches.
 void register_worker(const std::string& name, WorkerFn fn);

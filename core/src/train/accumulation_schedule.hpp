@@ -10,7 +10,4 @@ class AccumulationSchedule : public Schedule {
   at::Tensor step(CausalLM& model, const std::vector<Microbatch>& microbatches, const LossFn& loss) override;
 };
 
-// Mean token cross-entropy in float32 (TorchTitan's loss).
-at::Tensor cross_entropy_loss(const at::Tensor& logits, const at::Tensor& labels);
-
 }  // namespace titan
