@@ -31,7 +31,7 @@ target_compile_definitions(titan_build_flags INTERFACE BOOST_DLL_USE_STD_FS
 
 # One precompiled LibTorch header, reused by every LibTorch target
 # (compiling <torch/torch.h> costs ~20 s per file on 2 cores, ~8 s with it).
-file(WRITE ${CMAKE_BINARY_DIR}/titan_pch_anchor.cpp "// anchor for the precompiled header\n")
+file(CONFIGURE OUTPUT ${CMAKE_BINARY_DIR}/titan_pch_anchor.cpp CONTENT "// anchor for the precompiled header\n")
 add_library(titan_pch OBJECT ${CMAKE_BINARY_DIR}/titan_pch_anchor.cpp)
 target_link_libraries(titan_pch PUBLIC titan_build_flags ${TORCH_LIBRARIES})
 target_precompile_headers(titan_pch PRIVATE <torch/torch.h>)

@@ -4,6 +4,7 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 bash "$root/scripts/setup.sh"
-bash "$root/scripts/build.sh" "$root/build"
+# Only what a training run needs: the CLI, core and the plugins.
+TITAN_BUILD_TARGETS="titan titan_all_plugins" bash "$root/scripts/build.sh" "$root/build"
 cd "$root"
 exec "$root/build/bin/titan" train configs/llama3_debugmodel.yaml "$@"

@@ -52,7 +52,7 @@ fs::path build_example(const std::string& name) {
   fs::path build = sdk_root() / ("build_" + name);
   std::string launcher = run_command("command -v ccache").exit_code == 0 ? " -DCMAKE_CXX_COMPILER_LAUNCHER=ccache" : "";
   auto result = locked("cmake -S " + source.string() + " -B " + build.string() +
-                       " -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_PREFIX_PATH=" + sdk_prefix().string() +
+                       " -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS_RELEASE=-O1 -DCMAKE_PREFIX_PATH=" + sdk_prefix().string() +
                        launcher + " && cmake --build " + build.string());
   INFO(result.output);
   REQUIRE(result.exit_code == 0);
