@@ -16,13 +16,8 @@ while (($#)); do
 done
 [ -f "$build/.ninja_log" ] || { echo "ci_times: no $build/.ninja_log: build first (scripts/build.sh)" >&2; exit 2; }
 
-tests_json=""
-if [ -f "$build/CTestTestfile.cmake" ]; then
-  tests_json=$(cd "$build" && ctest --show-only=json-v1 2>/dev/null || true)
-fi
-
-TOP=$top BUILD=$build TESTS_JSON=$tests_json python3 - <<'EOF'
-import json, os, re, xml.etree.ElementTree as ET
+TOP=$top BUILD=$build python3 - <<'EOF'
+import json, os, re, subprocess, xml.etree.ElementTree as ET
 from collections import defaultdict
 
 build, top = os.environ["BUILD"], int(os.environ["TOP"])
@@ -73,9 +68,12 @@ for case in ET.parse(junit).getroot().iter("testcase"):
     times[case.get("name")] = float(case.get("time") or 0)
     if case.find("failure") is not None or case.find("error") is not None:
         failed.add(case.get("name"))
+# Read here, not passed in the environment: the listing is already ~125 KB,
+# near the kernel's 128 KB limit on one environment string.
+listing = subprocess.run(["ctest", "--show-only=json-v1"], cwd=build, capture_output=True, text=True)
 labels = {}
-if os.environ.get("TESTS_JSON"):
-    for test in json.loads(os.environ["TESTS_JSON"]).get("tests", []):
+if listing.returncode == 0:
+    for test in json.loads(listing.stdout).get("tests", []):
         for prop in test.get("properties", []):
             if prop["name"] == "LABELS":
                 labels[test["name"]] = prop["value"]
