@@ -7,56 +7,9 @@
 
 #include "titan/compat.hpp"
 #include "titan/error.hpp"
+#include "titan/module_path.hpp"
 
 namespace titan::llama3 {
-
-namespace {
-
-// The registered child, so that a swapped module (replace_module) is the
-// one called; null when absent (e.g. dropped on a pipeline stage).
-template <class T>
-std::shared_ptr<T> find_child(const torch::nn::Module& parent, const std::string& name) {
-  auto children = parent.named_children();
-  const auto* found = children.find(name);
-  if (found == nullptr) return nullptr;
-  auto typed = std::dynamic_pointer_cast<T>(*found);
-  if (!typed) {
-    throw Error("llama3: submodule '" + name + "' of " + parent.name() + " is a " + (*found)->name() +
-                ", which does not implement the expected layer interface");
-  }
-  return typed;
-}
-
-template <class T>
-std::shared_ptr<T> child(const torch::nn::Module& parent, const std::string& name) {
-  auto found = find_child<T>(parent, name);
-  if (!found) throw Error("llama3: " + parent.name() + " has no submodule '" + name + "'");
-  return found;
-}
-
-}  // namespace
-
-Linear::Linear(int64_t in_features, int64_t out_features, const at::TensorOptions& options) {
-  weight = register_parameter("weight", at::empty({out_features, in_features}, options));
-}
-
-at::Tensor Linear::forward(const at::Tensor& input) { return at::linear(input, weight); }
-
-Embedding::Embedding(int64_t vocab_size, int64_t dim, const at::TensorOptions& options) {
-  weight = register_parameter("weight", at::empty({vocab_size, dim}, options));
-}
-
-at::Tensor Embedding::forward(const at::Tensor& tokens) { return at::embedding(weight, tokens); }
-
-RMSNorm::RMSNorm(int64_t dim, double eps_, const at::TensorOptions& options) : eps(eps_) {
-  weight = register_parameter("weight", at::empty({dim}, options));
-}
-
-at::Tensor RMSNorm::forward(const at::Tensor& input) {
-  at::Tensor x = input.to(at::kFloat);
-  at::Tensor normed = x * at::rsqrt(x.pow(2).mean(-1, /*keepdim=*/true) + eps);
-  return normed.to(input.scalar_type()) * weight;
-}
 
 std::pair<at::Tensor, at::Tensor> rope_tables(const Llama3Args& args) {
   // Same fp32 steps as TorchTitan's precompute_freqs_cis / apply_scaling.
@@ -97,16 +50,21 @@ Attention::Attention(const Llama3Args& args, const at::TensorOptions& options) :
 }
 
 at::Tensor Attention::forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
-  int64_t batch = x.size(0), seq = x.size(1);
-  // -1 heads: tensor parallelism may have left only the local heads.
-  at::Tensor q = child<Layer>(*this, "wq")->forward(x).view({batch, seq, -1, head_dim_});
-  at::Tensor k = child<Layer>(*this, "wk")->forward(x).view({batch, seq, -1, head_dim_});
-  at::Tensor v = child<Layer>(*this, "wv")->forward(x).view({batch, seq, -1, head_dim_});
+  // Head counts come from the projections' widths: under tensor parallelism
+  // they are n_heads / tp and n_kv_heads / tp. The sequence is the
+  // projections' too (sequence parallelism gathers it before wq/wk/wv).
+  at::Tensor q = child_layer(*this, "wq")->forward(x);
+  at::Tensor k = child_layer(*this, "wk")->forward(x);
+  at::Tensor v = child_layer(*this, "wv")->forward(x);
+  int64_t batch = q.size(0), seq = q.size(1);
+  q = q.view({batch, seq, q.size(2) / head_dim_, head_dim_});
+  k = k.view({batch, seq, k.size(2) / head_dim_, head_dim_});
+  v = v.view({batch, seq, v.size(2) / head_dim_, head_dim_});
   q = apply_rope(q, cos, sin);
   k = apply_rope(k, cos, sin);
   at::Tensor out = compat::causal_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2));
   out = out.transpose(1, 2).contiguous().view({batch, seq, -1});
-  return child<Layer>(*this, "wo")->forward(out);
+  return child_layer(*this, "wo")->forward(out);
 }
 
 FeedForward::FeedForward(int64_t dim, int64_t hidden_dim, const at::TensorOptions& options) {
@@ -116,8 +74,8 @@ FeedForward::FeedForward(int64_t dim, int64_t hidden_dim, const at::TensorOption
 }
 
 at::Tensor FeedForward::forward(const at::Tensor& x) {
-  at::Tensor gate = at::silu(child<Layer>(*this, "w1")->forward(x));
-  return child<Layer>(*this, "w2")->forward(gate * child<Layer>(*this, "w3")->forward(x));
+  at::Tensor gate = at::silu(child_layer(*this, "w1")->forward(x));
+  return child_layer(*this, "w2")->forward(gate * child_layer(*this, "w3")->forward(x));
 }
 
 TransformerBlock::TransformerBlock(int64_t id, const Llama3Args& args, const at::TensorOptions& options)
@@ -129,9 +87,10 @@ TransformerBlock::TransformerBlock(int64_t id, const Llama3Args& args, const at:
 }
 
 at::Tensor TransformerBlock::forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
-  auto attention = child<Attention>(*this, "attention");
-  at::Tensor h = x + attention->forward(child<Layer>(*this, "attention_norm")->forward(x), cos, sin);
-  return h + child<Layer>(*this, "feed_forward")->forward(child<Layer>(*this, "ffn_norm")->forward(h));
+  auto attention = std::dynamic_pointer_cast<Attention>(find_module(*this, "attention"));
+  if (!attention) throw Error("llama3: layers." + std::to_string(layer_id) + ".attention is missing or not an Attention");
+  at::Tensor h = x + attention->forward(child_layer(*this, "attention_norm")->forward(x), cos, sin);
+  return h + child_layer(*this, "feed_forward")->forward(child_layer(*this, "ffn_norm")->forward(h));
 }
 
 Transformer::Transformer(const Llama3Args& args, const c10::Device& device) : args_(args) {
@@ -162,9 +121,10 @@ std::shared_ptr<torch::nn::Module> Transformer::block(int64_t index) {
 
 at::Tensor Transformer::forward(const at::Tensor& tokens) {
   // Without tok_embeddings (a later pipeline stage) the input is hidden states.
-  auto embeddings = find_child<Layer>(*this, "tok_embeddings");
+  auto embeddings = find_child_layer(*this, "tok_embeddings");
   at::Tensor h = embeddings ? embeddings->forward(tokens) : tokens;
-  int64_t seq = h.size(1);
+  // The tokens' length, not h's: under sequence parallelism h holds a shard.
+  int64_t seq = tokens.size(1);
   if (seq > freqs_cos_.size(0)) {
     throw Error("llama3: sequence length " + std::to_string(seq) + " exceeds the rotary tables (max_seq_len " +
                 std::to_string(freqs_cos_.size(0)) + "); raise model.max_seq_len");
@@ -176,8 +136,8 @@ at::Tensor Transformer::forward(const at::Tensor& tokens) {
     if (!block) throw Error("llama3: layers." + blocks[i].key() + " is not a TransformerBlock");
     h = run_block(static_cast<int64_t>(i), h, [&](const at::Tensor& x) { return block->forward(x, cos, sin); });
   }
-  if (auto norm = find_child<Layer>(*this, "norm")) h = norm->forward(h);
-  if (auto output = find_child<Layer>(*this, "output")) h = output->forward(h);
+  if (auto norm = find_child_layer(*this, "norm")) h = norm->forward(h);
+  if (auto output = find_child_layer(*this, "output")) h = output->forward(h);
   return h;
 }
 

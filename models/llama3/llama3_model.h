@@ -1,7 +1,8 @@
 // The Llama 3 transformer as a titan::CausalLM: RMSNorm, rotary embedding,
 // grouped-query attention, SwiGLU feed-forward, blocks run via run_block().
-// Plugin-private header. Submodules are looked up by name at every call, so a
-// plugin may swap one (Module::replace_module) or drop one (pipeline stages).
+// Plugin-private header. Built from core's layers (titan/layers.hpp), looked
+// up by name at every call, so a plugin may swap one by path (swap_module) or
+// drop one (pipeline stages).
 #pragma once
 #include <torch/nn/module.h>
 #include <torch/nn/modules/container/moduledict.h>
@@ -9,39 +10,10 @@
 #include <string>
 
 #include "llama3_args.h"
+#include "titan/layers.hpp"
 #include "titan/model.hpp"
 
 namespace titan::llama3 {
-
-// One tensor in, one out: what a swapped-in layer must also be.
-class Layer : public torch::nn::Module {
- public:
-  virtual at::Tensor forward(const at::Tensor& input) = 0;
-};
-
-// y = x W^T without bias; weight [out, in] as in torch.nn.Linear.
-class Linear : public Layer {
- public:
-  Linear(int64_t in_features, int64_t out_features, const at::TensorOptions& options);
-  at::Tensor forward(const at::Tensor& input) override;
-  at::Tensor weight;
-};
-
-class Embedding : public Layer {
- public:
-  Embedding(int64_t vocab_size, int64_t dim, const at::TensorOptions& options);
-  at::Tensor forward(const at::Tensor& tokens) override;
-  at::Tensor weight;
-};
-
-// Normalized in fp32, cast back, then scaled (TorchTitan's RMSNorm).
-class RMSNorm : public Layer {
- public:
-  RMSNorm(int64_t dim, double eps, const at::TensorOptions& options);
-  at::Tensor forward(const at::Tensor& input) override;
-  at::Tensor weight;
-  double eps;
-};
 
 // cos and sin of the rotary angles, fp32 [max_seq_len, head_dim / 2], on CPU.
 std::pair<at::Tensor, at::Tensor> rope_tables(const Llama3Args& args);

@@ -37,20 +37,29 @@ double Llama3Spec::flops_per_token(int64_t seq_len) const {
 }
 
 std::map<std::string, TpStyle> Llama3Spec::tp_plan() const {
-  // Block-relative paths, plus the model-level modules (TorchTitan: the
-  // embedding is split rowwise over the vocabulary, the output colwise).
-  return {{"attention.wq", TpStyle::colwise},
-          {"attention.wk", TpStyle::colwise},
-          {"attention.wv", TpStyle::colwise},
-          {"attention.wo", TpStyle::rowwise},
-          {"feed_forward.w1", TpStyle::colwise},
-          {"feed_forward.w3", TpStyle::colwise},
-          {"feed_forward.w2", TpStyle::rowwise},
-          {"attention_norm", TpStyle::sequence_parallel_norm},
-          {"ffn_norm", TpStyle::sequence_parallel_norm},
-          {"tok_embeddings", TpStyle::rowwise},
+  // TorchTitan's plan: projections into heads and the FFN width colwise,
+  // out of them rowwise; the embedding over the vocabulary (rowwise), the
+  // output head colwise; every norm on a sequence shard.
+  return {{"tok_embeddings", TpStyle::rowwise},
+          {"layers.*.attention_norm", TpStyle::sequence_parallel_norm},
+          {"layers.*.attention.wq", TpStyle::colwise},
+          {"layers.*.attention.wk", TpStyle::colwise},
+          {"layers.*.attention.wv", TpStyle::colwise},
+          {"layers.*.attention.wo", TpStyle::rowwise},
+          {"layers.*.ffn_norm", TpStyle::sequence_parallel_norm},
+          {"layers.*.feed_forward.w1", TpStyle::colwise},
+          {"layers.*.feed_forward.w3", TpStyle::colwise},
+          {"layers.*.feed_forward.w2", TpStyle::rowwise},
           {"norm", TpStyle::sequence_parallel_norm},
           {"output", TpStyle::colwise}};
+}
+
+std::vector<ShardableSize> Llama3Spec::tp_sizes() const {
+  return {{"model.n_heads", "attention heads", args_.n_heads},
+          {"model.n_kv_heads", "key/value heads", args_.n_kv_heads},
+          {"model.dim (FFN hidden size " + std::to_string(args_.ffn_hidden_dim()) + " from dim, multiple_of and "
+           "ffn_dim_multiplier)", "FFN hidden size", args_.ffn_hidden_dim()},
+          {"model.tokenizer_path (its vocabulary)", "vocabulary size", args_.vocab_size}};
 }
 
 std::map<std::string, std::string> Llama3Spec::hf_names() const {

@@ -18,6 +18,7 @@ class Llama3Spec : public ModelSpec {
   int64_t num_params(bool include_embedding = true) const override;
   double flops_per_token(int64_t seq_len) const override;
   std::map<std::string, TpStyle> tp_plan() const override;
+  std::vector<ShardableSize> tp_sizes() const override;
   std::map<std::string, std::string> hf_names() const override;
   // llama3_hf.cpp: `name` is the Titan parameter name in both directions;
   // wq/wk rows are permuted between Meta's and HF's rotary layouts.

@@ -109,27 +109,30 @@ void FsdpParallelizer::parallelize(CausalLM& model, const ParallelizeContext& co
     at::Tensor param = item.value();
     if (!param.requires_grad()) continue;
     if (param.dim() == 0) throw Error("fsdp: parameter '" + item.key() + "' is a scalar; FSDP shards dim 0");
-    if (model.layout(item.key())) {
-      throw Error("fsdp: parameter '" + item.key() + "' is already distributed (" +
-                  model.layout(item.key())->describe() + "); FSDP over tensor-parallel shards comes later");
+    // Under 2-D parallelism the parameter is already a tensor-parallel
+    // piece: FSDP shards that piece's rows, as FSDP2 does over a TP DTensor.
+    const TensorLayout* inner = model.layout(item.key());
+    for (const auto& dim : inner ? inner->mesh_dims : std::vector<std::string>{}) {
+      if (dim == "dp_shard" || dim == "dp_replicate") {
+        throw Error("fsdp: parameter '" + item.key() + "' is already distributed over " + dim + " (" +
+                    inner->describe() + "); apply one data-parallel plugin");
+      }
     }
     ShardedParam p;
     p.name = item.key();
     p.param = param;
-    p.global_shape = param.sizes().vec();
-    p.rows = even_row_shard(p.global_shape[0], ranks, rank);
-    p.chunk_rows = (p.global_shape[0] + ranks - 1) / ranks;
-    p.row_numel = p.global_shape[0] == 0 ? 0 : param.numel() / p.global_shape[0];
-    std::vector<int64_t> local_shape = p.global_shape;
+    p.unsharded_shape = param.sizes().vec();
+    p.rows = even_row_shard(p.unsharded_shape[0], ranks, rank);
+    p.chunk_rows = (p.unsharded_shape[0] + ranks - 1) / ranks;
+    p.row_numel = p.unsharded_shape[0] == 0 ? 0 : param.numel() / p.unsharded_shape[0];
+    std::vector<int64_t> local_shape = p.unsharded_shape;
     local_shape[0] = p.rows.length;
 
-    TensorLayout layout;
-    layout.global_shape = p.global_shape;
-    layout.local_shape = local_shape;
-    layout.local_offset.assign(local_shape.size(), 0);
-    layout.local_offset[0] = p.rows.begin;
-    layout.mesh_dims = {"dp_replicate", "dp_shard"};
-    layout.placements = {Placement::replicate(), Placement::shard(0)};
+    TensorLayout layout = inner ? *inner : TensorLayout::replicated(p.unsharded_shape);
+    layout.local_offset[0] += p.rows.begin;
+    layout.local_shape[0] = p.rows.length;
+    layout.mesh_dims.insert(layout.mesh_dims.begin(), {"dp_replicate", "dp_shard"});
+    layout.placements.insert(layout.placements.begin(), {Placement::replicate(), Placement::shard(0)});
     model.set_layout(p.name, layout);
 
     // Still on meta: materialization then allocates this rank's rows only.
@@ -142,7 +145,7 @@ void FsdpParallelizer::parallelize(CausalLM& model, const ParallelizeContext& co
     // every whole parameter is staged on the CPU at once, as a naive FSDP
     // would before sharding; titan-conformance's memory check must catch it
     // though training stays exact.
-    whole_model_staging.push_back(at::zeros(p.global_shape, param.options().device(c10::kCPU)));
+    whole_model_staging.push_back(at::zeros(p.unsharded_shape, param.options().device(c10::kCPU)));
 #endif
 
     auto found = block_of.find(param.unsafeGetTensorImpl());

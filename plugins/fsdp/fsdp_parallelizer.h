@@ -1,4 +1,4 @@
-// FsdpParallelizer: shards every parameter over dp_shard on the meta model
+// FsdpParallelizer: shards every parameter (under 2-D, its tensor-parallel piece) over dp_shard
 // (so materialization allocates shards only), records the layouts, and
 // wires the units into the model's forward, block and gradient hooks.
 #pragma once

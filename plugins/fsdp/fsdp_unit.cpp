@@ -55,7 +55,7 @@ void Unit::unshard() {
   const size_t element = gathered.element_size();
   for (auto& p : params_) {
     if (!p.full.defined()) {
-      p.full = at::empty(p.global_shape, p.shard.options().dtype(param_dtype_));
+      p.full = at::empty(p.unsharded_shape, p.shard.options().dtype(param_dtype_));
     } else if (state_ == State::freed || p.full.storage().nbytes() == 0) {
       compat::resize_storage_bytes(p.full, p.full.numel() * element);
     }
@@ -64,7 +64,7 @@ void Unit::unshard() {
     auto* destination = static_cast<char*>(p.full.data_ptr());
     const auto* source = static_cast<const char*>(gathered.data_ptr());
     for (int64_t rank = 0; rank < ranks; ++rank) {
-      RowRange rows = even_row_shard(p.global_shape[0], ranks, rank);
+      RowRange rows = even_row_shard(p.unsharded_shape[0], ranks, rank);
       if (rows.length == 0) continue;
       std::memcpy(destination + rows.begin * p.row_numel * element,
                   source + (rank * flat_numel_ + p.offset) * element, rows.length * p.row_numel * element);
@@ -110,9 +110,9 @@ void Unit::reduce_gradients() {
   for (auto& p : params_) {
     at::Tensor grad = p.param.grad();
     if (!grad.defined()) continue;  // unused in this step: contributes zeros
-    at::Tensor rows_view = grad.reshape({p.global_shape[0], p.row_numel});
+    at::Tensor rows_view = grad.reshape({p.unsharded_shape[0], p.row_numel});
     for (int64_t rank = 0; rank < ranks; ++rank) {
-      RowRange rows = even_row_shard(p.global_shape[0], ranks, rank);
+      RowRange rows = even_row_shard(p.unsharded_shape[0], ranks, rank);
       if (rows.length == 0) continue;
       flat[rank].narrow(0, p.offset, rows.length * p.row_numel).copy_(rows_view.narrow(0, rows.begin, rows.length).reshape({-1}));
     }

@@ -19,7 +19,7 @@ namespace titan::fsdp {
 struct ShardedParam {
   std::string name;
   at::Tensor param;  // the module's leaf; its data is swapped, never its identity
-  std::vector<int64_t> global_shape;
+  std::vector<int64_t> unsharded_shape;  // what dp_shard gathers: global, or this rank's TP piece (2-D)
   RowRange rows;           // this rank's rows of dim 0
   int64_t chunk_rows = 0;  // rows per rank, with padding
   int64_t row_numel = 1;   // elements per row

@@ -2,6 +2,7 @@
 // FLOPs and init scheme, and a forward pass equal to a plain float64
 // reference written out here (RMSNorm, complex RoPE, masked-softmax GQA).
 #include "doctest_torch.hpp"
+#include "titan/module_path.hpp"
 
 #include <unistd.h>
 
@@ -351,20 +352,24 @@ TEST_CASE("llama3: the TP plan and the Hugging Face names cover every parameter"
   for (const auto& item : model->named_parameters()) {
     std::string name = item.key();
     CAPTURE(name);
-    // Block parameters by their block-relative path, the others from the root.
-    std::string path = name.rfind("layers.", 0) == 0 ? name.substr(name.find('.', 7) + 1) : name;
-    std::string module = path.substr(0, path.rfind('.'));
-    CHECK(plan.count(module) == 1);
+    // Exactly one pattern of the plan matches the parameter's module path.
+    std::string module = name.substr(0, name.rfind('.'));
+    int matches = 0;
+    for (const auto& [pattern, style] : plan) matches += titan::path_matches(pattern, module) ? 1 : 0;
+    CHECK(matches == 1);
     REQUIRE(hf.count(name) == 1);
     hf_targets.insert(hf[name]);
   }
   CHECK(hf.size() == model->named_parameters().size());
   CHECK(hf_targets.size() == hf.size());
-  CHECK(plan["attention.wq"] == titan::TpStyle::colwise);
-  CHECK(plan["feed_forward.w3"] == titan::TpStyle::colwise);
-  CHECK(plan["attention.wo"] == titan::TpStyle::rowwise);
-  CHECK(plan["feed_forward.w2"] == titan::TpStyle::rowwise);
-  CHECK(plan["ffn_norm"] == titan::TpStyle::sequence_parallel_norm);
+  CHECK(plan["layers.*.attention.wq"] == titan::TpStyle::colwise);
+  CHECK(plan["layers.*.feed_forward.w3"] == titan::TpStyle::colwise);
+  CHECK(plan["layers.*.attention.wo"] == titan::TpStyle::rowwise);
+  CHECK(plan["tok_embeddings"] == titan::TpStyle::rowwise);
+  CHECK(plan["output"] == titan::TpStyle::colwise);
+  CHECK(plan["norm"] == titan::TpStyle::sequence_parallel_norm);
+  CHECK(plan["layers.*.feed_forward.w2"] == titan::TpStyle::rowwise);
+  CHECK(plan["layers.*.ffn_norm"] == titan::TpStyle::sequence_parallel_norm);
   CHECK(hf["layers.31.attention.wq.weight"] == "model.layers.31.self_attn.q_proj.weight");
   CHECK(hf["layers.0.feed_forward.w1.weight"] == "model.layers.0.mlp.gate_proj.weight");
   CHECK(hf["layers.0.feed_forward.w2.weight"] == "model.layers.0.mlp.down_proj.weight");

@@ -70,7 +70,7 @@ std::map<std::string, at::Tensor> parameter_values(CausalLM& model) {
 
 at::Tensor next_token_loss(CausalLM& model, const at::Tensor& windows) {
   int64_t length = windows.size(1) - 1;
-  return titan::cross_entropy_loss(model.run(windows.narrow(1, 0, length)), windows.narrow(1, 1, length));
+  return model.loss()(model.run(windows.narrow(1, 0, length)), windows.narrow(1, 1, length));
 }
 
 void sgd_step(const std::vector<at::Tensor>& params, double lr) {

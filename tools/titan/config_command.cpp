@@ -3,16 +3,21 @@
 #include <iostream>
 
 #include "commands.h"
+#include "titan/assets.hpp"
+#include "titan/device_mesh.hpp"
 #include "titan/error.hpp"
 #include "titan/logging.hpp"
 #include "titan/run_plan.hpp"
+#include "titan/tokenizer.hpp"
 
 namespace titan::cli {
 
 namespace {
 const char* kUsage =
-    "usage: titan config check CONFIG [--set key.path=value ...] [--print]\n"
-    "  Validates CONFIG: YAML syntax, every key and type, plugins and their options.\n"
+    "usage: titan config check CONFIG [--set key.path=value ...] [--world-size N] [--print]\n"
+    "  Validates CONFIG: YAML syntax, every key and type, plugins and their options, and\n"
+    "  the parallelism against the model (heads, FFN width, vocabulary, sequence length).\n"
+    "  --world-size N also resolves -1 degrees and checks that the degrees multiply to N.\n"
     "  --print writes the resolved config (defaults filled in) to stdout.\n";
 }
 
@@ -29,11 +34,34 @@ int config_command(const Args& args) {
                return arg == "--print";
              }),
              rest.end());
+  int world_size = 0;  // unknown
+  for (size_t i = 0; i < rest.size(); ++i) {
+    if (rest[i] != "--world-size") continue;
+    if (i + 1 == rest.size()) throw Error("--world-size needs a number of ranks\n" + std::string(kUsage));
+    try {
+      world_size = std::stoi(rest[i + 1]);
+    } catch (const std::exception&) {
+      world_size = 0;
+    }
+    if (world_size < 1) throw Error("--world-size: expected a number of ranks >= 1, got '" + rest[i + 1] + "'");
+    rest.erase(rest.begin() + static_cast<long>(i), rest.begin() + static_cast<long>(i) + 2);
+    break;
+  }
   RunArgs run = parse_run_args(rest, kUsage);
   init_logging(0, run.log_level.empty() ? "warn" : run.log_level);
   ConfigNode config = ConfigNode::load_file(run.config_path);
   for (const auto& assignment : run.overrides) config.apply_override(assignment);
   RunPlan plan = plan_run(config);
+  plan.model->set_vocab_size(load_tokenizer(resolve_asset(plan.core.tokenizer_path))->vocab_size());
+  std::map<std::string, int64_t> degrees = requested_degrees(plan);
+  if (world_size > 0) {
+    std::vector<MeshDimRequest> requests;
+    for (const auto& [name, parallelizer] : plan.parallelizers) {
+      for (const auto& request : parallelizer->mesh_dims()) requests.push_back(request);
+    }
+    degrees = resolve_mesh_degrees(requests, world_size);
+  }
+  validate_parallelism(plan, degrees);
   if (print) std::cout << plan.root.dump() << "\n";
   std::cout << run.config_path << ": ok (model " << plan.model_plugin << " " << plan.model->flavor() << ", "
             << plan.parallelizers.size() << " parallelizers)\n";

@@ -11,6 +11,10 @@ class Comm;
 // Concatenation of every rank's `input` along `dim`; backward: the
 // gradient's matching slice, summed over ranks (reduce-scatter).
 at::Tensor all_gather_autograd(const at::Tensor& input, Comm& comm, int64_t dim = 0);
+// The same concatenation for a computation every rank then repeats whole
+// (a loss on gathered logits): the gradient arrives whole on every rank, so
+// backward is this rank's slice of it, with no communication.
+at::Tensor all_gather_to_replicate(const at::Tensor& input, Comm& comm, int64_t dim);
 // Sum over ranks, this rank's slice along `dim`; backward: all-gather.
 at::Tensor reduce_scatter_autograd(const at::Tensor& input, Comm& comm, int64_t dim = 0);
 // Sum over ranks; backward: identity (each rank's input contributed once).

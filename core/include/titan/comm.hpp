@@ -42,6 +42,10 @@ class Comm {
   virtual std::unique_ptr<CommWork> all_gather_into_async(at::Tensor& output, const at::Tensor& input) = 0;
   // `input` [size * n, ...] reduced over ranks; this rank's n rows returned.
   virtual at::Tensor reduce_scatter(const at::Tensor& input, ReduceOp op = ReduceOp::sum) = 0;
+  // The same into `output` [n, ...] (contiguous), started now and finished by
+  // wait() (async tensor parallelism overlaps it with the next matmul).
+  virtual std::unique_ptr<CommWork> reduce_scatter_into_async(at::Tensor& output, const at::Tensor& input,
+                                                              ReduceOp op = ReduceOp::sum) = 0;
   virtual void broadcast(at::Tensor& tensor, int root) = 0;
   // Row block r of `input` (dim 0 split in size even parts) goes to rank r;
   // the result holds the blocks received, in rank order.
@@ -57,7 +61,10 @@ class Comm {
 // all_gather layers.3"): set for a scope, per thread.
 class CallSite {
  public:
-  explicit CallSite(std::string text);
+  // Nested: "outer / text". Whole: `text` replaces the current site for the
+  // scope (a backward pass restoring the site its forward saw).
+  enum class Mode { nested, whole };
+  explicit CallSite(std::string text, Mode mode = Mode::nested);
   ~CallSite();
   CallSite(const CallSite&) = delete;
   CallSite& operator=(const CallSite&) = delete;

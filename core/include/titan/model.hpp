@@ -1,6 +1,8 @@
 // ModelSpec (a model family's flavors, costs and plans) and CausalLM, the
 // module the trainer drives. The model knows nothing of parallelism: its
-// forward runs every block through run_block(), where plugins wrap it.
+// forward runs every block through run_block(), where plugins wrap it, its
+// layers are found by path (module_path.hpp) and swapped by plugins, and its
+// loss is a slot a plugin may fill (loss parallel, a fused loss head).
 #pragma once
 #include <torch/nn/module.h>
 
@@ -20,6 +22,12 @@ using BlockWrapper =
     std::function<at::Tensor(int64_t block, const at::Tensor& hidden, const BlockBody& inner)>;
 using ForwardBody = std::function<at::Tensor(const at::Tensor& tokens)>;
 using ForwardWrapper = std::function<at::Tensor(const at::Tensor& tokens, const ForwardBody& inner)>;
+// What forward() returned, labels -> mean loss over the microbatch's tokens.
+using LossFn = std::function<at::Tensor(const at::Tensor& logits, const at::Tensor& labels)>;
+
+// The default loss: mean token cross-entropy in float32 over whole logits
+// [batch, seq, vocab] (TorchTitan's loss).
+at::Tensor cross_entropy_loss(const at::Tensor& logits, const at::Tensor& labels);
 
 class CausalLM : public torch::nn::Module {
  public:
@@ -57,6 +65,16 @@ class CausalLM : public torch::nn::Module {
   void set_gradient_sync(bool enabled) { gradient_sync_ = enabled; }
   bool gradient_sync() const { return gradient_sync_; }
 
+  // The loss the schedules apply to forward()'s result: cross_entropy_loss
+  // unless a plugin set another (TP gathers vocab-sharded logits first; loss
+  // parallel computes it on the shards).
+  void set_loss(LossFn loss) { loss_ = std::move(loss); }
+  const LossFn& loss() const { return loss_; }
+  // The mesh dim the logits' vocab dim is split over ("" when whole): set by
+  // the plugin that shards the output head, read by loss parallel.
+  void set_logits_vocab_sharded_over(std::string mesh_dim) { logits_vocab_sharded_over_ = std::move(mesh_dim); }
+  const std::string& logits_vocab_sharded_over() const { return logits_vocab_sharded_over_; }
+
   // Sharding metadata per parameter name; none recorded = replicated whole.
   void set_layout(const std::string& name, TensorLayout layout) { layouts_[name] = std::move(layout); }
   const TensorLayout* layout(const std::string& name) const;
@@ -71,6 +89,8 @@ class CausalLM : public torch::nn::Module {
   std::vector<std::function<void()>> finalizers_;
   std::map<std::string, TensorLayout> layouts_;
   bool gradient_sync_ = true;
+  LossFn loss_ = cross_entropy_loss;
+  std::string logits_vocab_sharded_over_;
 };
 
 // Allocates every parameter and buffer still on the meta device on `device`,
@@ -78,8 +98,21 @@ class CausalLM : public torch::nn::Module {
 // after the parallelizers, so only this rank's pieces are allocated.
 void materialize_module(torch::nn::Module& module, const c10::Device& device);
 
-// How tensor parallelism may split a linear layer (by submodule path).
+// How tensor parallelism splits a layer (TorchTitan's ParallelStyles):
+//   colwise: a Linear's output features (weight Shard(0)); the output head's
+//     vocabulary when it is the model's last layer;
+//   rowwise: a Linear's input features (weight Shard(1), partial output
+//     reduced); an Embedding's vocabulary (weight Shard(0), masked lookup);
+//   sequence_parallel_norm: a norm run on a sequence shard (weight whole).
 enum class TpStyle { colwise, rowwise, sequence_parallel_norm };
+
+// A model size tensor parallelism must divide, with the config key (or the
+// source) that sets it, for validation messages.
+struct ShardableSize {
+  std::string key;   // "model.n_heads", "vocabulary (model.tokenizer_path)"
+  std::string what;  // "attention heads"
+  int64_t value = 0;
+};
 
 class ModelSpec {
  public:
@@ -93,8 +126,12 @@ class ModelSpec {
   virtual int64_t num_params(bool include_embedding = true) const = 0;
   // Training FLOPs per token (forward + backward) at a sequence length.
   virtual double flops_per_token(int64_t seq_len) const = 0;
-  // Block-relative parameter path prefix -> how TP splits it.
+  // Module path pattern -> how TP splits it. Paths are the model's module
+  // paths, `*` standing for any block index: "layers.*.attention.wq",
+  // "tok_embeddings", "norm", "output". Empty: the model has no TP plan.
   virtual std::map<std::string, TpStyle> tp_plan() const { return {}; }
+  // The sizes a TP degree must divide (heads, kv heads, FFN width, vocab).
+  virtual std::vector<ShardableSize> tp_sizes() const { return {}; }
   // Block indices where a pipeline may cut (before that block).
   virtual std::vector<int64_t> pipeline_split_points(int64_t stages) const;
   // Hugging Face interop: Titan parameter name -> HF name (empty: the

@@ -1,6 +1,7 @@
 // A Parallelizer transforms the model in place (TP, CP, AC, FSDP, ...), at
 // its declared Stage, on the mesh dims it asks for.
 #pragma once
+#include <map>
 #include <string>
 #include <vector>
 
@@ -26,11 +27,24 @@ struct ParallelizeContext {
   c10::ScalarType reduce_dtype = c10::kFloat;
 };
 
+// What a parallelizer checks before any weight exists, in `titan config
+// check` and at the start of `titan train`.
+struct ValidateContext {
+  const ModelSpec& spec;  // its vocabulary set from the tokenizer
+  // Resolved degree per mesh dim; a dim asked for with -1 is absent when the
+  // world size is unknown (`config check` without --world-size).
+  std::map<std::string, int64_t> degrees;
+  int64_t seq_len = 0;  // training.seq_len
+};
+
 class Parallelizer {
  public:
   virtual ~Parallelizer() = default;
   virtual Stage stage() const = 0;
   virtual std::vector<MeshDimRequest> mesh_dims() const { return {}; }
+  // Throws an Error naming the config key, its value and what would work
+  // when the model or the job cannot be parallelized this way.
+  virtual void validate(const ValidateContext& /*context*/) const {}
   virtual void parallelize(CausalLM& model, const ParallelizeContext& context) = 0;
 };
 

@@ -15,7 +15,9 @@
 
 namespace titan {
 
-constexpr int kPluginAbiVersion = 3;  // 2: CausalLM init/forward/layout hooks; 3: sharded TrainState, HF hooks
+// 2: CausalLM init/forward/layout hooks; 3: sharded TrainState, HF hooks;
+// 4: core layers (layers.hpp), loss slot, Stage::loss_parallel, Parallelizer::validate, tp_plan by module path
+constexpr int kPluginAbiVersion = 4;
 
 enum PluginKind : uint32_t {
   kind_model = 1u << 0,

@@ -3,6 +3,7 @@
 // parallelizers sorted into the canonical order. `titan config check` stops
 // here; `titan train` hands the plan to the trainer.
 #pragma once
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -41,6 +42,12 @@ struct RunPlan {
 };
 
 RunPlan plan_run(const ConfigNode& root, int rank = 0, int world_size = 1);
+
+// Every parallelizer's validate() on the model (its vocabulary already set)
+// and `degrees` (resolved; see ValidateContext), before any weight exists.
+void validate_parallelism(const RunPlan& plan, const std::map<std::string, int64_t>& degrees);
+// The degrees known without a world: those asked for explicitly (> 0).
+std::map<std::string, int64_t> requested_degrees(const RunPlan& plan);
 
 // Sorts by Stage, keeping the user's order among equal stages.
 void sort_canonical(std::vector<NamedParallelizer>& parallelizers);

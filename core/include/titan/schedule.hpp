@@ -14,13 +14,6 @@ struct Microbatch {
   at::Tensor labels;  // [batch, seq] int64
 };
 
-// logits, labels -> mean loss over the microbatch's tokens
-using LossFn = std::function<at::Tensor(const at::Tensor& logits, const at::Tensor& labels)>;
-
-// The trainer's LossFn: mean token cross-entropy in float32 (TorchTitan's
-// loss). Schedules and their checks use this one definition.
-at::Tensor cross_entropy_loss(const at::Tensor& logits, const at::Tensor& labels);
-
 class Schedule {
  public:
   virtual ~Schedule() = default;

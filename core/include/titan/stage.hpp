@@ -9,11 +9,12 @@ namespace titan {
 enum class Stage : int {
   pipeline_split = 0,
   precision_conversion = 1,  // e.g. float8 linears
-  tensor_parallel = 2,       // tensor / sequence / loss parallel
-  context_parallel = 3,
-  activation_checkpoint = 4,
-  kernel_optimization = 5,   // fused kernels, graphs
-  data_parallel = 6,         // FSDP / HSDP / DDP
+  tensor_parallel = 2,       // tensor / sequence parallel
+  loss_parallel = 3,         // the loss on vocab-sharded logits (after TP shards the head)
+  context_parallel = 4,
+  activation_checkpoint = 5,
+  kernel_optimization = 6,   // fused kernels, graphs
+  data_parallel = 7,         // FSDP / HSDP / DDP
 };
 
 inline const char* stage_name(Stage stage) {
@@ -21,6 +22,7 @@ inline const char* stage_name(Stage stage) {
     case Stage::pipeline_split: return "pipeline_split";
     case Stage::precision_conversion: return "precision_conversion";
     case Stage::tensor_parallel: return "tensor_parallel";
+    case Stage::loss_parallel: return "loss_parallel";
     case Stage::context_parallel: return "context_parallel";
     case Stage::activation_checkpoint: return "activation_checkpoint";
     case Stage::kernel_optimization: return "kernel_optimization";

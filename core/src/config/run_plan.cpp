@@ -33,6 +33,21 @@ void sort_canonical(std::vector<NamedParallelizer>& parallelizers) {
   });
 }
 
+void validate_parallelism(const RunPlan& plan, const std::map<std::string, int64_t>& degrees) {
+  ValidateContext context{*plan.model, degrees, plan.core.training.seq_len};
+  for (const auto& [name, parallelizer] : plan.parallelizers) parallelizer->validate(context);
+}
+
+std::map<std::string, int64_t> requested_degrees(const RunPlan& plan) {
+  std::map<std::string, int64_t> degrees;
+  for (const auto& [name, parallelizer] : plan.parallelizers) {
+    for (const auto& request : parallelizer->mesh_dims()) {
+      if (request.degree > 0) degrees[request.dim] = request.degree;
+    }
+  }
+  return degrees;
+}
+
 RunPlan plan_run(const ConfigNode& root, int rank, int world_size) {
   RunPlan plan;
   plan.root = root;

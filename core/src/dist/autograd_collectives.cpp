@@ -34,24 +34,50 @@ at::Tensor scatter_sum(const at::Tensor& input, Comm& comm, int64_t dim) {
 
 Comm* comm_of(AutogradContext* ctx) { return reinterpret_cast<Comm*>(ctx->saved_data["comm"].toInt()); }
 
+// Observers see a backward collective under its forward's call site.
+void save_site(AutogradContext* ctx) { ctx->saved_data["site"] = CallSite::current(); }
+std::string backward_site(AutogradContext* ctx) {
+  std::string site = ctx->saved_data["site"].toStringRef();
+  return site.empty() ? "backward" : site + " (backward)";
+}
+
 struct AllGather : torch::autograd::Function<AllGather> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& input, int64_t comm, int64_t dim) {
+    save_site(ctx);
     ctx->saved_data["comm"] = comm;
     ctx->saved_data["dim"] = dim;
     return gather(input, *reinterpret_cast<Comm*>(comm), dim);
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    CallSite site(backward_site(ctx), CallSite::Mode::whole);
     return {scatter_sum(grads[0], *comm_of(ctx), ctx->saved_data["dim"].toInt()), at::Tensor(), at::Tensor()};
+  }
+};
+
+struct AllGatherToReplicate : torch::autograd::Function<AllGatherToReplicate> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& input, int64_t comm, int64_t dim) {
+    Comm& group = *reinterpret_cast<Comm*>(comm);
+    ctx->saved_data["dim"] = dim;
+    ctx->saved_data["begin"] = input.size(dim) * group.rank();
+    ctx->saved_data["length"] = input.size(dim);
+    return gather(input, group, dim);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    at::Tensor slice = grads[0].narrow(ctx->saved_data["dim"].toInt(), ctx->saved_data["begin"].toInt(),
+                                       ctx->saved_data["length"].toInt());
+    return {slice.contiguous(), at::Tensor(), at::Tensor()};
   }
 };
 
 struct ReduceScatter : torch::autograd::Function<ReduceScatter> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& input, int64_t comm, int64_t dim) {
+    save_site(ctx);
     ctx->saved_data["comm"] = comm;
     ctx->saved_data["dim"] = dim;
     return scatter_sum(input, *reinterpret_cast<Comm*>(comm), dim);
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    CallSite site(backward_site(ctx), CallSite::Mode::whole);
     return {gather(grads[0], *comm_of(ctx), ctx->saved_data["dim"].toInt()), at::Tensor(), at::Tensor()};
   }
 };
@@ -67,10 +93,12 @@ struct AllReduce : torch::autograd::Function<AllReduce> {
 
 struct ReplicateToParallel : torch::autograd::Function<ReplicateToParallel> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& input, int64_t comm) {
+    save_site(ctx);
     ctx->saved_data["comm"] = comm;
     return input.view_as(input);
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    CallSite site(backward_site(ctx), CallSite::Mode::whole);
     at::Tensor sum = grads[0].clone();
     comm_of(ctx)->all_reduce(sum, ReduceOp::sum);
     return {sum, at::Tensor()};
@@ -92,12 +120,14 @@ at::Tensor exchange(const at::Tensor& input, Comm& comm, int64_t split_dim, int6
 struct AllToAll : torch::autograd::Function<AllToAll> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& input, int64_t comm, int64_t split_dim,
                             int64_t concat_dim) {
+    save_site(ctx);
     ctx->saved_data["comm"] = comm;
     ctx->saved_data["split"] = split_dim;
     ctx->saved_data["concat"] = concat_dim;
     return exchange(input, *reinterpret_cast<Comm*>(comm), split_dim, concat_dim);
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    CallSite site(backward_site(ctx), CallSite::Mode::whole);
     at::Tensor grad = exchange(grads[0], *comm_of(ctx), ctx->saved_data["concat"].toInt(),
                                ctx->saved_data["split"].toInt());
     return {grad, at::Tensor(), at::Tensor(), at::Tensor()};
@@ -110,6 +140,10 @@ int64_t handle(Comm& comm) { return reinterpret_cast<int64_t>(&comm); }
 
 at::Tensor all_gather_autograd(const at::Tensor& input, Comm& comm, int64_t dim) {
   return AllGather::apply(input, handle(comm), dim);
+}
+
+at::Tensor all_gather_to_replicate(const at::Tensor& input, Comm& comm, int64_t dim) {
+  return AllGatherToReplicate::apply(input, handle(comm), dim < 0 ? dim + input.dim() : dim);
 }
 
 at::Tensor reduce_scatter_autograd(const at::Tensor& input, Comm& comm, int64_t dim) {

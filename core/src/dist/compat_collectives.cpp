@@ -109,6 +109,32 @@ at::Tensor reduce_scatter(c10d::ProcessGroup& group, const at::Tensor& input, Re
   return buffer.narrow(0, group.getRank() * n, n).to(input.scalar_type()).clone();
 }
 
+StartedCollective start_reduce_scatter_into(c10d::ProcessGroup& group, at::Tensor& output, const at::Tensor& input,
+                                            ReduceOp op) {
+  const int64_t n = output.size(0);
+  if (native(group)) {
+    StartedCollective started;
+    at::Tensor in = input.contiguous();
+    c10d::ReduceScatterOptions options;
+    options.reduceOp = to_c10d(op, true);
+    started.works.push_back(group._reduce_scatter_base(output, in, options));
+    started.finish = [in] {};  // keeps the input alive until the work is done
+    return started;
+  }
+  // As reduce_scatter's stand-in: all-reduce the whole input, keep this
+  // rank's rows when it is done.
+  at::Tensor buffer = input.scalar_type() == at::kBFloat16 ? input.to(at::kFloat) : input.clone();
+  StartedCollective started = start_all_reduce(group, buffer, op);
+  auto reduce_finish = std::move(started.finish);
+  at::Tensor target = output;
+  const int64_t first = group.getRank() * n;
+  started.finish = [reduce_finish, buffer, target, first, n]() mutable {
+    reduce_finish();
+    target.copy_(buffer.narrow(0, first, n));
+  };
+  return started;
+}
+
 void broadcast(c10d::ProcessGroup& group, at::Tensor& tensor, int root, std::chrono::milliseconds timeout) {
   at::Tensor buffer = tensor.is_contiguous() ? tensor : tensor.contiguous();
   std::vector<at::Tensor> list{movable(buffer, group)};

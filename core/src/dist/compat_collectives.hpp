@@ -24,6 +24,9 @@ StartedCollective start_all_reduce(c10d::ProcessGroup& group, at::Tensor& tensor
 StartedCollective start_all_gather_into(c10d::ProcessGroup& group, at::Tensor& output, const at::Tensor& input);
 at::Tensor reduce_scatter(c10d::ProcessGroup& group, const at::Tensor& input, ReduceOp op,
                           std::chrono::milliseconds timeout);
+// output: contiguous [n, ...]; input [size * n, ...]; filled by finish().
+StartedCollective start_reduce_scatter_into(c10d::ProcessGroup& group, at::Tensor& output, const at::Tensor& input,
+                                            ReduceOp op);
 void broadcast(c10d::ProcessGroup& group, at::Tensor& tensor, int root, std::chrono::milliseconds timeout);
 at::Tensor all_to_all(c10d::ProcessGroup& group, const at::Tensor& input, std::chrono::milliseconds timeout);
 void send(c10d::ProcessGroup& group, const at::Tensor& tensor, int peer, std::chrono::milliseconds timeout);

@@ -99,6 +99,27 @@ class ProcessGroupComm : public Comm {
     return result;
   }
 
+  std::unique_ptr<CommWork> reduce_scatter_into_async(at::Tensor& output, const at::Tensor& input,
+                                                      ReduceOp op) override {
+    check_device(input, "reduce_scatter");
+    check_average(input, op, "reduce_scatter");
+    if (input.dim() == 0 || !output.is_contiguous() || output.dim() != input.dim() ||
+        input.size(0) != output.size(0) * size() || output.sizes().slice(1) != input.sizes().slice(1) ||
+        output.scalar_type() != input.scalar_type()) {
+      fail("reduce_scatter", "input " + shape_text(input) + " is not a [" + std::to_string(size()) +
+                                 " x rows] stack of contiguous output " + shape_text(output));
+    }
+    if (take_test_fault("reduce_scatter") == test_faults::Action::skip) return std::make_unique<Skipped>();
+    auto event = begin("reduce_scatter", {input});
+    try {
+      auto started = compat::start_reduce_scatter_into(*group_, output, input, op);
+      return std::make_unique<Pending>(*this, std::move(started), std::move(event));
+    } catch (const c10::Error& error) {
+      end(event, false);
+      throw Error(what("reduce_scatter") + " failed: " + error.what_without_backtrace());
+    }
+  }
+
   void broadcast(at::Tensor& tensor, int root) override {
     check_device(tensor, "broadcast");
     check_peer(root, "broadcast");
@@ -276,8 +297,8 @@ at::Tensor Comm::all_gather(const at::Tensor& input) {
 
 // Nested scopes add detail to the outer one ("step 12" / "fsdp all_gather
 // layers.3"), so the observers see the phase and the module together.
-CallSite::CallSite(std::string text) : previous_(current_call_site) {
-  current_call_site = previous_.empty() ? std::move(text) : previous_ + " / " + text;
+CallSite::CallSite(std::string text, Mode mode) : previous_(current_call_site) {
+  current_call_site = previous_.empty() || mode == Mode::whole ? std::move(text) : previous_ + " / " + text;
 }
 CallSite::~CallSite() { current_call_site = previous_; }
 const std::string& CallSite::current() { return current_call_site; }

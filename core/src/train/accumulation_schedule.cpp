@@ -21,8 +21,4 @@ at::Tensor AccumulationSchedule::step(CausalLM& model, const std::vector<Microba
   return total;
 }
 
-at::Tensor cross_entropy_loss(const at::Tensor& logits, const at::Tensor& labels) {
-  return torch::nn::functional::cross_entropy(logits.flatten(0, 1).to(at::kFloat), labels.flatten(0, 1));
-}
-
 }  // namespace titan

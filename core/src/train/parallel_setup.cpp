@@ -23,6 +23,7 @@ ParallelSetup::ParallelSetup(const World& world, const RunPlan& plan) : world_(w
                                     "(plugins: [{name: fsdp}] or [{name: ddp}])"
                                   : ""));
   }
+  validate_parallelism(plan, degrees);  // before any group or weight exists
   DistTimeouts timeouts;
   timeouts.init = std::chrono::seconds(plan.core.comm.init_timeout_seconds);
   timeouts.collective = std::chrono::seconds(plan.core.comm.train_timeout_seconds);

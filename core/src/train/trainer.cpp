@@ -212,7 +212,7 @@ TrainResult train(RunPlan& plan, const World& world) {
       int64_t length = windows.size(1) - 1;
       microbatches.push_back({windows.narrow(1, 0, length), windows.narrow(1, 1, length)});
     }
-    at::Tensor loss = schedule.step(*model, microbatches, cross_entropy_loss);
+    at::Tensor loss = schedule.step(*model, microbatches, model->loss());
     model->finalize_gradients();
     double loss_value = parallel.mean_over_dp(loss.item<double>());
     if (step == debug_nan_step) loss_value = std::nan("");

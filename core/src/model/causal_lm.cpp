@@ -58,6 +58,10 @@ void CausalLM::init_weights(uint64_t seed) {
   init_buffers();
 }
 
+at::Tensor cross_entropy_loss(const at::Tensor& logits, const at::Tensor& labels) {
+  return at::cross_entropy_loss(logits.flatten(0, 1).to(at::kFloat), labels.flatten(0, 1));
+}
+
 std::vector<int64_t> ModelSpec::pipeline_split_points(int64_t stages) const {
   auto model = build(c10::Device(c10::kMeta));
   int64_t blocks = model->num_blocks();

@@ -1,0 +1,60 @@
+// The layer seam: the building blocks models are made of, in core so that
+// plugins can recognize them (a float8 plugin swaps Linear, fused kernels
+// swap RMSNorm, tensor parallelism shards both) and replace them by module
+// path without the model knowing. A model calls its layers through Layer,
+// looked up by name at every call (child_layer), so a swap takes effect.
+#pragma once
+#include <torch/nn/module.h>
+
+#include <memory>
+#include <string>
+
+namespace titan {
+
+// One tensor in, one out: what every swappable layer is.
+class Layer : public torch::nn::Module {
+ public:
+  ~Layer() override;
+  virtual at::Tensor forward(const at::Tensor& input) = 0;
+};
+
+// y = x W^T without bias; weight [out_features, in_features] as torch.nn.Linear.
+class Linear : public Layer {
+ public:
+  Linear(int64_t in_features, int64_t out_features, const at::TensorOptions& options);
+  at::Tensor forward(const at::Tensor& input) override;
+  at::Tensor weight;
+};
+
+// tokens (int64) -> rows of weight [vocab_size, dim].
+class Embedding : public Layer {
+ public:
+  Embedding(int64_t vocab_size, int64_t dim, const at::TensorOptions& options);
+  at::Tensor forward(const at::Tensor& tokens) override;
+  at::Tensor weight;
+};
+
+// Normalized in fp32 over the last dim, cast back, then scaled (TorchTitan's RMSNorm).
+class RMSNorm : public Layer {
+ public:
+  RMSNorm(int64_t dim, double eps, const at::TensorOptions& options);
+  at::Tensor forward(const at::Tensor& input) override;
+  at::Tensor weight;
+  double eps;
+};
+
+// A layer that replaces another and keeps its parameter names: it adopts the
+// inner layer's direct parameters, buffers and children under the same
+// names, so `layers.3.attention.wq.weight` stays that name for optimizers,
+// checkpoints and HF export whatever wraps it.
+class LayerWrapper : public Layer {
+ public:
+  explicit LayerWrapper(std::shared_ptr<Layer> inner);
+  Layer& inner() const { return *inner_; }
+  const std::shared_ptr<Layer>& inner_ptr() const { return inner_; }
+
+ private:
+  std::shared_ptr<Layer> inner_;
+};
+
+}  // namespace titan

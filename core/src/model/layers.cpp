@@ -1,0 +1,43 @@
+// The core layers' forwards (TorchTitan's math) and LayerWrapper's adoption
+// of the inner layer's names.
+#include "titan/layers.hpp"
+
+#include <ATen/ATen.h>
+
+namespace titan {
+
+// Out of line: the key function that gives Layer one type_info across the
+// core and plugin libraries, so plugins can dynamic_cast model layers.
+Layer::~Layer() = default;
+
+Linear::Linear(int64_t in_features, int64_t out_features, const at::TensorOptions& options) {
+  weight = register_parameter("weight", at::empty({out_features, in_features}, options));
+}
+
+at::Tensor Linear::forward(const at::Tensor& input) { return at::linear(input, weight); }
+
+Embedding::Embedding(int64_t vocab_size, int64_t dim, const at::TensorOptions& options) {
+  weight = register_parameter("weight", at::empty({vocab_size, dim}, options));
+}
+
+at::Tensor Embedding::forward(const at::Tensor& tokens) { return at::embedding(weight, tokens); }
+
+RMSNorm::RMSNorm(int64_t dim, double eps_, const at::TensorOptions& options) : eps(eps_) {
+  weight = register_parameter("weight", at::empty({dim}, options));
+}
+
+at::Tensor RMSNorm::forward(const at::Tensor& input) {
+  at::Tensor x = input.to(at::kFloat);
+  at::Tensor normed = x * at::rsqrt(x.pow(2).mean(-1, /*keepdim=*/true) + eps);
+  return normed.to(input.scalar_type()) * weight;
+}
+
+LayerWrapper::LayerWrapper(std::shared_ptr<Layer> inner) : inner_(std::move(inner)) {
+  for (const auto& item : inner_->named_parameters(/*recurse=*/false)) {
+    register_parameter(item.key(), item.value(), item.value().requires_grad());
+  }
+  for (const auto& item : inner_->named_buffers(/*recurse=*/false)) register_buffer(item.key(), item.value());
+  for (const auto& item : inner_->named_children()) register_module(item.key(), item.value());
+}
+
+}  // namespace titan

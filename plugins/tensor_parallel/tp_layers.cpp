@@ -1,0 +1,117 @@
+// Forward passes of the tensor-parallel layers; every collective goes
+// through the comm layer under a call site naming the layer.
+#include "tp_layers.h"
+
+#include <ATen/ATen.h>
+
+#include "async_tp.h"
+#include "titan/autograd_collectives.hpp"
+#include "titan/comm.hpp"
+#include "titan/error.hpp"
+
+namespace titan::tensor_parallel {
+
+namespace {
+
+constexpr int64_t kSequenceDim = 1;
+
+const at::Tensor* linear_weight(const Layer& layer) {
+  auto* linear = dynamic_cast<const Linear*>(&layer);
+  return linear ? &linear->weight : nullptr;
+}
+
+}  // namespace
+
+at::Tensor reduce_partial_output(const at::Tensor& partial, const TpContext& tp) {
+#ifdef TITAN_TP_MUTANT_NO_ROWWISE_REDUCTION
+  // Test-only mutant (tests/test_plugins builds it as `unreduced_tp`): the
+  // partial sums are never added up; with SP each rank keeps its own rows.
+  // Shapes stay right, the numbers do not: titan-conformance must notice.
+  if (!tp.sequence_parallel) return partial;
+  int64_t rows = partial.size(kSequenceDim) / tp.comm->size();
+  return partial.narrow(kSequenceDim, rows * tp.comm->rank(), rows);
+#else
+  if (tp.sequence_parallel) return reduce_scatter_autograd(partial, *tp.comm, kSequenceDim);
+  return all_reduce_autograd(partial, *tp.comm);
+#endif
+}
+
+ColwiseLinear::ColwiseLinear(std::shared_ptr<Layer> inner, TpContext tp, std::string path)
+    : LayerWrapper(std::move(inner)), tp_(tp), path_(std::move(path)) {}
+
+at::Tensor ColwiseLinear::forward(const at::Tensor& input) {
+  if (!(tp_.async && tp_.sequence_parallel)) return inner().forward(input);  // the norm before gathered it
+  CallSite site("tp all_gather+matmul " + path_);
+  if (const at::Tensor* weight = linear_weight(inner())) {
+    return all_gather_matmul(input, *weight, *tp_.comm, tp_.async_chunks);
+  }
+  // A layer that is not a plain Linear (e.g. swapped by another plugin):
+  // gather first, then its own forward.
+  return inner().forward(all_gather_autograd(input, *tp_.comm, kSequenceDim));
+}
+
+RowwiseLinear::RowwiseLinear(std::shared_ptr<Layer> inner, TpContext tp, std::string path)
+    : LayerWrapper(std::move(inner)), tp_(tp), path_(std::move(path)) {}
+
+at::Tensor RowwiseLinear::forward(const at::Tensor& input) {
+#ifndef TITAN_TP_MUTANT_NO_ROWWISE_REDUCTION
+  if (tp_.async && tp_.sequence_parallel) {
+    if (const at::Tensor* weight = linear_weight(inner())) {
+      CallSite site("tp matmul+reduce_scatter " + path_);
+      return matmul_reduce_scatter(input, *weight, *tp_.comm, tp_.async_chunks);
+    }
+  }
+#endif
+  at::Tensor partial = inner().forward(input);
+  CallSite site(std::string(tp_.sequence_parallel ? "tp reduce_scatter " : "tp all_reduce ") + path_);
+  return reduce_partial_output(partial, tp_);
+}
+
+VocabParallelEmbedding::VocabParallelEmbedding(std::shared_ptr<Layer> inner, TpContext tp, std::string path,
+                                               int64_t vocab_begin)
+    : LayerWrapper(std::move(inner)), tp_(tp), path_(std::move(path)), vocab_begin_(vocab_begin) {}
+
+at::Tensor VocabParallelEmbedding::forward(const at::Tensor& tokens) {
+  const int64_t local_rows = named_parameters(/*recurse=*/false)["weight"].size(0);
+  // Tokens of other ranks' vocabulary look up row 0 and are zeroed, so the
+  // sum over ranks holds each token's row exactly once.
+  at::Tensor outside = (tokens < vocab_begin_) | (tokens >= vocab_begin_ + local_rows);
+  at::Tensor local_ids = (tokens - vocab_begin_).masked_fill(outside, 0);
+  at::Tensor rows = inner().forward(local_ids).masked_fill(outside.unsqueeze(-1), 0);
+  CallSite site(std::string(tp_.sequence_parallel ? "tp reduce_scatter " : "tp all_reduce ") + path_);
+  return reduce_partial_output(rows, tp_);
+}
+
+ParallelNorm::ParallelNorm(std::shared_ptr<Layer> inner, TpContext tp, std::string path)
+    : LayerWrapper(std::move(inner)), tp_(tp), path_(std::move(path)) {
+  if (!tp_.sequence_parallel) return;
+  // On a sequence shard each rank's weight gradient covers its own rows
+  // only: the sum over ranks is the gradient of the whole sequence.
+  for (auto& item : named_parameters(/*recurse=*/false)) {
+    at::Tensor& weight = item.value();
+    if (!weight.requires_grad()) continue;
+    Comm* comm = tp_.comm;
+    std::string site_text = "tp all_reduce " + path_ + "." + item.key() + " grad";
+    weight.register_hook([comm, site_text](const at::Tensor& grad) {
+      CallSite site(site_text);
+      at::Tensor sum = grad.clone();
+      comm->all_reduce(sum, ReduceOp::sum);
+      return sum;
+    });
+  }
+}
+
+at::Tensor ParallelNorm::forward(const at::Tensor& input) {
+  at::Tensor normed = inner().forward(input);
+  if (!tp_.sequence_parallel) {
+    // Whole input on every rank; the colwise layers it feeds each return a
+    // partial input gradient, summed here.
+    CallSite site("tp all_reduce " + path_ + " (backward)");
+    return replicate_to_parallel(normed, *tp_.comm);
+  }
+  if (tp_.async) return normed;  // the colwise layers gather it, chunk by chunk
+  CallSite site("tp all_gather " + path_);
+  return all_gather_autograd(normed, *tp_.comm, kSequenceDim);
+}
+
+}  // namespace titan::tensor_parallel

@@ -1,0 +1,76 @@
+// The layers tensor parallelism swaps in, each wrapping the model's own
+// layer (so its parameter names stay) and adding the collectives its
+// ParallelStyle implies, each with its autograd adjoint:
+//   colwise   input full (or gathered here, async) -> output features local
+//   rowwise   input features local -> partial output -> all-reduce, or
+//             reduce-scatter along the sequence (SP)
+//   vocab embedding  masked lookup of the local vocabulary -> partial output
+//             -> all-reduce / reduce-scatter as rowwise
+//   norm      SP: runs on the sequence shard and all-gathers the sequence
+//             for the colwise layers it feeds; no SP: whole, and its output
+//             collects the colwise layers' partial input gradients.
+#pragma once
+#include <string>
+
+#include "titan/layers.hpp"
+
+namespace titan {
+class Comm;
+}
+
+namespace titan::tensor_parallel {
+
+struct TpContext {
+  Comm* comm = nullptr;
+  bool sequence_parallel = true;
+  bool async = false;          // colwise layers gather, rowwise layers scatter, chunked
+  int64_t async_chunks = 2;    // chunks per rank's sequence shard
+};
+
+class ColwiseLinear : public LayerWrapper {
+ public:
+  ColwiseLinear(std::shared_ptr<Layer> inner, TpContext tp, std::string path);
+  at::Tensor forward(const at::Tensor& input) override;
+
+ private:
+  TpContext tp_;
+  std::string path_;
+};
+
+class RowwiseLinear : public LayerWrapper {
+ public:
+  RowwiseLinear(std::shared_ptr<Layer> inner, TpContext tp, std::string path);
+  at::Tensor forward(const at::Tensor& input) override;
+
+ private:
+  TpContext tp_;
+  std::string path_;
+};
+
+class VocabParallelEmbedding : public LayerWrapper {
+ public:
+  // The local weight holds rows [vocab_begin, vocab_begin + local rows).
+  VocabParallelEmbedding(std::shared_ptr<Layer> inner, TpContext tp, std::string path, int64_t vocab_begin);
+  at::Tensor forward(const at::Tensor& tokens) override;
+
+ private:
+  TpContext tp_;
+  std::string path_;
+  int64_t vocab_begin_;
+};
+
+class ParallelNorm : public LayerWrapper {
+ public:
+  ParallelNorm(std::shared_ptr<Layer> inner, TpContext tp, std::string path);
+  at::Tensor forward(const at::Tensor& input) override;
+
+ private:
+  TpContext tp_;
+  std::string path_;
+};
+
+// Partial (or sharded) output rows -> what the residual stream holds: the
+// whole sum (all-reduce), or this rank's sequence shard of it (SP).
+at::Tensor reduce_partial_output(const at::Tensor& partial, const TpContext& tp);
+
+}  // namespace titan::tensor_parallel

@@ -1,0 +1,137 @@
+// The TP plan applied: validation of the model's sizes against the degree,
+// then one swap per planned layer, in module order.
+#include "tp_parallelizer.h"
+
+#include <ATen/ATen.h>
+
+#include "titan/autograd_collectives.hpp"
+#include "titan/device_mesh.hpp"
+#include "titan/error.hpp"
+#include "titan/logging.hpp"
+#include "titan/module_path.hpp"
+#include "tp_layers.h"
+
+namespace titan::tensor_parallel {
+
+namespace {
+
+// Shards `weight` (still on meta) along `dim` for this rank and returns its layout.
+TensorLayout shard_weight(at::Tensor& weight, int64_t dim, const Comm& tp, const std::string& name) {
+  if (!weight.is_meta()) {
+    throw Error("tensor_parallel: parameter '" + name + "' is already materialized; TP must run on the meta model");
+  }
+  std::vector<int64_t> global = weight.sizes().vec();
+  if (global[dim] % tp.size() != 0) {
+    throw Error("tensor_parallel: parameter '" + name + "' " + c10::str(weight.sizes()) + " has dim " +
+                std::to_string(dim) + " not divisible by tensor_parallel_degree " + std::to_string(tp.size()));
+  }
+  TensorLayout layout = TensorLayout::replicated(global);
+  layout.local_shape[dim] = global[dim] / tp.size();
+  layout.local_offset[dim] = layout.local_shape[dim] * tp.rank();
+  layout.mesh_dims = {"tp"};
+  layout.placements = {Placement::shard(dim)};
+  weight.set_data(at::empty(layout.local_shape, weight.options()));
+  return layout;
+}
+
+TensorLayout whole_over_tp(const at::Tensor& weight) {
+  TensorLayout layout = TensorLayout::replicated(weight.sizes().vec());
+  layout.mesh_dims = {"tp"};
+  layout.placements = {Placement::replicate()};
+  return layout;
+}
+
+at::Tensor& weight_of(torch::nn::Module& layer, const std::string& path) {
+  at::Tensor* weight = layer.named_parameters(/*recurse=*/false).find("weight");
+  if (!weight) throw Error("tensor_parallel: layer '" + path + "' has no parameter 'weight' to shard");
+  return *weight;
+}
+
+}  // namespace
+
+void TpParallelizer::validate(const ValidateContext& context) const {
+  auto found = context.degrees.find("tp");
+  if (found == context.degrees.end() || found->second <= 1) return;  // unknown yet, or nothing to split
+  const int64_t tp = found->second;
+  if (context.spec.tp_plan().empty()) {
+    throw Error("tensor_parallel: model flavor '" + context.spec.flavor() +
+                "' has no tensor-parallel plan (ModelSpec::tp_plan); remove the tensor_parallel plugin");
+  }
+  for (const auto& size : context.spec.tp_sizes()) {
+    if (size.value % tp == 0) continue;
+    std::string works;
+    for (int64_t d = tp - 1; d >= 1; --d) {
+      if (size.value % d == 0) {
+        works = std::to_string(d);
+        break;
+      }
+    }
+    throw Error("tensor_parallel: " + size.key + ": " + size.what + " = " + std::to_string(size.value) +
+                " is not divisible by tensor_parallel_degree " + std::to_string(tp) + "; use a degree dividing " +
+                std::to_string(size.value) + " (e.g. " + works + ") or change " + size.key);
+  }
+  if (options_.sequence_parallel && context.seq_len % tp != 0) {
+    throw Error("tensor_parallel: training.seq_len = " + std::to_string(context.seq_len) +
+                " is not divisible by tensor_parallel_degree " + std::to_string(tp) +
+                " with enable_sequence_parallel on; use a multiple of " + std::to_string(tp) +
+                " or set enable_sequence_parallel: false");
+  }
+}
+
+void TpParallelizer::parallelize(CausalLM& model, const ParallelizeContext& context) {
+  if (!context.mesh) throw Error("tensor_parallel: no device mesh (the trainer builds one when a plugin asks for mesh dims)");
+  Comm& comm = context.mesh->group("tp");
+  std::map<std::string, int64_t> degrees{{"tp", comm.size()}};
+  validate(ValidateContext{context.spec, degrees, /*seq_len=*/0});  // the sizes; seq_len was checked by the trainer
+  TpContext tp{&comm, options_.sequence_parallel, options_.async};
+  int swapped = 0;
+  for (const auto& [pattern, style] : context.spec.tp_plan()) {
+    for (const auto& path : match_modules(model, pattern)) {
+      auto layer = std::dynamic_pointer_cast<Layer>(find_module(model, path));
+      if (!layer) throw Error("tensor_parallel: the plan names '" + path + "', which is not a titan::Layer");
+      at::Tensor& weight = weight_of(*layer, path);
+      const std::string name = path + ".weight";
+      std::shared_ptr<Layer> replacement;
+      switch (style) {
+        case TpStyle::colwise:
+          model.set_layout(name, shard_weight(weight, 0, comm, name));
+          replacement = std::make_shared<ColwiseLinear>(layer, tp, path);
+          // A model-level colwise layer is the output head: its logits leave
+          // the model split over the vocabulary.
+          if (path.find('.') == std::string::npos) model.set_logits_vocab_sharded_over("tp");
+          break;
+        case TpStyle::rowwise:
+          if (std::dynamic_pointer_cast<Embedding>(layer)) {
+            TensorLayout layout = shard_weight(weight, 0, comm, name);
+            replacement = std::make_shared<VocabParallelEmbedding>(layer, tp, path, layout.local_offset[0]);
+            model.set_layout(name, layout);
+          } else {
+            model.set_layout(name, shard_weight(weight, 1, comm, name));
+            replacement = std::make_shared<RowwiseLinear>(layer, tp, path);
+          }
+          break;
+        case TpStyle::sequence_parallel_norm:
+          model.set_layout(name, whole_over_tp(weight));
+          replacement = std::make_shared<ParallelNorm>(layer, tp, path);
+          break;
+      }
+      swap_module(model, path, replacement);
+      ++swapped;
+    }
+  }
+  if (swapped == 0) throw Error("tensor_parallel: the model's TP plan matched none of its modules");
+  if (!model.logits_vocab_sharded_over().empty()) {
+    // Without loss parallel the vocab-sharded logits are gathered whole for
+    // the model's loss; every rank then computes the same loss.
+    Comm* tp_comm = &comm;
+    LossFn whole_loss = model.loss();
+    model.set_loss([tp_comm, whole_loss](const at::Tensor& logits, const at::Tensor& labels) {
+      CallSite site("tp all_gather logits");
+      return whole_loss(all_gather_to_replicate(logits, *tp_comm, -1), labels);
+    });
+  }
+  spdlog::info("tensor_parallel: {} layers split over tp={} (sequence parallel {}, async {})", swapped, comm.size(),
+               options_.sequence_parallel ? "on" : "off", options_.async ? "on" : "off");
+}
+
+}  // namespace titan::tensor_parallel
