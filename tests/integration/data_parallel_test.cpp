@@ -5,95 +5,16 @@
 // element-wise max is dominated by AdamW steps on near-zero gradients,
 // whose sign flips on 1e-7 noise) in fp32; bf16 parameters stay
 // within 1e-2 of the fp32 loss curve; FSDP's per-rank state is 1/N.
-#include "doctest_torch.hpp"
-#include "test_support.hpp"
-
-#include <nlohmann/json.hpp>
+#include "equivalence_runs.hpp"
 
 namespace {
 
+using titan::test::check_equivalent;
+using titan::test::relative;
 using titan::test::run_command;
-
-struct RunOutput {
-  std::vector<double> losses;
-  std::vector<double> grad_norms;
-  std::vector<double> state_bytes;
-  c10::Dict<std::string, at::Tensor> params;
-};
-
-std::string common_sets(const std::filesystem::path& dump) {
-  return " --set training.steps=10 --set training.seq_len=64 --set training.threads=1"
-         " --set lr_scheduler.warmup_steps=3 --set metrics.log_freq=1 --set job.dump_folder=" + dump.string() +
-         " --set debug.save_final_model=" + (dump / "final.pt").string();
-}
-
-RunOutput read_run(const std::filesystem::path& dump) {
-  RunOutput out;
-  std::istringstream lines(titan::test::read_file(dump / "metrics.jsonl"));
-  for (std::string line; std::getline(lines, line);) {
-    auto record = nlohmann::json::parse(line);
-    out.losses.push_back(record["loss"].get<double>());
-    out.grad_norms.push_back(record["grad_norm"].get<double>());
-    out.state_bytes.push_back(record["state_bytes"].get<double>());
-  }
-  std::string bytes = titan::test::read_file(dump / "final.pt");
-  out.params = c10::impl::toTypedDict<std::string, at::Tensor>(
-      torch::pickle_load(std::vector<char>(bytes.begin(), bytes.end())).toGenericDict());
-  return out;
-}
-
-RunOutput run_single(const std::string& name, const std::string& extra = "") {
-  auto dump = titan::test::temp_dir(name);
-  auto result = run_command("timeout 300 " + titan::test::titan_binary() + " train " + titan::test::source_dir() +
-                            "/configs/llama3_debugmodel.yaml --set training.local_batch_size=8" + common_sets(dump) +
-                            extra);
-  INFO(result.output);
-  REQUIRE(result.exit_code == 0);
-  return read_run(dump);
-}
-
-RunOutput run_ranks(const std::string& name, int ranks, int port, const std::string& plugin, const std::string& extra = "") {
-  auto dump = titan::test::temp_dir(name);
-  auto result = run_command("timeout 300 " + titan::test::titan_binary() + " launch --nproc-per-node " +
-                            std::to_string(ranks) + " --master-port " + std::to_string(port) + " --grace-period-s 5 -- " +
-                            titan::test::titan_binary() + " train " + titan::test::source_dir() +
-                            "/configs/llama3_debugmodel.yaml --set training.local_batch_size=" +
-                            std::to_string(8 / ranks) + " --set 'plugins=[" + plugin + "]'" + common_sets(dump) +
-                            extra);
-  INFO(result.output);
-  REQUIRE(result.exit_code == 0);
-  return read_run(dump);
-}
-
-double relative(double a, double b) { return std::abs(a - b) / std::max(std::abs(b), 1e-12); }
-
-void check_equivalent(const RunOutput& parallel, const RunOutput& reference, double tolerance) {
-  REQUIRE(parallel.losses.size() == 10);
-  REQUIRE(reference.losses.size() == 10);
-  double worst_loss = 0, worst_norm = 0, worst_param = 0;
-  std::string worst_name;
-  for (size_t i = 0; i < reference.losses.size(); ++i) {
-    worst_loss = std::max(worst_loss, relative(parallel.losses[i], reference.losses[i]));
-    worst_norm = std::max(worst_norm, relative(parallel.grad_norms[i], reference.grad_norms[i]));
-  }
-  REQUIRE(parallel.params.size() == reference.params.size());
-  for (const auto& item : reference.params) {
-    at::Tensor mine = parallel.params.at(item.key());
-    REQUIRE(mine.sizes() == item.value().sizes());
-    // Relative in the L2 sense, per tensor: ||mine - ref|| / ||ref||.
-    double difference = (mine - item.value()).norm().item<double>() / std::max(item.value().norm().item<double>(), 1e-12);
-    if (difference > worst_param) {
-      worst_param = difference;
-      worst_name = item.key();
-    }
-  }
-  MESSAGE("max relative difference: loss " << worst_loss << ", grad norm " << worst_norm << ", parameters "
-                                           << worst_param << " (" << worst_name << ")");
-  CHECK(worst_loss <= tolerance);
-  CHECK(worst_norm <= tolerance);
-  CHECK(worst_param <= tolerance);
-  CHECK(reference.losses.back() < reference.losses.front());  // it trained
-}
+using titan::test::run_ranks;
+using titan::test::run_single;
+using titan::test::RunOutput;
 
 }  // namespace
 

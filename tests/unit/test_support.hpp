@@ -20,9 +20,14 @@ inline std::string env_or(const char* name, const std::string& fallback) {
   return value && *value ? value : fallback;
 }
 
+// Where temp_dir(name) is, without touching it.
+inline std::filesystem::path temp_path(const std::string& name) {
+  return std::filesystem::path(env_or("TITAN_TEST_TMP", paths::test_tmp)) / name;
+}
+
 // A fresh folder under the build tree's test tmp dir, removed first.
 inline std::filesystem::path temp_dir(const std::string& name) {
-  auto dir = std::filesystem::path(env_or("TITAN_TEST_TMP", paths::test_tmp)) / name;
+  auto dir = temp_path(name);
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   return dir;
@@ -61,6 +66,7 @@ inline std::string titan_binary() { return env_or("TITAN_BINARY", paths::titan_b
 // The comm layer's multi-rank check program (tests/multirank).
 inline std::string dist_checks_binary() { return env_or("TITAN_DIST_CHECKS", paths::dist_checks_binary); }
 inline std::string dcp_checks_binary() { return env_or("TITAN_DCP_CHECKS", paths::dcp_checks_binary); }
+inline std::string tp_checks_binary() { return env_or("TITAN_TP_CHECKS", paths::tp_checks_binary); }
 inline std::string source_dir() { return env_or("TITAN_SOURCE_DIR", paths::source_dir); }
 
 }  // namespace titan::test
