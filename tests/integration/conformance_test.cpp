@@ -97,7 +97,8 @@ TEST_CASE("titan-conformance: every plugin the project builds passes its declare
     }
     CHECK(checked >= 2);
   }
-  CHECK(plugins >= 8);  // adamw, dcp, ddp, flight_recorder, fsdp, fused_kernels, llama3, lr_schedules
+  // adamw, dcp, ddp, flight_recorder, fsdp, fused_kernels, llama3, loss_parallel, lr_schedules, tensor_parallel
+  CHECK(plugins >= 10);
 }
 
 TEST_CASE("titan-conformance: an fsdp that leaves one gradient unreduced fails the parallelizer checks by name") {
@@ -129,6 +130,20 @@ TEST_CASE("titan-conformance: an fsdp that stages the whole model before shardin
     if (result != "skip") CHECK_MESSAGE(result == (memory ? "fail" : "pass"), name);  // training stays exact
   }
   CHECK(report.results["parallelizer.memory@2"] == "fail");
+}
+
+TEST_CASE("titan-conformance: a tensor_parallel whose rowwise layers skip their reduction fails the parallelizer "
+          "checks by name") {
+  auto report = conformance_json(test_plugin("unreduced_tp"), "--ranks 2");
+  INFO(report.output);
+  CHECK(report.exit_code == 1);
+  CHECK(report.output.find("conformance check failed: parallelizer.loss@2") != std::string::npos);
+  for (const char* name : {"parallelizer.loss@2", "parallelizer.grad_norm@2", "parallelizer.params@2"}) {
+    CHECK_MESSAGE(report.results[name] == "fail", name);
+  }
+  // Its layouts and memory are right; only the numbers are wrong.
+  CHECK(report.results["parallelizer.sharding@2"] == "pass");
+  CHECK(report.results["parallelizer.memory@2"] == "pass");
 }
 
 TEST_CASE("titan-conformance: --ranks must be a list of world sizes") {

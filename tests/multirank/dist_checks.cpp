@@ -327,6 +327,14 @@ void check_reduce_scatter(Comm& comm) {
       }
       expect_equal(what, result, reduce_definition(n, op, input_of).narrow(0, 2 * me, 2));
       expect_equal(what + " left its input unchanged", input, input_of(me));
+      // The async form (async tensor parallelism): same rows once waited on.
+      at::Tensor output = at::full({2, 3}, -7.0, at::TensorOptions().dtype(dtype));
+      try {
+        comm.reduce_scatter_into_async(output, input, op)->wait();
+        expect_equal(what + " (async)", output, result);
+      } catch (const std::exception& error) {
+        report.fail(what + " (async) threw: " + message_of(error));
+      }
     }
   }
 }

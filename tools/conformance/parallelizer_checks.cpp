@@ -19,15 +19,24 @@
 #include "titan/placement.hpp"
 #include "titan/plugin.hpp"
 #include "titan/registry.hpp"
+#include "titan/run_plan.hpp"
 #include "titan/world.hpp"
 
 namespace titan::conformance {
 
 namespace {
 
+// A plugin the one under test needs applied with it (loss_parallel needs
+// tensor_parallel), in the canonical stage order.
+struct Companion {
+  std::string plugin;
+  ConfigNode options;
+};
+
 struct ParallelizerDeclaration {
   std::string variant;  // "" for the base options, else a `variants:` entry's name
   ConfigNode options;
+  std::vector<Companion> with;
   std::vector<std::string> shards_over;
   double loss_tolerance = 0;
   double grad_norm_tolerance = 0;
@@ -43,6 +52,10 @@ ParallelizerDeclaration read_declaration(const ConfigNode& declaration, size_t v
   ConfigNode section = declaration.child("parallelizer");
   ParallelizerDeclaration out;
   out.options = section.child("options");
+  for (const ConfigNode& companion : section.children("with")) {
+    out.with.push_back({companion.require<std::string>("name", "a plugin applied together with the one under test"),
+                        companion.child("options")});
+  }
   out.shards_over = section.get<std::vector<std::string>>(
       "shards_over", {}, "mesh dims every parameter is split along (empty: each rank holds whole parameters)");
   ConfigNode tolerance = section.child("tolerance");
@@ -97,10 +110,13 @@ CheckResult sharding(CausalLM& model, const DeviceMesh& mesh, const Parallelizer
       }
       for (const auto& dim : declared.shards_over) {
         if (mesh.size(dim) <= 1) continue;
+        // Shard() along the dim, or a Replicate() the plugin recorded on
+        // purpose (tensor parallelism keeps norms whole); a layout that does
+        // not mention the dim at all says nothing of how it lies there.
         auto at = std::find(layout->mesh_dims.begin(), layout->mesh_dims.end(), dim);
-        bool split = at != layout->mesh_dims.end() &&
-                     layout->placements[at - layout->mesh_dims.begin()].kind == Placement::Kind::shard;
-        if (!split) problem = "not Shard() along " + dim + " (" + layout->describe() + ")";
+        bool declared_here = at != layout->mesh_dims.end() &&
+                             layout->placements[at - layout->mesh_dims.begin()].kind != Placement::Kind::partial;
+        if (!declared_here) problem = "neither Shard() nor Replicate() along " + dim + " (" + layout->describe() + ")";
       }
       if (declared.shards_over.empty() && layout->is_sharded()) {
         problem = "sharded (" + layout->describe() + ") but the plugin declares whole parameters";
@@ -218,9 +234,21 @@ CheckResults parallelizer_worker(const WorkerArgs& args) {
   context.world_size = world.world_size;
   context.dump_folder = args.scratch;
   context.training_steps = fixture.steps;
-  auto parallelizer = PluginRegistry::instance().create_parallelizer(info.name, context);
+  std::vector<NamedParallelizer> parallelizers;
+  parallelizers.push_back({info.name, PluginRegistry::instance().create_parallelizer(info.name, context)});
+  for (const auto& companion : declared.with) {
+    PluginContext companion_context = context;
+    companion_context.options = companion.options;
+    const std::string& name = PluginRegistry::instance().load(companion.plugin).name;
+    parallelizers.push_back({name, PluginRegistry::instance().create_parallelizer(name, companion_context)});
+  }
+  sort_canonical(parallelizers);
+  std::vector<MeshDimRequest> requests;
+  for (const auto& item : parallelizers) {
+    for (const auto& request : item.parallelizer->mesh_dims()) requests.push_back(request);
+  }
   DistRuntime runtime(world, worker_timeouts());
-  DeviceMesh mesh(runtime, resolve_mesh_degrees(parallelizer->mesh_dims(), world.world_size));
+  DeviceMesh mesh(runtime, resolve_mesh_degrees(requests, world.world_size));
   const c10::Device cpu(c10::kCPU);
   ParallelizeContext parallel_context{*fixture.spec, cpu, &mesh, c10::kFloat, c10::kFloat};
 
@@ -228,7 +256,7 @@ CheckResults parallelizer_worker(const WorkerArgs& args) {
   std::shared_ptr<CausalLM> model;
   int64_t peak = peak_cpu_bytes_during([&] {
     model = fixture.spec->build(c10::Device(c10::kMeta));
-    parallelizer->parallelize(*model, parallel_context);
+    for (auto& item : parallelizers) item.parallelizer->parallelize(*model, parallel_context);
     materialize_module(*model, cpu);
     model->init_weights(fixture.seed);
   });
@@ -265,6 +293,10 @@ CheckResults check_parallelizer(const std::string& plugin, const std::string& de
     PluginContext context;
     context.options = declared.options;
     PluginRegistry::instance().create_parallelizer(info.name, context);
+    for (const auto& companion : declared.with) {
+      context.options = companion.options;
+      PluginRegistry::instance().create_parallelizer(PluginRegistry::instance().load(companion.plugin).name, context);
+    }
     for (int world_size : ranks) {
       const std::string where = suffix(world_size, declared.variant);
       const auto& sizes = declared.world_sizes;
