@@ -5,6 +5,8 @@
 // before any weight exists; checkpoints moving between layouts.
 #include "equivalence_runs.hpp"
 
+#include <set>
+
 namespace {
 
 namespace fs = std::filesystem;
@@ -172,5 +174,30 @@ TEST_CASE("tensor parallel + dcp: an FSDP4 checkpoint resumes under FSDP2 x TP2 
     REQUIRE(loaded.exit_code == 0);
     CHECK(loaded.output.find("resumed from checkpoint at step 10") != std::string::npos);
     CHECK_MESSAGE(titan::test::read_file(dump / "final.pt") == saved, name);
+  }
+}
+
+TEST_CASE("tensor parallel: the flight recorder sees every TP collective under its layer's name, forward and backward") {
+  auto dump = titan::test::temp_dir("tp_flight_recorder");
+  auto result = run_command(
+      "timeout 120 " + titan::test::titan_binary() + " launch --nproc-per-node 2 --master-port 29661 -- " +
+      titan::test::titan_binary() + " train " + titan::test::source_dir() + "/configs/llama3_debugmodel_tp.yaml" +
+      kSmall + " --set model.n_layers=1 --set training.steps=1 --set training.seq_len=32 --set job.dump_folder=" +
+      dump.string() + " --set 'plugins=[" + tp(2) + ", " + kLossParallel +
+      ", {name: flight_recorder, dump_on_exit: true}]'");
+  INFO(result.output);
+  REQUIRE(result.exit_code == 0);
+  auto json = nlohmann::json::parse(titan::test::read_file(dump / "flight_recorder/rank_0.json"));
+  std::set<std::string> sites;
+  for (const auto& entry : json["entries"]) {
+    std::string site = entry["call_site"];
+    sites.insert(site.substr(site.find(" / ") == std::string::npos ? 0 : site.find(" / ") + 3));
+  }
+  for (const char* expected :
+       {"tp reduce_scatter tok_embeddings", "tp reduce_scatter tok_embeddings (backward)",
+        "tp all_gather layers.0.attention_norm", "tp all_gather layers.0.attention_norm (backward)",
+        "tp reduce_scatter layers.0.attention.wo", "tp reduce_scatter layers.0.feed_forward.w2 (backward)",
+        "tp all_reduce layers.0.ffn_norm.weight grad", "tp all_gather norm", "loss_parallel all_reduce max"}) {
+    CHECK_MESSAGE(sites.count(expected) == 1, expected);
   }
 }
