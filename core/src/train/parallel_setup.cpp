@@ -13,7 +13,10 @@ ParallelSetup::ParallelSetup(const World& world, const RunPlan& plan) : world_(w
   for (const auto& [name, parallelizer] : plan.parallelizers) {
     for (const auto& request : parallelizer->mesh_dims()) requests.push_back(request);
   }
-  if (!world.distributed() && requests.empty()) return;
+  if (!world.distributed() && requests.empty()) {
+    validate_parallelism(plan, {});  // parallelizers without mesh dims still check the model
+    return;
+  }
   std::map<std::string, int64_t> degrees;
   try {
     degrees = resolve_mesh_degrees(requests, world.world_size);
