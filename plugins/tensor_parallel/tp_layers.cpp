@@ -36,9 +36,6 @@ at::Tensor reduce_partial_output(const at::Tensor& partial, const TpContext& tp)
 #endif
 }
 
-ColwiseLinear::ColwiseLinear(std::shared_ptr<Layer> inner, TpContext tp, std::string path)
-    : LayerWrapper(std::move(inner)), tp_(tp), path_(std::move(path)) {}
-
 at::Tensor ColwiseLinear::forward(const at::Tensor& input) {
   if (!(tp_.async && tp_.sequence_parallel)) return inner().forward(input);  // the norm before gathered it
   CallSite site("tp all_gather+matmul " + path_);
@@ -49,9 +46,6 @@ at::Tensor ColwiseLinear::forward(const at::Tensor& input) {
   // gather first, then its own forward.
   return inner().forward(all_gather_autograd(input, *tp_.comm, kSequenceDim));
 }
-
-RowwiseLinear::RowwiseLinear(std::shared_ptr<Layer> inner, TpContext tp, std::string path)
-    : LayerWrapper(std::move(inner)), tp_(tp), path_(std::move(path)) {}
 
 at::Tensor RowwiseLinear::forward(const at::Tensor& input) {
 #ifndef TITAN_TP_MUTANT_NO_ROWWISE_REDUCTION
@@ -67,10 +61,6 @@ at::Tensor RowwiseLinear::forward(const at::Tensor& input) {
   return reduce_partial_output(partial, tp_);
 }
 
-VocabParallelEmbedding::VocabParallelEmbedding(std::shared_ptr<Layer> inner, TpContext tp, std::string path,
-                                               int64_t vocab_begin)
-    : LayerWrapper(std::move(inner)), tp_(tp), path_(std::move(path)), vocab_begin_(vocab_begin) {}
-
 at::Tensor VocabParallelEmbedding::forward(const at::Tensor& tokens) {
   const int64_t local_rows = named_parameters(/*recurse=*/false)["weight"].size(0);
   // Tokens of other ranks' vocabulary look up row 0 and are zeroed, so the
@@ -83,7 +73,7 @@ at::Tensor VocabParallelEmbedding::forward(const at::Tensor& tokens) {
 }
 
 ParallelNorm::ParallelNorm(std::shared_ptr<Layer> inner, TpContext tp, std::string path)
-    : LayerWrapper(std::move(inner)), tp_(tp), path_(std::move(path)) {
+    : TpLayer(std::move(inner), tp, std::move(path)) {
   if (!tp_.sequence_parallel) return;
   // On a sequence shard each rank's weight gradient covers its own rows
   // only: the sum over ranks is the gradient of the whole sequence.

@@ -27,46 +27,45 @@ struct TpContext {
   int64_t async_chunks = 2;    // chunks per rank's sequence shard
 };
 
-class ColwiseLinear : public LayerWrapper {
+// What every tensor-parallel layer keeps: its group and options, and its
+// module path for the call sites the flight recorder shows.
+class TpLayer : public LayerWrapper {
  public:
-  ColwiseLinear(std::shared_ptr<Layer> inner, TpContext tp, std::string path);
-  at::Tensor forward(const at::Tensor& input) override;
+  TpLayer(std::shared_ptr<Layer> inner, TpContext tp, std::string path)
+      : LayerWrapper(std::move(inner)), tp_(tp), path_(std::move(path)) {}
 
- private:
+ protected:
   TpContext tp_;
   std::string path_;
 };
 
-class RowwiseLinear : public LayerWrapper {
+class ColwiseLinear : public TpLayer {
  public:
-  RowwiseLinear(std::shared_ptr<Layer> inner, TpContext tp, std::string path);
+  using TpLayer::TpLayer;
   at::Tensor forward(const at::Tensor& input) override;
-
- private:
-  TpContext tp_;
-  std::string path_;
 };
 
-class VocabParallelEmbedding : public LayerWrapper {
+class RowwiseLinear : public TpLayer {
+ public:
+  using TpLayer::TpLayer;
+  at::Tensor forward(const at::Tensor& input) override;
+};
+
+class VocabParallelEmbedding : public TpLayer {
  public:
   // The local weight holds rows [vocab_begin, vocab_begin + local rows).
-  VocabParallelEmbedding(std::shared_ptr<Layer> inner, TpContext tp, std::string path, int64_t vocab_begin);
+  VocabParallelEmbedding(std::shared_ptr<Layer> inner, TpContext tp, std::string path, int64_t vocab_begin)
+      : TpLayer(std::move(inner), tp, std::move(path)), vocab_begin_(vocab_begin) {}
   at::Tensor forward(const at::Tensor& tokens) override;
 
  private:
-  TpContext tp_;
-  std::string path_;
   int64_t vocab_begin_;
 };
 
-class ParallelNorm : public LayerWrapper {
+class ParallelNorm : public TpLayer {
  public:
   ParallelNorm(std::shared_ptr<Layer> inner, TpContext tp, std::string path);
   at::Tensor forward(const at::Tensor& input) override;
-
- private:
-  TpContext tp_;
-  std::string path_;
 };
 
 // Partial (or sharded) output rows -> what the residual stream holds: the
