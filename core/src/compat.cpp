@@ -122,6 +122,7 @@ class PeakTrackingAllocator : public c10::Allocator {
   // LibTorch 2.x makes this pure virtual; 1.13 has no such method (hence no `override`).
   void copy_data(void* dest, const void* src, std::size_t count) const { std::memcpy(dest, src, count); }
   int64_t peak() const { return peak_; }
+  int64_t live() const { return live_; }
 
  private:
   struct Block {
@@ -142,7 +143,7 @@ class PeakTrackingAllocator : public c10::Allocator {
 
 }  // namespace
 
-int64_t peak_cpu_bytes_during(const std::function<void()>& body) {
+CpuMemoryWindow cpu_memory_during(const std::function<void()>& body) {
   c10::Allocator* original = c10::GetCPUAllocator();
   // Leaked on purpose: tensors allocated during the body may be freed later.
   auto* tracker = new PeakTrackingAllocator(original);
@@ -154,7 +155,9 @@ int64_t peak_cpu_bytes_during(const std::function<void()>& body) {
     throw;
   }
   c10::SetCPUAllocator(original, 255);
-  return tracker->peak();
+  return {tracker->peak(), tracker->live()};
 }
+
+int64_t peak_cpu_bytes_during(const std::function<void()>& body) { return cpu_memory_during(body).peak; }
 
 }  // namespace titan

@@ -134,7 +134,8 @@ at::Tensor Transformer::forward(const at::Tensor& tokens) {
   for (size_t i = 0; i < blocks.size(); ++i) {
     auto block = std::dynamic_pointer_cast<TransformerBlock>(blocks[i].value());
     if (!block) throw Error("llama3: layers." + blocks[i].key() + " is not a TransformerBlock");
-    h = run_block(static_cast<int64_t>(i), h, [&](const at::Tensor& x) { return block->forward(x, cos, sin); });
+    // By value: activation checkpointing runs the body again in backward.
+    h = run_block(static_cast<int64_t>(i), h, [block, cos, sin](const at::Tensor& x) { return block->forward(x, cos, sin); });
   }
   if (auto norm = find_child_layer(*this, "norm")) h = norm->forward(h);
   if (auto output = find_child_layer(*this, "output")) h = output->forward(h);

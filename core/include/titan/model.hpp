@@ -16,8 +16,11 @@
 
 namespace titan {
 
+// A block's forward. It must stay callable after forward() returns (capture
+// by value): activation checkpointing calls it again in backward.
 using BlockBody = std::function<at::Tensor(const at::Tensor& hidden)>;
-// A wrapper gets the block index, its input and the next layer of the chain.
+// A wrapper gets the block index, its input and the next layer of the chain,
+// which it may keep and call later.
 using BlockWrapper =
     std::function<at::Tensor(int64_t block, const at::Tensor& hidden, const BlockBody& inner)>;
 using ForwardBody = std::function<at::Tensor(const at::Tensor& tokens)>;
@@ -84,6 +87,8 @@ class CausalLM : public torch::nn::Module {
   at::Tensor run_block(int64_t index, const at::Tensor& hidden, const BlockBody& body) const;
 
  private:
+  BlockBody wrapped_body(int64_t index, size_t depth, const BlockBody& body) const;
+
   std::vector<BlockWrapper> wrappers_;
   std::vector<ForwardWrapper> forward_wrappers_;
   std::vector<std::function<void()>> finalizers_;

@@ -10,4 +10,13 @@ namespace titan {
 
 int64_t peak_cpu_bytes_during(const std::function<void()>& body);
 
+// The same window, also giving the bytes allocated in it and still live at
+// its end (e.g. the activations autograd saved in a forward whose output the
+// body kept outside).
+struct CpuMemoryWindow {
+  int64_t peak = 0;
+  int64_t retained = 0;
+};
+CpuMemoryWindow cpu_memory_during(const std::function<void()>& body);
+
 }  // namespace titan

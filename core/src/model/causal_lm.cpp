@@ -11,13 +11,16 @@
 namespace titan {
 
 at::Tensor CausalLM::run_block(int64_t index, const at::Tensor& hidden, const BlockBody& body) const {
-  // Wrapper k calls wrapper k-1 as its inner; wrapper 0 calls the body.
-  std::function<at::Tensor(size_t, const at::Tensor&)> call = [&](size_t depth, const at::Tensor& h) {
-    if (depth == 0) return body(h);
-    BlockBody inner = [&, depth](const at::Tensor& x) { return call(depth - 1, x); };
-    return wrappers_[depth - 1](index, h, inner);
-  };
-  return call(wrappers_.size(), hidden);
+  return wrapped_body(index, wrappers_.size(), body)(hidden);
+}
+
+BlockBody CausalLM::wrapped_body(int64_t index, size_t depth, const BlockBody& body) const {
+  // Wrapper k calls wrapper k-1 as its inner; wrapper 0 calls the body. Each
+  // inner holds copies, not references, so a wrapper may keep it and call it
+  // again in backward (activation checkpointing recomputes the block).
+  if (depth == 0) return body;
+  BlockBody inner = wrapped_body(index, depth - 1, body);
+  return [this, depth, index, inner](const at::Tensor& x) { return wrappers_[depth - 1](index, x, inner); };
 }
 
 at::Tensor CausalLM::run(const at::Tensor& tokens) {

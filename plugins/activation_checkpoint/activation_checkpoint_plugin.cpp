@@ -1,0 +1,52 @@
+// The `activation_checkpoint` plugin: options (TorchTitan's names) and the
+// descriptor.
+#include "ac_parallelizer.h"
+#include "titan/plugin.hpp"
+
+namespace {
+
+using titan::activation_checkpoint::AcOptions;
+
+AcOptions read_options(const titan::ConfigNode& node) {
+  AcOptions options;
+  options.mode = node.choice("mode", options.mode, {"none", "full", "selective", "memory_budget"},
+                             "none | full (every block) | selective (see selective_ac_option) | memory_budget");
+  options.selective_ac_option = node.get<std::string>(
+      "selective_ac_option", options.selective_ac_option,
+      "selective mode: N checkpoints every N-th block; \"op\" (per-op) is not implemented yet");
+  options.preserve_rng_state = node.get<bool>("preserve_rng_state", options.preserve_rng_state,
+                                              "replay the random generator's state in the recompute");
+  options.determinism_check = node.choice(
+      "determinism_check", options.determinism_check, {"none", "default", "values"},
+      "compare the recomputed forward with the original: default = shapes and dtypes, values = also every value");
+  options.per_op_sac_force_recompute_mm_shapes_by_fqns = node.get<std::vector<std::string>>(
+      "per_op_sac_force_recompute_mm_shapes_by_fqns", options.per_op_sac_force_recompute_mm_shapes_by_fqns,
+      "per-op mode: matmuls of these modules are always recomputed (not used until per-op mode exists)");
+  options.memory_budget = node.get<double>(
+      "memory_budget", options.memory_budget,
+      "memory_budget mode: activation bytes kept / bytes without checkpointing, in [0, 1]");
+  if (options.selective_ac_option != "op") {
+    bool number = !options.selective_ac_option.empty() &&
+                  options.selective_ac_option.find_first_not_of("0123456789") == std::string::npos;
+    if (!number || std::stoll(options.selective_ac_option) < 1) {
+      node.fail("selective_ac_option", "expected \"op\" or a block frequency N >= 1, got \"" +
+                                           options.selective_ac_option + "\"");
+    }
+  }
+  if (!(options.memory_budget >= 0 && options.memory_budget <= 1)) {
+    node.fail("memory_budget", "expected a fraction in [0, 1], got " + std::to_string(options.memory_budget));
+  }
+  return options;
+}
+
+void register_activation_checkpoint(titan::PluginRegistrar& registrar) {
+  registrar.parallelizer([](const titan::PluginContext& context) {
+    return std::make_unique<titan::activation_checkpoint::AcParallelizer>(read_options(context.options));
+  });
+}
+
+}  // namespace
+
+TITAN_PLUGIN("activation_checkpoint", "1.0", titan::kind_parallelizer,
+             "activation checkpointing: full, every N-th block, or planned to a memory budget",
+             register_activation_checkpoint)
