@@ -47,6 +47,10 @@ void register_activation_checkpoint(titan::PluginRegistrar& registrar) {
 
 }  // namespace
 
-TITAN_PLUGIN("activation_checkpoint", "1.0", titan::kind_parallelizer,
+#ifndef TITAN_AC_PLUGIN_NAME
+#define TITAN_AC_PLUGIN_NAME "activation_checkpoint"  // test mutants are built under other names
+#endif
+
+TITAN_PLUGIN(TITAN_AC_PLUGIN_NAME, "1.0", titan::kind_parallelizer,
              "activation checkpointing: full, every N-th block, or planned to a memory budget",
              register_activation_checkpoint)

@@ -98,6 +98,12 @@ struct Checkpoint : torch::autograd::Function<Checkpoint> {
 }  // namespace
 
 at::Tensor checkpoint_block(const at::Tensor& hidden, const BlockBody& body, const CheckpointSettings& settings) {
+#ifdef TITAN_AC_MUTANT_KEEP_ACTIVATIONS
+  // Test-only mutant (tests/test_plugins builds it as `keeping_ac`): the
+  // block runs as without checkpointing, keeping every activation; exact,
+  // but titan-conformance's activation_memory check must fail it.
+  return body(hidden);
+#endif
   if (!hidden.requires_grad()) {
     throw Error("activation_checkpoint: the input of " + settings.label +
                 " needs no gradient, so its recomputing backward would never run and its parameters would get no "

@@ -146,6 +146,17 @@ TEST_CASE("titan-conformance: a tensor_parallel whose rowwise layers skip their 
   CHECK(report.results["parallelizer.memory@2"] == "pass");
 }
 
+TEST_CASE("titan-conformance: an activation checkpointing that keeps every activation fails activation_memory only") {
+  auto report = conformance_json(test_plugin("keeping_ac"), "--ranks 1");
+  INFO(report.output);
+  CHECK(report.exit_code == 1);
+  for (const auto& [name, result] : report.results) {
+    bool memory = name.rfind("parallelizer.activation_memory@", 0) == 0;
+    if (result != "skip") CHECK_MESSAGE(result == (memory ? "fail" : "pass"), name);  // training stays exact
+  }
+  CHECK(report.results["parallelizer.activation_memory@1"] == "fail");
+}
+
 TEST_CASE("titan-conformance: --ranks must be a list of world sizes") {
   auto result = run_conformance("--plugin " + (plugin_dir() / "libtitan_plugin_fsdp.so").string() + " --ranks 1,two");
   INFO(result.output);

@@ -42,6 +42,7 @@ struct ParallelizerDeclaration {
   double grad_norm_tolerance = 0;
   double params_tolerance = 0;
   double memory_limit = 0;
+  double activation_memory_limit = 0;
   std::vector<int64_t> world_sizes;  // empty: any
 };
 
@@ -64,6 +65,9 @@ ParallelizerDeclaration read_declaration(const ConfigNode& declaration, size_t v
   out.params_tolerance = tolerance.get<double>("params", 1e-5, "max |parameter - reference| after the steps");
   out.memory_limit = section.get<double>(
       "memory_limit", 0.75, "peak bytes while building and initializing / whole-model bytes (sharding plugins)");
+  out.activation_memory_limit = section.get<double>(
+      "activation_memory_limit", 0.75,
+      "activation-checkpointing plugins: bytes a forward leaves for backward / the plain model's");
   out.world_sizes = section.get<std::vector<int64_t>>(
       "world_sizes", {}, "world sizes the plugin runs on by itself (empty: any); others are reported as skipped");
   std::vector<ConfigNode> variants = section.children("variants");
@@ -219,6 +223,22 @@ void train_on_mesh(CausalLM& model, const DeviceMesh& mesh, const TrainingFixtur
   rows.push_back(row("grad_norm", where, norm_diff, declared.grad_norm_tolerance, "max relative grad-norm difference"));
 }
 
+// Activation checkpointing must pay for its recompute: a forward (its loss
+// kept, as before backward) leaves fewer bytes alive than the plain model's.
+CheckResult activation_memory(CausalLM& model, const TrainingFixture& fixture, const std::string& where, double limit) {
+  auto plain = build_single_process(fixture);
+  at::Tensor windows = fixture_windows(fixture, 1);
+  auto retained = [&](CausalLM& m) {
+    at::Tensor kept;
+    int64_t bytes = cpu_memory_during([&] { kept = next_token_loss(m, windows); }).retained;
+    return static_cast<double>(bytes);
+  };
+  double with = retained(model), without = retained(*plain);
+  return row("activation_memory", where, with / without, limit,
+             "bytes a forward leaves for backward / without the plugin (" + std::to_string(static_cast<int64_t>(with)) +
+                 " / " + std::to_string(static_cast<int64_t>(without)) + " B)");
+}
+
 CheckResults parallelizer_worker(const WorkerArgs& args) {
   const PluginInfo& info = PluginRegistry::instance().load(args.plugin);
   ConfigNode declaration = ConfigNode::load_file(args.declaration);
@@ -273,6 +293,11 @@ CheckResults parallelizer_worker(const WorkerArgs& args) {
 
   train_on_mesh(*model, mesh, fixture, reference, declared, rows);
   compare_parameters(*model, mesh, reference, declared, rows);
+  for (const auto& item : parallelizers) {
+    if (item.plugin == info.name && item.parallelizer->stage() == Stage::activation_checkpoint) {
+      rows.push_back(activation_memory(*model, fixture, where, declared.activation_memory_limit));
+    }
+  }
   return rows;
 }
 
