@@ -7,7 +7,9 @@
 // time. Blocks are planned in order: each gets the cheapest-to-recompute
 // policy that still lets the remaining blocks, fully checkpointed, fit
 // memory_budget x the projected no-AC bytes (the blocks not yet measured
-// projected like this one). The plan holds from then on and is logged once.
+// projected like this one). Ranks agree on the measurements (max over the
+// world), so all make the same plan. The plan holds from then on and is
+// logged once.
 #include "ac_parallelizer.h"
 
 #include <ATen/ATen.h>
@@ -19,6 +21,8 @@
 #include <sstream>
 
 #include "checkpoint_block.h"
+#include "titan/comm.hpp"
+#include "titan/device_mesh.hpp"
 #include "titan/error.hpp"
 #include "titan/logging.hpp"
 #include "titan/module_path.hpp"
@@ -120,17 +124,12 @@ std::pair<int64_t, double> probe(BudgetPlan& plan, int64_t index, Policy policy,
 
 }  // namespace
 
-void AcParallelizer::parallelize(CausalLM& model, const ParallelizeContext&) {
+void AcParallelizer::parallelize(CausalLM& model, const ParallelizeContext& context) {
   const AcOptions options = options_;
   const int64_t blocks = model.num_blocks();
   if (options.mode == "none") {
     spdlog::info("activation_checkpoint: mode none");
     return;
-  }
-  if (options.mode == "selective" && options.selective_ac_option == "op") {
-    throw Error("activation_checkpoint: selective_ac_option: \"op\" (per-op selective checkpointing) is not "
-                "implemented yet; use a block frequency (e.g. selective_ac_option: \"2\"), mode: full or "
-                "mode: memory_budget");
   }
   const int64_t every = options.mode == "selective" ? std::stoll(options.selective_ac_option) : 1;
   const bool budgeted = options.mode == "memory_budget";
@@ -154,8 +153,11 @@ void AcParallelizer::parallelize(CausalLM& model, const ParallelizeContext&) {
     }
   }
 
-  model.add_block_wrapper([every, plan, budgeted, settings_for](int64_t index, const at::Tensor& hidden,
-                                                                const BlockBody& inner) {
+  // Every rank must checkpoint the same blocks (a recompute may issue
+  // collectives): the probes' measurements are agreed on (max over ranks).
+  Comm* world = context.mesh && context.mesh->world_size() > 1 ? &context.mesh->group("world") : nullptr;
+  model.add_block_wrapper([every, plan, budgeted, settings_for, world](int64_t index, const at::Tensor& hidden,
+                                                                       const BlockBody& inner) {
     if (!at::GradMode::is_enabled()) return inner(hidden);  // nothing is kept for backward anyway
     bool checkpoint = false;
     if (budgeted) {
@@ -169,6 +171,17 @@ void AcParallelizer::parallelize(CausalLM& model, const ParallelizeContext&) {
           })
                                   : inner;
           std::tie(bytes[p], ms[p]) = probe(*plan, index, policies[p], body, hidden);
+        }
+        if (world) {
+          at::Tensor measured = at::tensor({static_cast<double>(bytes[0]), static_cast<double>(bytes[1]),
+                                            static_cast<double>(bytes[2]), ms[0], ms[1], ms[2]},
+                                           at::kDouble);
+          CallSite site("activation_checkpoint all_reduce plan of layers." + std::to_string(index));
+          world->all_reduce(measured, ReduceOp::max);
+          for (int p = 0; p < 3; ++p) {
+            bytes[p] = static_cast<int64_t>(measured[p].item<double>());
+            ms[p] = measured[3 + p].item<double>();
+          }
         }
         plan->decide(index, bytes, ms);
       }

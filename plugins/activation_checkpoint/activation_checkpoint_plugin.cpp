@@ -25,6 +25,11 @@ AcOptions read_options(const titan::ConfigNode& node) {
   options.memory_budget = node.get<double>(
       "memory_budget", options.memory_budget,
       "memory_budget mode: activation bytes kept / bytes without checkpointing, in [0, 1]");
+  if (options.mode == "selective" && options.selective_ac_option == "op") {
+    node.fail("selective_ac_option",
+              "\"op\" (per-op selective checkpointing) is not implemented yet; use a block frequency "
+              "(e.g. \"2\"), mode: full or mode: memory_budget");
+  }
   if (options.selective_ac_option != "op") {
     bool number = !options.selective_ac_option.empty() &&
                   options.selective_ac_option.find_first_not_of("0123456789") == std::string::npos;

@@ -40,7 +40,7 @@ TEST_CASE("activation checkpoint: full, every 2nd block and a 0.5 memory budget 
   }
 }
 
-TEST_CASE("activation checkpoint: under FSDP2 and under TP2 it trains bit for bit like the same layout without AC") {
+TEST_CASE("activation checkpoint: under FSDP2 and TP2 (full and a 0.5 budget) it trains bit for bit like the same layout without AC") {
   RunOutput fsdp = run_ranks("ac_fsdp_reference", 2, 29671, "{name: fsdp}", kSmall);
   RunOutput fsdp_ac = run_ranks("ac_fsdp", 2, 29676, "{name: fsdp}, {name: activation_checkpoint, mode: full}", kSmall);
   check_identical(fsdp_ac, fsdp, "FSDP2 + full AC");
@@ -52,6 +52,12 @@ TEST_CASE("activation checkpoint: under FSDP2 and under TP2 it trains bit for bi
   RunOutput tp2 = run_ranks("ac_tp_reference", 2, 29686, tp, kSmall, 1);
   RunOutput tp2_ac = run_ranks("ac_tp", 2, 29691, tp + ", {name: activation_checkpoint, mode: full}", kSmall, 1);
   check_identical(tp2_ac, tp2, "TP2 + full AC");
+  // The ranks agree on one budget plan, so they recompute (and issue TP
+  // collectives in) the same blocks.
+  RunOutput tp2_budget = run_ranks("ac_tp_budget", 2, 29696,
+                                   tp + ", {name: activation_checkpoint, mode: memory_budget, memory_budget: 0.5}",
+                                   kSmall, 1);
+  check_identical(tp2_budget, tp2, "TP2 + memory budget 0.5");
 }
 
 TEST_CASE("activation checkpoint: a block whose recompute differs trips determinism_check, naming it") {
@@ -86,4 +92,5 @@ TEST_CASE("activation checkpoint: bad options are refused with the key and what 
   check("memory_budget: 1.5", "expected a fraction in [0, 1], got 1.5");
   check("selective_ac_option: 'every'", "expected \"op\" or a block frequency N >= 1, got \"every\"");
   check("determinism_check: maybe", "determinism_check");
+  check("mode: selective, selective_ac_option: op", "\"op\" (per-op selective checkpointing) is not implemented yet");
 }
