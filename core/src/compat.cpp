@@ -1,6 +1,9 @@
 // LibTorch-version differences (see compat.hpp).
 #include "titan/compat.hpp"
 
+#include <cmath>
+#include <limits>
+
 #include <ATen/native/Resize.h>
 #include <c10/core/CPUAllocator.h>
 #include <torch/csrc/autograd/function_hook.h>
@@ -37,6 +40,17 @@ at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::
   return std::get<0>(at::_scaled_dot_product_attention(q, key, value, {}, 0.0, false, true));
 #endif
 #endif
+}
+
+std::pair<at::Tensor, at::Tensor> causal_attention_with_weights(const at::Tensor& q, const at::Tensor& k,
+                                                                const at::Tensor& v) {
+  // The math path written out: no LibTorch version's SDPA returns the
+  // weights in a layout every version agrees on.
+  const int64_t seq = q.size(2), keys = k.size(2);
+  at::Tensor scores = at::matmul(q, k.transpose(-2, -1)) / std::sqrt(static_cast<double>(q.size(-1)));
+  at::Tensor future = at::ones({seq, keys}, q.options().dtype(at::kBool)).triu(1);
+  at::Tensor weights = at::softmax(scores.masked_fill(future, -std::numeric_limits<double>::infinity()), -1);
+  return {at::matmul(weights, v), weights};
 }
 
 void materialize_in_place(at::Tensor& tensor, const c10::Device& device) {

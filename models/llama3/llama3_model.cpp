@@ -47,6 +47,7 @@ Attention::Attention(const Llama3Args& args, const at::TensorOptions& options) :
   register_module("wk", std::make_shared<Linear>(args.dim, args.n_kv_heads * head_dim_, options));
   register_module("wv", std::make_shared<Linear>(args.dim, args.n_kv_heads * head_dim_, options));
   register_module("wo", std::make_shared<Linear>(args.n_heads * head_dim_, args.dim, options));
+  register_module("sdpa", std::make_shared<AttentionCore>());
 }
 
 at::Tensor Attention::forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
@@ -62,7 +63,9 @@ at::Tensor Attention::forward(const at::Tensor& x, const at::Tensor& cos, const 
   v = v.view({batch, seq, v.size(2) / head_dim_, head_dim_});
   q = apply_rope(q, cos, sin);
   k = apply_rope(k, cos, sin);
-  at::Tensor out = compat::causal_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2));
+  auto core = std::dynamic_pointer_cast<AttentionCore>(find_module(*this, "sdpa"));
+  if (!core) throw Error("llama3: attention core 'sdpa' is missing or not a titan::AttentionCore");
+  at::Tensor out = core->forward(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2));
   out = out.transpose(1, 2).contiguous().view({batch, seq, -1});
   return child_layer(*this, "wo")->forward(out);
 }

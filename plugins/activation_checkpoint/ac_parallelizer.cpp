@@ -15,12 +15,15 @@
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
 
+#include <algorithm>
 #include <array>
+#include <typeinfo>
 #include <chrono>
 #include <memory>
 #include <sstream>
 
 #include "checkpoint_block.h"
+#include "per_op_sac.h"
 #include "titan/comm.hpp"
 #include "titan/device_mesh.hpp"
 #include "titan/error.hpp"
@@ -131,14 +134,37 @@ void AcParallelizer::parallelize(CausalLM& model, const ParallelizeContext& cont
     spdlog::info("activation_checkpoint: mode none");
     return;
   }
-  const int64_t every = options.mode == "selective" ? std::stoll(options.selective_ac_option) : 1;
+  const bool per_op = options.mode == "selective" && options.selective_ac_option == "op";
+  const int64_t every = options.mode == "selective" && !per_op ? std::stoll(options.selective_ac_option) : 1;
   const bool budgeted = options.mode == "memory_budget";
   auto plan = std::make_shared<BudgetPlan>();
   plan->budget = options.memory_budget;
   plan->blocks.assign(static_cast<size_t>(blocks), Policy::unplanned);
-  auto settings_for = [options](const std::string& label) {
-    return CheckpointSettings{label, options.preserve_rng_state, options.determinism_check};
+  auto settings_for = [options, per_op](const std::string& label) {
+    return CheckpointSettings{label, options.preserve_rng_state, options.determinism_check, per_op};
   };
+  int sac_linears = 0, sac_attention = 0;
+  if (per_op) {
+    for (int64_t i = 0; i < blocks; ++i) {
+      const std::string prefix = "layers." + std::to_string(i) + ".";
+      for (const auto& item : model.block(i)->named_modules("", /*include_self=*/false)) {
+        const std::string path = prefix + item.key();
+        const torch::nn::Module& module = *item.value();
+        // Only the core layers themselves: a layer another plugin wrapped
+        // (TP's collectives, float8) is recomputed, never replayed.
+        if (typeid(module) == typeid(Linear)) {
+          const auto& forced = options.per_op_sac_force_recompute_mm_shapes_by_fqns;
+          bool always_recompute = std::find(forced.begin(), forced.end(), item.key()) != forced.end();
+          swap_module(model, path, std::make_shared<SacLinear>(std::dynamic_pointer_cast<Layer>(item.value()),
+                                                               always_recompute));
+          ++sac_linears;
+        } else if (typeid(module) == typeid(AttentionCore)) {
+          swap_module(model, path, std::make_shared<SacAttention>(std::dynamic_pointer_cast<AttentionCore>(item.value())));
+          ++sac_attention;
+        }
+      }
+    }
+  }
   int partial_layers = 0;
   if (budgeted) {
     for (int64_t i = 0; i < blocks; ++i) {
@@ -156,7 +182,7 @@ void AcParallelizer::parallelize(CausalLM& model, const ParallelizeContext& cont
   // Every rank must checkpoint the same blocks (a recompute may issue
   // collectives): the probes' measurements are agreed on (max over ranks).
   Comm* world = context.mesh && context.mesh->world_size() > 1 ? &context.mesh->group("world") : nullptr;
-  model.add_block_wrapper([every, plan, budgeted, settings_for, world](int64_t index, const at::Tensor& hidden,
+  model.add_block_wrapper([every, per_op, plan, budgeted, settings_for, world](int64_t index, const at::Tensor& hidden,
                                                                        const BlockBody& inner) {
     if (!at::GradMode::is_enabled()) return inner(hidden);  // nothing is kept for backward anyway
     bool checkpoint = false;
@@ -188,16 +214,23 @@ void AcParallelizer::parallelize(CausalLM& model, const ParallelizeContext& cont
       checkpoint = plan->blocks[static_cast<size_t>(index)] == Policy::full;
     } else {
       // TorchTitan counts blocks from 1: every N-th is the N-th, 2N-th, ...
-      checkpoint = (index + 1) % every == 0;
+      checkpoint = per_op || (index + 1) % every == 0;
     }
     return checkpoint ? checkpoint_block(hidden, inner, settings_for("layers." + std::to_string(index)))
                       : inner(hidden);
   });
   if (budgeted) model.add_gradient_finalizer([plan] { plan->log_once(); });
-  spdlog::info("activation_checkpoint: mode {}{}", options.mode,
-               budgeted ? " " + std::to_string(options.memory_budget) + " (" + std::to_string(partial_layers) +
-                              " sub-layers may be checkpointed alone)"
-                        : options.mode == "selective" ? ", every " + std::to_string(every) + " blocks" : "");
+  std::string detail;
+  if (budgeted) {
+    detail = " " + std::to_string(options.memory_budget) + " (" + std::to_string(partial_layers) +
+             " sub-layers may be checkpointed alone)";
+  } else if (per_op) {
+    detail = ", per op: every block, keeping the attention outputs and every other matmul of " +
+             std::to_string(sac_linears) + " linears, " + std::to_string(sac_attention) + " attention cores";
+  } else if (options.mode == "selective") {
+    detail = ", every " + std::to_string(every) + " blocks";
+  }
+  spdlog::info("activation_checkpoint: mode {}{}", options.mode, detail);
 }
 
 }  // namespace titan::activation_checkpoint

@@ -13,7 +13,8 @@ AcOptions read_options(const titan::ConfigNode& node) {
                              "none | full (every block) | selective (see selective_ac_option) | memory_budget");
   options.selective_ac_option = node.get<std::string>(
       "selective_ac_option", options.selective_ac_option,
-      "selective mode: N checkpoints every N-th block; \"op\" (per-op) is not implemented yet");
+      "selective mode: N checkpoints every N-th block; \"op\" keeps attention and every other matmul "
+      "output of every block and recomputes the rest");
   options.preserve_rng_state = node.get<bool>("preserve_rng_state", options.preserve_rng_state,
                                               "replay the random generator's state in the recompute");
   options.determinism_check = node.choice(
@@ -21,15 +22,10 @@ AcOptions read_options(const titan::ConfigNode& node) {
       "compare the recomputed forward with the original: default = shapes and dtypes, values = also every value");
   options.per_op_sac_force_recompute_mm_shapes_by_fqns = node.get<std::vector<std::string>>(
       "per_op_sac_force_recompute_mm_shapes_by_fqns", options.per_op_sac_force_recompute_mm_shapes_by_fqns,
-      "per-op mode: matmuls of these modules are always recomputed (not used until per-op mode exists)");
+      "per-op mode: block-relative paths of linears always recomputed (e.g. feed_forward.w2)");
   options.memory_budget = node.get<double>(
       "memory_budget", options.memory_budget,
       "memory_budget mode: activation bytes kept / bytes without checkpointing, in [0, 1]");
-  if (options.mode == "selective" && options.selective_ac_option == "op") {
-    node.fail("selective_ac_option",
-              "\"op\" (per-op selective checkpointing) is not implemented yet; use a block frequency "
-              "(e.g. \"2\"), mode: full or mode: memory_budget");
-  }
   if (options.selective_ac_option != "op") {
     bool number = !options.selective_ac_option.empty() &&
                   options.selective_ac_option.find_first_not_of("0123456789") == std::string::npos;

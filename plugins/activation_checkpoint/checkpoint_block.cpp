@@ -12,6 +12,7 @@
 
 #include <mutex>
 
+#include "per_op_sac.h"
 #include "titan/error.hpp"
 
 namespace titan::activation_checkpoint {
@@ -29,6 +30,7 @@ struct Recompute : torch::CustomClassHolder {
   std::vector<int64_t> output_shape;
   c10::ScalarType output_dtype = c10::kFloat;
   at::Tensor output;     // the original output, for determinism_check: values
+  std::unique_ptr<OpCache> ops;  // per-op mode: the outputs kept for replay
 };
 
 at::Tensor rng_state() { return at::detail::getDefaultCPUGenerator().get_state(); }
@@ -61,7 +63,12 @@ void check_determinism(const Recompute& call, const at::Tensor& recomputed) {
 struct Checkpoint : torch::autograd::Function<Checkpoint> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& hidden, c10::intrusive_ptr<Recompute> call) {
     if (call->settings.preserve_rng_state) call->rng_state = rng_state();
-    at::Tensor output = call->body(hidden);  // autograd is off here: nothing inside is kept
+    if (call->settings.per_op) call->ops = std::make_unique<OpCache>();
+    at::Tensor output;
+    {
+      OpCacheScope scope(call->ops.get());  // per-op mode: the kept ops record their outputs
+      output = call->body(hidden);          // autograd is off here: nothing else is kept
+    }
     call->input = hidden.detach();
     call->output_shape = output.sizes().vec();
     call->output_dtype = output.scalar_type();
@@ -81,10 +88,22 @@ struct Checkpoint : torch::autograd::Function<Checkpoint> {
       set_rng_state(call->rng_state);
     }
     at::Tensor output;
+    if (call->ops) {  // the recompute meets the same ops in the same order
+      call->ops->mode = OpCache::Mode::replay;
+      call->ops->cursor = 0;
+      call->ops->matmuls = 0;
+    }
     {
       at::AutoGradMode enable(true);
+      OpCacheScope scope(call->ops.get());
       output = call->body(input);
     }
+    if (call->ops && call->ops->cursor != call->ops->outputs.size()) {
+      throw Error("activation_checkpoint (op): the recompute of " + call->settings.label + " replayed " +
+                  std::to_string(call->ops->cursor) + " of the " + std::to_string(call->ops->outputs.size()) +
+                  " outputs its forward kept; the block's ops ran in another order");
+    }
+    call->ops.reset();
     if (current_rng.defined()) set_rng_state(current_rng);
     check_determinism(*call, output);
     call->output = at::Tensor();

@@ -13,6 +13,7 @@ struct CheckpointSettings {
   std::string label;                    // "layers.3", for errors
   bool preserve_rng_state = false;      // replay the CPU generator's state in the recompute
   std::string determinism_check = "default";
+  bool per_op = false;                  // keep the outputs per_op_sac.h names and replay them
 };
 
 at::Tensor checkpoint_block(const at::Tensor& hidden, const BlockBody& body, const CheckpointSettings& settings);

@@ -19,6 +19,10 @@ namespace compat {
 // tensors; kv heads may be fewer than q heads (GQA, repeated here when the
 // LibTorch version has no native GQA).
 at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v);
+// The same on equal head counts, also returning the attention weights
+// (softmax probabilities [batch, heads, seq, seq]) a replaying backward needs.
+std::pair<at::Tensor, at::Tensor> causal_attention_with_weights(const at::Tensor& q, const at::Tensor& k,
+                                                                const at::Tensor& v);
 
 // Gives a tensor (e.g. a parameter built on the meta device) fresh,
 // uninitialized storage on `device` in place, keeping its identity and

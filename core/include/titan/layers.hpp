@@ -43,6 +43,16 @@ class RMSNorm : public Layer {
   double eps;
 };
 
+// Causal attention of q [batch, heads, seq, head_dim] over k, v [batch,
+// kv_heads, seq, head_dim] (grouped-query when kv_heads < heads): the core
+// a model calls as `sdpa`, which context parallelism or selective
+// checkpointing may replace.
+class AttentionCore : public torch::nn::Module {
+ public:
+  ~AttentionCore() override;
+  virtual at::Tensor forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v);
+};
+
 // A layer that replaces another and keeps its parameter names: it adopts the
 // inner layer's direct parameters, buffers and children under the same
 // names, so `layers.3.attention.wq.weight` stays that name for optimizers,

@@ -4,6 +4,8 @@
 
 #include <ATen/ATen.h>
 
+#include "titan/compat.hpp"
+
 namespace titan {
 
 // Out of line: the key function that gives Layer one type_info across the
@@ -30,6 +32,12 @@ at::Tensor RMSNorm::forward(const at::Tensor& input) {
   at::Tensor x = input.to(at::kFloat);
   at::Tensor normed = x * at::rsqrt(x.pow(2).mean(-1, /*keepdim=*/true) + eps);
   return normed.to(input.scalar_type()) * weight;
+}
+
+AttentionCore::~AttentionCore() = default;
+
+at::Tensor AttentionCore::forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+  return compat::causal_attention(q, k, v);
 }
 
 LayerWrapper::LayerWrapper(std::shared_ptr<Layer> inner) : inner_(std::move(inner)) {
