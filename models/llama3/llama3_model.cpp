@@ -78,6 +78,12 @@ FeedForward::FeedForward(int64_t dim, int64_t hidden_dim, const at::TensorOption
 
 at::Tensor FeedForward::forward(const at::Tensor& x) {
   at::Tensor gate = at::silu(child_layer(*this, "w1")->forward(x));
+#ifdef TITAN_LLAMA3_TEST_DROPOUT
+  // Test-only variant (tests/test_plugins builds it as `dropout_llama3`): a
+  // forward that draws random numbers, so checks can tell whether activation
+  // checkpointing replays the generator in its recompute.
+  if (is_training()) gate = at::dropout(gate, 0.1, /*train=*/true);
+#endif
   return child_layer(*this, "w2")->forward(gate * child_layer(*this, "w3")->forward(x));
 }
 

@@ -44,5 +44,9 @@ void register_llama3(titan::PluginRegistrar& registrar) { registrar.model(make_s
 
 }  // namespace
 
-TITAN_PLUGIN("llama3", "1.0", titan::kind_model,
+#ifndef TITAN_LLAMA3_PLUGIN_NAME
+#define TITAN_LLAMA3_PLUGIN_NAME "llama3"  // test variants are built under other names
+#endif
+
+TITAN_PLUGIN(TITAN_LLAMA3_PLUGIN_NAME, "1.0", titan::kind_model,
              "Llama 3 / 3.1 / 3.2 decoder (flavors debugmodel, 1B, 3B, 8B, 70B, 405B)", register_llama3)

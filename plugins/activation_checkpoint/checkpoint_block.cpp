@@ -85,7 +85,14 @@ struct Checkpoint : torch::autograd::Function<Checkpoint> {
     at::Tensor current_rng;
     if (call->settings.preserve_rng_state) {
       current_rng = rng_state();
+#ifdef TITAN_AC_MUTANT_FRESH_RNG
+      // Test-only mutant (tests/test_plugins builds it as `fresh_rng_ac`):
+      // the recompute draws from a freshly seeded generator instead of the
+      // forward's state; titan-conformance must fail it on a model with dropout.
+      at::manual_seed(static_cast<uint64_t>(call->rng_state.sum().item<int64_t>()) + 1);
+#else
       set_rng_state(call->rng_state);
+#endif
     }
     at::Tensor output;
     if (call->ops) {  // the recompute meets the same ops in the same order

@@ -157,6 +157,31 @@ TEST_CASE("titan-conformance: an activation checkpointing that keeps every activ
   CHECK(report.results["parallelizer.activation_memory@1"] == "fail");
 }
 
+TEST_CASE("titan-conformance: on a model with dropout, activation checkpointing that replays the generator passes and "
+          "one that recomputes with a fresh generator fails by name") {
+  // The mutant's declaration (tests/test_plugins/ac_rng.conformance.yaml), copied beside it by the build.
+  const std::string declaration =
+      (test_plugin("fresh_rng_ac").parent_path() / "libtitan_plugin_fresh_rng_ac.conformance.yaml").string();
+  const std::string path = "TITAN_PLUGIN_PATH=" + test_plugin("fresh_rng_ac").parent_path().string() + " ";
+  auto run = [&](const std::filesystem::path& plugin) {
+    namespace conformance = titan::test::conformance;
+    return titan::test::run_command(conformance::with_scratch_in_test_tmp(
+        path + (conformance::build_bin() / "titan-conformance").string() +
+                                                " --ranks 1 --plugin " + plugin.string() + " --declare " + declaration));
+  };
+  auto replaying = run(plugin_dir() / "libtitan_plugin_activation_checkpoint.so");
+  INFO(replaying.output);
+  CHECK(replaying.exit_code == 0);
+  auto fresh = run(test_plugin("fresh_rng_ac"));
+  INFO(fresh.output);
+  CHECK(fresh.exit_code == 1);
+  // The forward (so the loss) is the original one; the gradients come from the wrong recompute.
+  CHECK(fresh.output.find("conformance check failed: parallelizer.grad_norm@1") != std::string::npos);
+  CHECK(fresh.output.find("conformance check failed: parallelizer.params@1") != std::string::npos);
+  CHECK(fresh.output.find("conformance check failed: parallelizer.loss@1") == std::string::npos);
+  CHECK(fresh.output.find("conformance check failed: parallelizer.activation_memory@1") == std::string::npos);
+}
+
 TEST_CASE("titan-conformance: --ranks must be a list of world sizes") {
   auto result = run_conformance("--plugin " + (plugin_dir() / "libtitan_plugin_fsdp.so").string() + " --ranks 1,two");
   INFO(result.output);

@@ -94,6 +94,7 @@ ReferenceTrace train_reference(const TrainingFixture& fixture) {
   ReferenceTrace trace;
   auto model = build_single_process(fixture);
   auto params = trainable(*model);
+  at::manual_seed(fixture.seed);  // a model drawing random numbers (dropout) draws the same in every run
   for (int64_t step = 1; step <= fixture.steps; ++step) {
     at::Tensor loss = next_token_loss(*model, fixture_windows(fixture, step));
     loss.backward();
