@@ -2,13 +2,17 @@
 // RMSNorm, RoPE, SwiGLU and the chunked cross-entropy run as fused CUDA
 // kernels. Off = the model's ATen path. The kernels exist only in CUDA
 // builds; elsewhere asking for one is refused, since a CPU emulation would
-// be slower than ATen and prove nothing about the kernel at run time.
+// be slower than ATen, unless `emulate` asks for the emulations on purpose
+// (to test the wiring: RMSNorm and the chunked loss head, so far).
 #include <ATen/ATen.h>
 
 #include <string>
+#include <typeinfo>
 #include <vector>
 
+#include "emulated_layers.h"
 #include "titan/error.hpp"
+#include "titan/module_path.hpp"
 #include "titan/logging.hpp"
 #include "titan/parallelizer.hpp"
 #include "titan/plugin.hpp"
@@ -21,6 +25,7 @@ struct FusedKernelsOptions {
   bool swiglu = true;
   bool cross_entropy = true;
   int64_t cross_entropy_chunk = 8192;  // vocabulary columns per chunk
+  bool emulate = false;                // run the CPU emulations through the layer seam
 };
 
 std::vector<std::string> requested(const FusedKernelsOptions& options) {
@@ -43,10 +48,14 @@ class FusedKernelsParallelizer : public titan::Parallelizer {
   explicit FusedKernelsParallelizer(FusedKernelsOptions options) : options_(options) {}
   titan::Stage stage() const override { return titan::Stage::kernel_optimization; }
 
-  void parallelize(titan::CausalLM& /*model*/, const titan::ParallelizeContext& context) override {
+  void parallelize(titan::CausalLM& model, const titan::ParallelizeContext& context) override {
     std::vector<std::string> names = requested(options_);
     if (names.empty()) {
       spdlog::info("fused_kernels: every kernel is off; the model runs its ATen path");
+      return;
+    }
+    if (options_.emulate) {
+      wire_emulations(model);
       return;
     }
 #ifndef TITAN_WITH_CUDA
@@ -69,6 +78,38 @@ class FusedKernelsParallelizer : public titan::Parallelizer {
   }
 
  private:
+  // RMSNorm layers and the output head swapped by path for the emulations.
+  void wire_emulations(titan::CausalLM& model) const {
+    if (options_.rope || options_.swiglu) {
+      throw titan::Error("fused_kernels: emulate: rope and swiglu are not wired into the model yet (the model has "
+                         "no rotary or SwiGLU seam); set rope: false and swiglu: false");
+    }
+    int norms = 0;
+    if (options_.rmsnorm) {
+      for (const auto& item : model.named_modules("", /*include_self=*/false)) {
+        if (typeid(*item.value()) != typeid(titan::RMSNorm)) continue;  // a norm another plugin wrapped stays
+        titan::swap_module(model, item.key(), std::make_shared<titan::fused::EmulatedRMSNorm>(
+                                                  std::dynamic_pointer_cast<titan::RMSNorm>(item.value())));
+        ++norms;
+      }
+    }
+    bool head = false;
+    if (options_.cross_entropy) {
+      auto output = std::dynamic_pointer_cast<titan::Linear>(titan::find_module(model, "output"));
+      if (!output || typeid(*output) != typeid(titan::Linear) || !model.logits_vocab_sharded_over().empty()) {
+        throw titan::Error("fused_kernels: cross_entropy needs the model's `output` head as a plain titan::Linear "
+                           "(not split by tensor parallelism); set cross_entropy: false with tensor_parallel");
+      }
+      titan::swap_module(model, "output", std::make_shared<titan::fused::DeferredOutputHead>(output));
+      model.set_loss(titan::fused::chunked_linear_cross_entropy(output->weight, options_.cross_entropy_chunk));
+      head = true;
+    }
+    spdlog::info("fused_kernels: CPU emulations wired in: {} RMSNorm layers{}", norms,
+                 head ? ", the output head + loss as chunked linear cross-entropy (chunk " +
+                            std::to_string(options_.cross_entropy_chunk) + ")"
+                      : "");
+  }
+
   FusedKernelsOptions options_;
 };
 
@@ -81,6 +122,9 @@ FusedKernelsOptions read_options(const titan::ConfigNode& node) {
                                          "output projection + cross-entropy in vocabulary chunks (no fp32 logits)");
   options.cross_entropy_chunk = node.get<int64_t>("cross_entropy_chunk", options.cross_entropy_chunk,
                                                   "vocabulary columns per cross-entropy chunk");
+  options.emulate = node.get<bool>(
+      "emulate", options.emulate,
+      "run the kernels' CPU emulations through the layer seam (slower than ATen; tests the wiring)");
   if (options.cross_entropy_chunk <= 0) node.fail("cross_entropy_chunk", "expected a size > 0");
   return options;
 }
