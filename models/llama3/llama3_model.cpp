@@ -32,21 +32,12 @@ std::pair<at::Tensor, at::Tensor> rope_tables(const Llama3Args& args) {
   return {angles.cos(), angles.sin()};
 }
 
-at::Tensor apply_rope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
-  int64_t seq = x.size(1), half = x.size(3) / 2;
-  at::Tensor pairs = x.to(at::kFloat).reshape({x.size(0), seq, x.size(2), half, 2});
-  at::Tensor even = pairs.select(-1, 0), odd = pairs.select(-1, 1);
-  at::Tensor c = cos.narrow(0, 0, seq).to(at::kFloat).view({1, seq, 1, half});
-  at::Tensor s = sin.narrow(0, 0, seq).to(at::kFloat).view({1, seq, 1, half});
-  at::Tensor rotated = at::stack({even * c - odd * s, even * s + odd * c}, -1);
-  return rotated.flatten(3).to(x.scalar_type());
-}
-
 Attention::Attention(const Llama3Args& args, const at::TensorOptions& options) : head_dim_(args.head_dim()) {
   register_module("wq", std::make_shared<Linear>(args.dim, args.n_heads * head_dim_, options));
   register_module("wk", std::make_shared<Linear>(args.dim, args.n_kv_heads * head_dim_, options));
   register_module("wv", std::make_shared<Linear>(args.dim, args.n_kv_heads * head_dim_, options));
   register_module("wo", std::make_shared<Linear>(args.n_heads * head_dim_, args.dim, options));
+  register_module("rope", std::make_shared<Rotary>());
   register_module("sdpa", std::make_shared<AttentionCore>());
 }
 
@@ -61,8 +52,10 @@ at::Tensor Attention::forward(const at::Tensor& x, const at::Tensor& cos, const 
   q = q.view({batch, seq, q.size(2) / head_dim_, head_dim_});
   k = k.view({batch, seq, k.size(2) / head_dim_, head_dim_});
   v = v.view({batch, seq, v.size(2) / head_dim_, head_dim_});
-  q = apply_rope(q, cos, sin);
-  k = apply_rope(k, cos, sin);
+  auto rope = std::dynamic_pointer_cast<Rotary>(find_module(*this, "rope"));
+  if (!rope) throw Error("llama3: rotary embedding 'rope' is missing or not a titan::Rotary");
+  q = rope->forward(q, cos, sin);
+  k = rope->forward(k, cos, sin);
   auto core = std::dynamic_pointer_cast<AttentionCore>(find_module(*this, "sdpa"));
   if (!core) throw Error("llama3: attention core 'sdpa' is missing or not a titan::AttentionCore");
   at::Tensor out = core->forward(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2));
@@ -74,17 +67,22 @@ FeedForward::FeedForward(int64_t dim, int64_t hidden_dim, const at::TensorOption
   register_module("w1", std::make_shared<Linear>(dim, hidden_dim, options));
   register_module("w2", std::make_shared<Linear>(hidden_dim, dim, options));
   register_module("w3", std::make_shared<Linear>(dim, hidden_dim, options));
+  register_module("swiglu", std::make_shared<SwiGLU>());
 }
 
 at::Tensor FeedForward::forward(const at::Tensor& x) {
-  at::Tensor gate = at::silu(child_layer(*this, "w1")->forward(x));
+  auto swiglu = std::dynamic_pointer_cast<SwiGLU>(find_module(*this, "swiglu"));
+  if (!swiglu) throw Error("llama3: feed_forward's 'swiglu' is missing or not a titan::SwiGLU");
+  at::Tensor gate = child_layer(*this, "w1")->forward(x);
+  at::Tensor up = child_layer(*this, "w3")->forward(x);
+  at::Tensor hidden = swiglu->forward(gate, up);
 #ifdef TITAN_LLAMA3_TEST_DROPOUT
   // Test-only variant (tests/test_plugins builds it as `dropout_llama3`): a
   // forward that draws random numbers, so checks can tell whether activation
   // checkpointing replays the generator in its recompute.
-  if (is_training()) gate = at::dropout(gate, 0.1, /*train=*/true);
+  if (is_training()) hidden = at::dropout(hidden, 0.1, /*train=*/true);
 #endif
-  return child_layer(*this, "w2")->forward(gate * child_layer(*this, "w3")->forward(x));
+  return child_layer(*this, "w2")->forward(hidden);
 }
 
 TransformerBlock::TransformerBlock(int64_t id, const Llama3Args& args, const at::TensorOptions& options)

@@ -17,10 +17,6 @@ namespace titan::llama3 {
 
 // cos and sin of the rotary angles, fp32 [max_seq_len, head_dim / 2], on CPU.
 std::pair<at::Tensor, at::Tensor> rope_tables(const Llama3Args& args);
-// Rotates interleaved pairs (x[2i], x[2i+1]) of x [batch, seq, heads,
-// head_dim] by the first seq rows of the tables, in fp32 (Meta's layout).
-at::Tensor apply_rope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
-
 class Attention : public torch::nn::Module {
  public:
   Attention(const Llama3Args& args, const at::TensorOptions& options);

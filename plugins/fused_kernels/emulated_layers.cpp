@@ -44,7 +44,38 @@ struct LinearCrossEntropyFunction : torch::autograd::Function<LinearCrossEntropy
   }
 };
 
+struct RotaryFunction : torch::autograd::Function<RotaryFunction> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
+    ctx->save_for_backward({cos, sin});
+    return emulated_rope(x, cos, sin, +1);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    auto saved = ctx->get_saved_variables();
+    return {emulated_rope(grads[0].contiguous(), saved[0], saved[1], -1), at::Tensor(), at::Tensor()};
+  }
+};
+
+struct SwigluFunction : torch::autograd::Function<SwigluFunction> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& gate, const at::Tensor& up) {
+    ctx->save_for_backward({gate, up});
+    return emulated_swiglu_forward(gate, up);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    auto saved = ctx->get_saved_variables();
+    SwigluGrads g = emulated_swiglu_backward(grads[0].contiguous(), saved[0], saved[1]);
+    return {g.grad_a, g.grad_b};
+  }
+};
+
 }  // namespace
+
+at::Tensor EmulatedRotary::forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
+  return RotaryFunction::apply(x, cos, sin);
+}
+
+at::Tensor EmulatedSwiGLU::forward(const at::Tensor& gate, const at::Tensor& up) {
+  return SwigluFunction::apply(gate, up);
+}
 
 at::Tensor EmulatedRMSNorm::forward(const at::Tensor& input) {
   at::Tensor rows = input.reshape({-1, input.size(-1)});

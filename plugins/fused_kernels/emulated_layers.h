@@ -1,7 +1,8 @@
 // The fused kernels' CPU emulations put into a model through the layer seam
-// (option `emulate`): an RMSNorm whose forward and backward are the
-// kernel's algorithm, and the output head deferred into a chunked linear +
-// cross-entropy loss, so the [tokens, vocab] logits are never built. The
+// (option `emulate`): RMSNorm, rotary embedding and SwiGLU whose forward and
+// backward are the kernels' algorithms, and the output head deferred into a
+// chunked linear + cross-entropy loss, so the [tokens, vocab] logits are
+// never built. The
 // wiring a CUDA build will use with the kernels themselves; on CPU it is
 // slower than ATen and exists to test that wiring. Plugin-private header.
 #pragma once
@@ -20,6 +21,19 @@ class EmulatedRMSNorm : public LayerWrapper {
 
  private:
   std::shared_ptr<RMSNorm> norm_;
+};
+
+// Rotary embedding as cuda/rope.cu computes it (emulated); its backward
+// rotates the gradient back.
+class EmulatedRotary : public Rotary {
+ public:
+  at::Tensor forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) override;
+};
+
+// silu(gate) * up as cuda/swiglu.cu computes it (emulated).
+class EmulatedSwiGLU : public SwiGLU {
+ public:
+  at::Tensor forward(const at::Tensor& gate, const at::Tensor& up) override;
 };
 
 // The output head, deferred: forward returns the hidden states; the loss

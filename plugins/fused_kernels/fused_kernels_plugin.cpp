@@ -3,7 +3,7 @@
 // kernels. Off = the model's ATen path. The kernels exist only in CUDA
 // builds; elsewhere asking for one is refused, since a CPU emulation would
 // be slower than ATen, unless `emulate` asks for the emulations on purpose
-// (to test the wiring: RMSNorm and the chunked loss head, so far).
+// (to test the wiring).
 #include <ATen/ATen.h>
 
 #include <string>
@@ -78,12 +78,9 @@ class FusedKernelsParallelizer : public titan::Parallelizer {
   }
 
  private:
-  // RMSNorm layers and the output head swapped by path for the emulations.
+  // RMSNorm, rotary and SwiGLU layers and the output head swapped by path
+  // for the emulations.
   void wire_emulations(titan::CausalLM& model) const {
-    if (options_.rope || options_.swiglu) {
-      throw titan::Error("fused_kernels: emulate: rope and swiglu are not wired into the model yet (the model has "
-                         "no rotary or SwiGLU seam); set rope: false and swiglu: false");
-    }
     int norms = 0;
     if (options_.rmsnorm) {
       for (const auto& item : model.named_modules("", /*include_self=*/false)) {
@@ -91,6 +88,18 @@ class FusedKernelsParallelizer : public titan::Parallelizer {
         titan::swap_module(model, item.key(), std::make_shared<titan::fused::EmulatedRMSNorm>(
                                                   std::dynamic_pointer_cast<titan::RMSNorm>(item.value())));
         ++norms;
+      }
+    }
+    // The rotary and SwiGLU seams: the model's own core modules only.
+    int rotaries = 0, swiglus = 0;
+    for (const auto& item : model.named_modules("", /*include_self=*/false)) {
+      const auto& type = typeid(*item.value());
+      if (options_.rope && type == typeid(titan::Rotary)) {
+        titan::swap_module(model, item.key(), std::make_shared<titan::fused::EmulatedRotary>());
+        ++rotaries;
+      } else if (options_.swiglu && type == typeid(titan::SwiGLU)) {
+        titan::swap_module(model, item.key(), std::make_shared<titan::fused::EmulatedSwiGLU>());
+        ++swiglus;
       }
     }
     bool head = false;
@@ -104,7 +113,8 @@ class FusedKernelsParallelizer : public titan::Parallelizer {
       model.set_loss(titan::fused::chunked_linear_cross_entropy(output->weight, options_.cross_entropy_chunk));
       head = true;
     }
-    spdlog::info("fused_kernels: CPU emulations wired in: {} RMSNorm layers{}", norms,
+    spdlog::info("fused_kernels: CPU emulations wired in: {} RMSNorm, {} rotary, {} SwiGLU layers{}", norms, rotaries,
+                 swiglus,
                  head ? ", the output head + loss as chunked linear cross-entropy (chunk " +
                             std::to_string(options_.cross_entropy_chunk) + ")"
                       : "");

@@ -1,6 +1,7 @@
 // The fused kernels' wiring through the layer seam, run with their CPU
-// emulations (`emulate: true`): every RMSNorm and the output head + loss
-// (chunked linear cross-entropy, no [tokens, vocab] logits) swapped in,
+// emulations (`emulate: true`): every RMSNorm, rotary embedding and SwiGLU
+// and the output head + loss (chunked linear cross-entropy, no [tokens,
+// vocab] logits) swapped in,
 // trained against the ATen path: same curve within 1e-5, alone and under
 // FSDP2. The CUDA kernels themselves need a GPU (issue #20).
 #include "equivalence_runs.hpp"
@@ -14,11 +15,12 @@ using titan::test::run_single;
 using titan::test::RunOutput;
 
 const std::string kSmall = " --set model.dim=64 --set model.n_layers=2 --set model.n_heads=4";
-const std::string kFused = "{name: fused_kernels, emulate: true, rope: false, swiglu: false, cross_entropy_chunk: 500}";
+const std::string kFused = "{name: fused_kernels, emulate: true, cross_entropy_chunk: 500}";
 
 }  // namespace
 
-TEST_CASE("fused kernels (emulated): RMSNorm and the chunked loss head train like the ATen path, alone and under FSDP2") {
+TEST_CASE("fused kernels (emulated): RMSNorm, RoPE, SwiGLU and the chunked loss head train like the ATen path, alone "
+          "and under FSDP2") {
   RunOutput reference = run_single("fused_reference", kSmall);
   RunOutput fused = run_single("fused_single", kSmall + " --set 'plugins=[" + kFused + "]'");
   check_equivalent(fused, reference, 1e-5);
@@ -27,17 +29,20 @@ TEST_CASE("fused kernels (emulated): RMSNorm and the chunked loss head train lik
   check_equivalent(fsdp_fused, fsdp, 1e-5);
 }
 
-TEST_CASE("fused kernels (emulated): what is not wired yet is refused with what to set") {
-  auto check = [](const std::string& plugins, const std::string& expected) {
-    auto dump = titan::test::temp_dir("fused_refused");
-    auto result = run_command("timeout 120 " + titan::test::titan_binary() + " train " + titan::test::source_dir() +
-                              "/configs/llama3_debugmodel.yaml" + kSmall +
-                              " --set training.steps=1 --set job.dump_folder=" + dump.string() +
-                              " --set 'plugins=[" + plugins + "]'");
-    INFO(result.output);
-    CHECK(result.exit_code != 0);
-    CHECK(result.output.find(expected) != std::string::npos);
-  };
-  check("{name: fused_kernels, emulate: true}", "rope and swiglu are not wired into the model yet");
-  check("{name: fused_kernels, rope: false, swiglu: false}", "need CUDA");
+TEST_CASE("fused kernels (emulated): what cannot be wired is refused with what to set") {
+  auto dump = titan::test::temp_dir("fused_refused");
+  auto under_tp = run_command("timeout 120 " + titan::test::titan_binary() + " launch --nproc-per-node 2 --master-port "
+                              "29956 -- " + titan::test::titan_binary() + " train " + titan::test::source_dir() +
+                              "/configs/llama3_debugmodel.yaml" + kSmall + " --set training.steps=1 --set job.dump_folder=" +
+                              dump.string() + " --set 'plugins=[{name: tensor_parallel, tensor_parallel_degree: 2}, " +
+                              kFused + "]'");
+  INFO(under_tp.output);
+  CHECK(under_tp.exit_code != 0);
+  CHECK(under_tp.output.find("set cross_entropy: false with tensor_parallel") != std::string::npos);
+  auto no_cuda = run_command("timeout 120 " + titan::test::titan_binary() + " train " + titan::test::source_dir() +
+                             "/configs/llama3_debugmodel.yaml" + kSmall + " --set training.steps=1 --set job.dump_folder=" +
+                             dump.string() + " --set 'plugins=[{name: fused_kernels}]'");
+  INFO(no_cuda.output);
+  CHECK(no_cuda.exit_code != 0);
+  CHECK(no_cuda.output.find("need CUDA") != std::string::npos);
 }

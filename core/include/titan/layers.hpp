@@ -53,6 +53,23 @@ class AttentionCore : public torch::nn::Module {
   virtual at::Tensor forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v);
 };
 
+// Rotary position embedding of x [batch, seq, heads, head_dim] by the first
+// seq rows of cos/sin [>= seq, head_dim / 2], rotating interleaved pairs
+// (x[2i], x[2i+1]) in fp32 (Meta's layout): a seam fused kernels replace.
+class Rotary : public torch::nn::Module {
+ public:
+  ~Rotary() override;
+  virtual at::Tensor forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
+};
+
+// silu(gate) * up, the elementwise part of a SwiGLU feed-forward: a seam
+// fused kernels replace.
+class SwiGLU : public torch::nn::Module {
+ public:
+  ~SwiGLU() override;
+  virtual at::Tensor forward(const at::Tensor& gate, const at::Tensor& up);
+};
+
 // A layer that replaces another and keeps its parameter names: it adopts the
 // inner layer's direct parameters, buffers and children under the same
 // names, so `layers.3.attention.wq.weight` stays that name for optimizers,

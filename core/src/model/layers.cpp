@@ -40,6 +40,23 @@ at::Tensor AttentionCore::forward(const at::Tensor& q, const at::Tensor& k, cons
   return compat::causal_attention(q, k, v);
 }
 
+Rotary::~Rotary() = default;
+
+at::Tensor Rotary::forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
+  // Same fp32 steps as TorchTitan's apply_rotary_emb (complex multiply of pairs).
+  int64_t seq = x.size(1), half = x.size(3) / 2;
+  at::Tensor pairs = x.to(at::kFloat).reshape({x.size(0), seq, x.size(2), half, 2});
+  at::Tensor even = pairs.select(-1, 0), odd = pairs.select(-1, 1);
+  at::Tensor c = cos.narrow(0, 0, seq).to(at::kFloat).view({1, seq, 1, half});
+  at::Tensor s = sin.narrow(0, 0, seq).to(at::kFloat).view({1, seq, 1, half});
+  at::Tensor rotated = at::stack({even * c - odd * s, even * s + odd * c}, -1);
+  return rotated.flatten(3).to(x.scalar_type());
+}
+
+SwiGLU::~SwiGLU() = default;
+
+at::Tensor SwiGLU::forward(const at::Tensor& gate, const at::Tensor& up) { return at::silu(gate) * up; }
+
 LayerWrapper::LayerWrapper(std::shared_ptr<Layer> inner) : inner_(std::move(inner)) {
   for (const auto& item : inner_->named_parameters(/*recurse=*/false)) {
     register_parameter(item.key(), item.value(), item.value().requires_grad());
