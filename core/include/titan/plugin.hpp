@@ -16,7 +16,7 @@
 namespace titan {
 
 // 2: CausalLM init/forward/layout hooks; 3: sharded TrainState, HF hooks;
-// 4: core layers (layers.hpp), loss slot, Stage::loss_parallel, Parallelizer::validate, tp_plan by module path,
+// 4: core layers and seams (layers.hpp), loss slot, Stage::loss_parallel, Parallelizer::validate, tp_plan by module path,
 //    block bodies and wrapper inners callable after forward (kept for recompute)
 constexpr int kPluginAbiVersion = 4;
 
