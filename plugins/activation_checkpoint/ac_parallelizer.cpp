@@ -49,7 +49,6 @@ const char* policy_name(Policy policy) {
 struct BudgetPlan {
   double budget = 1;
   std::vector<Policy> blocks;
-  std::vector<double> recompute_ms;
   int64_t kept_total = 0, no_ac_total = 0;
   double recompute_total_ms = 0;
   bool logged = false;

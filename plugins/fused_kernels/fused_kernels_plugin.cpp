@@ -81,20 +81,16 @@ class FusedKernelsParallelizer : public titan::Parallelizer {
   // RMSNorm, rotary and SwiGLU layers and the output head swapped by path
   // for the emulations.
   void wire_emulations(titan::CausalLM& model) const {
-    int norms = 0;
-    if (options_.rmsnorm) {
-      for (const auto& item : model.named_modules("", /*include_self=*/false)) {
-        if (typeid(*item.value()) != typeid(titan::RMSNorm)) continue;  // a norm another plugin wrapped stays
+    // The model's own core modules only: a layer another plugin wrapped
+    // (TP's norms) keeps its path.
+    int norms = 0, rotaries = 0, swiglus = 0;
+    for (const auto& item : model.named_modules("", /*include_self=*/false)) {
+      const auto& type = typeid(*item.value());
+      if (options_.rmsnorm && type == typeid(titan::RMSNorm)) {
         titan::swap_module(model, item.key(), std::make_shared<titan::fused::EmulatedRMSNorm>(
                                                   std::dynamic_pointer_cast<titan::RMSNorm>(item.value())));
         ++norms;
-      }
-    }
-    // The rotary and SwiGLU seams: the model's own core modules only.
-    int rotaries = 0, swiglus = 0;
-    for (const auto& item : model.named_modules("", /*include_self=*/false)) {
-      const auto& type = typeid(*item.value());
-      if (options_.rope && type == typeid(titan::Rotary)) {
+      } else if (options_.rope && type == typeid(titan::Rotary)) {
         titan::swap_module(model, item.key(), std::make_shared<titan::fused::EmulatedRotary>());
         ++rotaries;
       } else if (options_.swiglu && type == typeid(titan::SwiGLU)) {

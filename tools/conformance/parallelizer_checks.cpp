@@ -264,12 +264,8 @@ CheckResults parallelizer_worker(const WorkerArgs& args) {
     parallelizers.push_back({name, PluginRegistry::instance().create_parallelizer(name, companion_context)});
   }
   sort_canonical(parallelizers);
-  std::vector<MeshDimRequest> requests;
-  for (const auto& item : parallelizers) {
-    for (const auto& request : item.parallelizer->mesh_dims()) requests.push_back(request);
-  }
   DistRuntime runtime(world, worker_timeouts());
-  DeviceMesh mesh(runtime, resolve_mesh_degrees(requests, world.world_size));
+  DeviceMesh mesh(runtime, resolve_mesh_degrees(mesh_requests(parallelizers), world.world_size));
   const c10::Device cpu(c10::kCPU);
   ParallelizeContext parallel_context{*fixture.spec, cpu, &mesh, c10::kFloat, c10::kFloat};
 

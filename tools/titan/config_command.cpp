@@ -62,11 +62,7 @@ int config_command(const Args& args) {
   }
   std::map<std::string, int64_t> degrees = requested_degrees(plan);
   if (world_size > 0) {
-    std::vector<MeshDimRequest> requests;
-    for (const auto& [name, parallelizer] : plan.parallelizers) {
-      for (const auto& request : parallelizer->mesh_dims()) requests.push_back(request);
-    }
-    degrees = resolve_mesh_degrees(requests, world_size);
+    degrees = resolve_mesh_degrees(mesh_requests(plan.parallelizers), world_size);
   }
   validate_parallelism(plan, degrees);
   if (print) std::cout << plan.root.dump() << "\n";

@@ -46,6 +46,8 @@ RunPlan plan_run(const ConfigNode& root, int rank = 0, int world_size = 1);
 // Every parallelizer's validate() on the model (its vocabulary already set)
 // and `degrees` (resolved; see ValidateContext), before any weight exists.
 void validate_parallelism(const RunPlan& plan, const std::map<std::string, int64_t>& degrees);
+// Every mesh dim the parallelizers ask for, in their order.
+std::vector<MeshDimRequest> mesh_requests(const std::vector<NamedParallelizer>& parallelizers);
 // The degrees known without a world: those asked for explicitly (> 0).
 std::map<std::string, int64_t> requested_degrees(const RunPlan& plan);
 

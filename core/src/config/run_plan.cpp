@@ -38,12 +38,18 @@ void validate_parallelism(const RunPlan& plan, const std::map<std::string, int64
   for (const auto& [name, parallelizer] : plan.parallelizers) parallelizer->validate(context);
 }
 
+std::vector<MeshDimRequest> mesh_requests(const std::vector<NamedParallelizer>& parallelizers) {
+  std::vector<MeshDimRequest> requests;
+  for (const auto& item : parallelizers) {
+    for (const auto& request : item.parallelizer->mesh_dims()) requests.push_back(request);
+  }
+  return requests;
+}
+
 std::map<std::string, int64_t> requested_degrees(const RunPlan& plan) {
   std::map<std::string, int64_t> degrees;
-  for (const auto& [name, parallelizer] : plan.parallelizers) {
-    for (const auto& request : parallelizer->mesh_dims()) {
-      if (request.degree > 0) degrees[request.dim] = request.degree;
-    }
+  for (const auto& request : mesh_requests(plan.parallelizers)) {
+    if (request.degree > 0) degrees[request.dim] = request.degree;
   }
   return degrees;
 }

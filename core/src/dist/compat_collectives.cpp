@@ -90,23 +90,11 @@ StartedCollective start_all_gather_into(c10d::ProcessGroup& group, at::Tensor& o
 
 at::Tensor reduce_scatter(c10d::ProcessGroup& group, const at::Tensor& input, ReduceOp op,
                           std::chrono::milliseconds timeout) {
-  const int size = group.getSize();
-  const int64_t n = input.size(0) / size;
-  if (native(group)) {
-    at::Tensor in = input.contiguous();
-    at::Tensor out = at::empty(in.narrow(0, 0, n).sizes(), in.options());
-    c10d::ReduceScatterOptions options;
-    options.reduceOp = to_c10d(op, true);
-    auto work = group._reduce_scatter_base(out, in, options);
-    wait_for(*work, timeout, "reduce_scatter");
-    return out;
-  }
-  // All-reduce the whole input, keep this rank's rows.
-  at::Tensor buffer = input.scalar_type() == at::kBFloat16 ? input.to(at::kFloat) : input.clone();
-  auto started = start_all_reduce(group, buffer, op);
+  at::Tensor output = at::empty(input.narrow(0, 0, input.size(0) / group.getSize()).sizes(), input.options());
+  StartedCollective started = start_reduce_scatter_into(group, output, input, op);
   for (auto& work : started.works) wait_for(*work, timeout, "reduce_scatter");
   started.finish();
-  return buffer.narrow(0, group.getRank() * n, n).to(input.scalar_type()).clone();
+  return output;
 }
 
 StartedCollective start_reduce_scatter_into(c10d::ProcessGroup& group, at::Tensor& output, const at::Tensor& input,

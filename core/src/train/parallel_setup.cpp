@@ -9,10 +9,7 @@
 namespace titan {
 
 ParallelSetup::ParallelSetup(const World& world, const RunPlan& plan) : world_(world) {
-  std::vector<MeshDimRequest> requests;
-  for (const auto& [name, parallelizer] : plan.parallelizers) {
-    for (const auto& request : parallelizer->mesh_dims()) requests.push_back(request);
-  }
+  const std::vector<MeshDimRequest> requests = mesh_requests(plan.parallelizers);
   if (!world.distributed() && requests.empty()) {
     validate_parallelism(plan, {});  // parallelizers without mesh dims still check the model
     return;
