@@ -132,11 +132,26 @@ at::Tensor Transformer::forward(const at::Tensor& tokens) {
   at::Tensor h = embeddings ? embeddings->forward(tokens) : tokens;
   // The tokens' length, not h's: under sequence parallelism h holds a shard.
   int64_t seq = tokens.size(1);
-  if (seq > freqs_cos_.size(0)) {
-    throw Error("llama3: sequence length " + std::to_string(seq) + " exceeds the rotary tables (max_seq_len " +
-                std::to_string(freqs_cos_.size(0)) + "); raise model.max_seq_len");
+  at::Tensor cos, sin;
+  if (has_positions()) {
+    // A piece of a longer sequence (context parallelism): its global rows.
+    at::Tensor rows = positions(seq);
+    int64_t last = seq == 0 ? -1 : rows.max().item<int64_t>();
+    if (last >= freqs_cos_.size(0)) {
+      throw Error("llama3: position " + std::to_string(last) + " is past the rotary tables (max_seq_len " +
+                  std::to_string(freqs_cos_.size(0)) + "); raise model.max_seq_len");
+    }
+    rows = rows.to(freqs_cos_.device());
+    cos = freqs_cos_.index_select(0, rows);
+    sin = freqs_sin_.index_select(0, rows);
+  } else {
+    if (seq > freqs_cos_.size(0)) {
+      throw Error("llama3: sequence length " + std::to_string(seq) + " exceeds the rotary tables (max_seq_len " +
+                  std::to_string(freqs_cos_.size(0)) + "); raise model.max_seq_len");
+    }
+    cos = freqs_cos_.narrow(0, 0, seq);
+    sin = freqs_sin_.narrow(0, 0, seq);
   }
-  at::Tensor cos = freqs_cos_.narrow(0, 0, seq), sin = freqs_sin_.narrow(0, 0, seq);
   auto blocks = layers_->named_children();
   for (size_t i = 0; i < blocks.size(); ++i) {
     auto block = std::dynamic_pointer_cast<TransformerBlock>(blocks[i].value());

@@ -42,8 +42,11 @@ class DdpParallelizer : public titan::Parallelizer {
       model.set_layout(item.key(), layout);
       params.push_back(item.value());
     }
+    // Under context parallelism the cp ranks' gradients (other tokens of the
+    // same sequences) are averaged too.
+    const std::string average_over = context.mesh->size("cp") > 1 ? "dp_cp" : "dp_replicate";
     auto buckets = std::make_shared<titan::ddp::GradientBuckets>(
-        params, static_cast<int64_t>(options_.bucket_cap_mb * 1024 * 1024), context.mesh->group("dp_replicate"));
+        params, static_cast<int64_t>(options_.bucket_cap_mb * 1024 * 1024), context.mesh->group(average_over));
     titan::CausalLM* model_ptr = &model;
     // Hooks need the materialized leaves, so they go in at the first forward.
     model.add_forward_wrapper([buckets, model_ptr](const at::Tensor& tokens, const titan::ForwardBody& inner) {
@@ -51,8 +54,9 @@ class DdpParallelizer : public titan::Parallelizer {
       return inner(tokens);
     });
     model.add_gradient_finalizer([buckets] { buckets->finish(); });
-    spdlog::info("ddp: {} parameters replicated over dp_replicate={}, {} gradient buckets of <= {} MB", params.size(),
-                 context.mesh->size("dp_replicate"), buckets->bucket_count(), options_.bucket_cap_mb);
+    spdlog::info("ddp: {} parameters replicated, gradients averaged over {}={}, {} gradient buckets of <= {} MB",
+                 params.size(), average_over, context.mesh->size(average_over), buckets->bucket_count(),
+                 options_.bucket_cap_mb);
   }
 
  private:

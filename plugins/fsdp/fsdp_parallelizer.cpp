@@ -90,7 +90,11 @@ void FsdpParallelizer::parallelize(CausalLM& model, const ParallelizeContext& co
   if (!context.mesh) throw Error("fsdp: no device mesh (the trainer builds one when a plugin asks for mesh dims)");
   const DeviceMesh& mesh = *context.mesh;
   UnitGroups groups;
-  groups.shard = &mesh.group("dp_shard");
+  // Under context parallelism each cp rank holds other tokens of the same
+  // sequences: FSDP shards over dp_shard x cp and averages over both, as
+  // TorchTitan's dp_shard_cp mesh does.
+  const std::string shard_dim = mesh.size("cp") > 1 ? "dp_shard_cp" : "dp_shard";
+  groups.shard = &mesh.group(shard_dim);
   if (mesh.size("dp_replicate") > 1) groups.replicate = &mesh.group("dp_replicate");
   const int64_t ranks = groups.shard->size();
   const int64_t rank = groups.shard->rank();
@@ -99,6 +103,14 @@ void FsdpParallelizer::parallelize(CausalLM& model, const ParallelizeContext& co
   std::map<const void*, int64_t> block_of;
   for (int64_t i = 0; i < model.num_blocks(); ++i) {
     for (const auto& param : model.block(i)->parameters()) block_of[param.unsafeGetTensorImpl()] = i;
+  }
+  // Parameters whose layer gathers them its own way (float8 codes), by identity.
+  std::map<const void*, std::shared_ptr<AllGatherExtension>> extension_of;
+  for (const auto& module : model.modules(/*include_self=*/false)) {
+    if (auto extension = std::dynamic_pointer_cast<AllGatherExtension>(module)) {
+      at::Tensor param = extension->extended_parameter();
+      if (param.defined()) extension_of[param.unsafeGetTensorImpl()] = extension;
+    }
   }
   std::vector<std::vector<ShardedParam>> block_params(static_cast<size_t>(model.num_blocks()));
   std::vector<ShardedParam> root_params;
@@ -113,7 +125,7 @@ void FsdpParallelizer::parallelize(CausalLM& model, const ParallelizeContext& co
     // piece: FSDP shards that piece's rows, as FSDP2 does over a TP DTensor.
     const TensorLayout* inner = model.layout(item.key());
     for (const auto& dim : inner ? inner->mesh_dims : std::vector<std::string>{}) {
-      if (dim == "dp_shard" || dim == "dp_replicate") {
+      if (dim == "dp_shard" || dim == "dp_replicate" || dim == "dp_shard_cp" || dim == "cp") {
         throw Error("fsdp: parameter '" + item.key() + "' is already distributed over " + dim + " (" +
                     inner->describe() + "); apply one data-parallel plugin");
       }
@@ -125,13 +137,16 @@ void FsdpParallelizer::parallelize(CausalLM& model, const ParallelizeContext& co
     p.rows = even_row_shard(p.unsharded_shape[0], ranks, rank);
     p.chunk_rows = (p.unsharded_shape[0] + ranks - 1) / ranks;
     p.row_numel = p.unsharded_shape[0] == 0 ? 0 : param.numel() / p.unsharded_shape[0];
+    if (auto extension = extension_of.find(param.unsafeGetTensorImpl()); extension != extension_of.end()) {
+      p.extension = extension->second;
+    }
     std::vector<int64_t> local_shape = p.unsharded_shape;
     local_shape[0] = p.rows.length;
 
     TensorLayout layout = inner ? *inner : TensorLayout::replicated(p.unsharded_shape);
     layout.local_offset[0] += p.rows.begin;
     layout.local_shape[0] = p.rows.length;
-    layout.mesh_dims.insert(layout.mesh_dims.begin(), {"dp_replicate", "dp_shard"});
+    layout.mesh_dims.insert(layout.mesh_dims.begin(), {"dp_replicate", shard_dim});
     layout.placements.insert(layout.placements.begin(), {Placement::replicate(), Placement::shard(0)});
     model.set_layout(p.name, layout);
 
@@ -191,11 +206,15 @@ void FsdpParallelizer::parallelize(CausalLM& model, const ParallelizeContext& co
   });
   model.add_gradient_finalizer([state] { state->finalize(); });
 
-  spdlog::info("fsdp: {} blocks + root sharded over dp_shard={}{}, params {} / reduce {}, reshard after forward: {}",
-               state->blocks.size(), ranks,
+  spdlog::info("fsdp: {} blocks + root sharded over {}={}{}, params {} / reduce {}, reshard after forward: {}",
+               state->blocks.size(), shard_dim, ranks,
                groups.replicate ? " x dp_replicate=" + std::to_string(groups.replicate->size()) : std::string(),
                c10::toString(context.param_dtype), c10::toString(context.reduce_dtype),
                state->reshard_after_forward ? "yes" : "no");
+  if (!extension_of.empty()) {
+    spdlog::info("fsdp: {} parameters are gathered as their layers ask (all-gather extensions, e.g. float8 codes)",
+                 extension_of.size());
+  }
 }
 
 }  // namespace titan::fsdp

@@ -50,8 +50,16 @@ class Comm {
   // Row block r of `input` (dim 0 split in size even parts) goes to rank r;
   // the result holds the blocks received, in rank order.
   virtual at::Tensor all_to_all(const at::Tensor& input) = 0;
+  // Point-to-point; send blocks until the peer has received.
   virtual void send(const at::Tensor& tensor, int peer) = 0;
   virtual void recv(at::Tensor& tensor, int peer) = 0;
+  // The same, started now and finished by wait(), so a ring exchange (every
+  // rank sends to the next and receives from the previous) cannot deadlock
+  // and overlaps compute. Messages between two ranks match in the order
+  // posted per tag; use distinct tags for streams that may cross. `tensor`
+  // must stay alive and untouched until wait() returns.
+  virtual std::unique_ptr<CommWork> send_async(const at::Tensor& tensor, int peer, int tag = 0) = 0;
+  virtual std::unique_ptr<CommWork> recv_async(at::Tensor& tensor, int peer, int tag = 0) = 0;
   virtual void barrier() = 0;
 
   at::Tensor all_gather(const at::Tensor& input);  // convenience: new output

@@ -25,6 +25,9 @@ using BlockWrapper =
     std::function<at::Tensor(int64_t block, const at::Tensor& hidden, const BlockBody& inner)>;
 using ForwardBody = std::function<at::Tensor(const at::Tensor& tokens)>;
 using ForwardWrapper = std::function<at::Tensor(const at::Tensor& tokens, const ForwardBody& inner)>;
+// The global positions ([seq] int64, on the CPU) of the `seq` tokens a
+// forward sees.
+using PositionsFn = std::function<at::Tensor(int64_t seq)>;
 // What forward() returned, labels -> mean loss over the microbatch's tokens.
 using LossFn = std::function<at::Tensor(const at::Tensor& logits, const at::Tensor& labels)>;
 
@@ -78,6 +81,13 @@ class CausalLM : public torch::nn::Module {
   void set_logits_vocab_sharded_over(std::string mesh_dim) { logits_vocab_sharded_over_ = std::move(mesh_dim); }
   const std::string& logits_vocab_sharded_over() const { return logits_vocab_sharded_over_; }
 
+  // Positions of the tokens forward() receives, for position embeddings:
+  // 0..seq-1 unless a plugin that splits the sequence (context parallelism)
+  // set them, so a rank's rotary rows are the slice of the whole sequence's.
+  void set_positions(PositionsFn positions) { positions_ = std::move(positions); }
+  bool has_positions() const { return static_cast<bool>(positions_); }
+  at::Tensor positions(int64_t seq) const;
+
   // Sharding metadata per parameter name; none recorded = replicated whole.
   void set_layout(const std::string& name, TensorLayout layout) { layouts_[name] = std::move(layout); }
   const TensorLayout* layout(const std::string& name) const;
@@ -96,6 +106,7 @@ class CausalLM : public torch::nn::Module {
   bool gradient_sync_ = true;
   LossFn loss_ = cross_entropy_loss;
   std::string logits_vocab_sharded_over_;
+  PositionsFn positions_;
 };
 
 // Allocates every parameter and buffer still on the meta device on `device`,

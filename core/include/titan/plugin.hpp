@@ -18,7 +18,8 @@ namespace titan {
 // 2: CausalLM init/forward/layout hooks; 3: sharded TrainState, HF hooks;
 // 4: core layers and seams (layers.hpp), loss slot, Stage::loss_parallel, Parallelizer::validate, tp_plan by module path,
 //    block bodies and wrapper inners callable after forward (kept for recompute)
-constexpr int kPluginAbiVersion = 4;
+// 5: Comm::send_async / recv_async (tagged point-to-point), CausalLM::set_positions (token positions of a sequence piece)
+constexpr int kPluginAbiVersion = 5;
 
 enum PluginKind : uint32_t {
   kind_model = 1u << 0,

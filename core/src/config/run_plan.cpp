@@ -36,6 +36,21 @@ void sort_canonical(std::vector<NamedParallelizer>& parallelizers) {
 void validate_parallelism(const RunPlan& plan, const std::map<std::string, int64_t>& degrees) {
   ValidateContext context{*plan.model, degrees, plan.core.training.seq_len};
   for (const auto& [name, parallelizer] : plan.parallelizers) parallelizer->validate(context);
+  // Each cp rank's gradients come from its piece of the sequence: the
+  // data-parallel plugin averages them over cp too (FSDP over dp_shard x cp,
+  // as TorchTitan always applies it with context parallelism).
+  auto cp = degrees.find("cp");
+  if (cp != degrees.end() && cp->second > 1) {
+    bool data_parallel = false;
+    for (const auto& [name, parallelizer] : plan.parallelizers) {
+      data_parallel = data_parallel || parallelizer->stage() == Stage::data_parallel;
+    }
+    if (!data_parallel) {
+      throw Error("mesh dim cp=" + std::to_string(cp->second) +
+                  " needs a data-parallel plugin to average gradients over the sequence pieces; add "
+                  "{name: fsdp} to plugins (it shards over dp_shard x cp; dp_shard may be 1)");
+    }
+  }
 }
 
 std::vector<MeshDimRequest> mesh_requests(const std::vector<NamedParallelizer>& parallelizers) {

@@ -144,17 +144,36 @@ at::Tensor all_to_all(c10d::ProcessGroup& group, const at::Tensor& input, std::c
 }
 
 void send(c10d::ProcessGroup& group, const at::Tensor& tensor, int peer, std::chrono::milliseconds timeout) {
-  std::vector<at::Tensor> list{tensor.contiguous()};
-  auto work = group.send(list, peer, 0);
-  wait_for(*work, timeout, "send");
+  StartedCollective started = start_send(group, tensor, peer, 0);
+  wait_for(*started.works[0], timeout, "send");
 }
 
 void recv(c10d::ProcessGroup& group, at::Tensor& tensor, int peer, std::chrono::milliseconds timeout) {
-  at::Tensor buffer = tensor.is_contiguous() ? tensor : tensor.contiguous();
+  StartedCollective started = start_recv(group, tensor, peer, 0);
+  wait_for(*started.works[0], timeout, "recv");
+  started.finish();
+}
+
+StartedCollective start_send(c10d::ProcessGroup& group, const at::Tensor& tensor, int peer, int tag) {
+  // The contiguous buffer is kept by finish() until the send is waited on.
+  at::Tensor buffer = tensor.contiguous();
   std::vector<at::Tensor> list{buffer};
-  auto work = group.recv(list, peer, 0);
-  wait_for(*work, timeout, "recv");
-  if (!buffer.is_same(tensor)) tensor.copy_(buffer);
+  StartedCollective started;
+  started.works.push_back(group.send(list, peer, tag));
+  started.finish = [buffer] {};
+  return started;
+}
+
+StartedCollective start_recv(c10d::ProcessGroup& group, at::Tensor& tensor, int peer, int tag) {
+  at::Tensor buffer = tensor.is_contiguous() ? tensor : at::empty_like(tensor, at::MemoryFormat::Contiguous);
+  std::vector<at::Tensor> list{buffer};
+  StartedCollective started;
+  started.works.push_back(group.recv(list, peer, tag));
+  at::Tensor target = tensor;
+  started.finish = [buffer, target]() mutable {
+    if (!buffer.is_same(target)) target.copy_(buffer);
+  };
+  return started;
 }
 
 }  // namespace titan::compat

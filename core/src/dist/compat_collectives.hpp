@@ -31,6 +31,9 @@ void broadcast(c10d::ProcessGroup& group, at::Tensor& tensor, int root, std::chr
 at::Tensor all_to_all(c10d::ProcessGroup& group, const at::Tensor& input, std::chrono::milliseconds timeout);
 void send(c10d::ProcessGroup& group, const at::Tensor& tensor, int peer, std::chrono::milliseconds timeout);
 void recv(c10d::ProcessGroup& group, at::Tensor& tensor, int peer, std::chrono::milliseconds timeout);
+// Non-blocking point-to-point; recv's `tensor` is filled by finish().
+StartedCollective start_send(c10d::ProcessGroup& group, const at::Tensor& tensor, int peer, int tag);
+StartedCollective start_recv(c10d::ProcessGroup& group, at::Tensor& tensor, int peer, int tag);
 
 // Waits, turning a backend failure or timeout into a titan::Error.
 void wait_for(c10d::Work& work, std::chrono::milliseconds timeout, const std::string& what);

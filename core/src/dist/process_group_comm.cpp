@@ -149,6 +149,18 @@ class ProcessGroupComm : public Comm {
     run("recv", {tensor}, [&] { compat::recv(*group_, tensor, peer, timeout_); });
   }
 
+  std::unique_ptr<CommWork> send_async(const at::Tensor& tensor, int peer, int tag) override {
+    check_device(tensor, "send");
+    check_peer(peer, "send");
+    return start_p2p("send", tensor, [&] { return compat::start_send(*group_, tensor, peer, tag); });
+  }
+
+  std::unique_ptr<CommWork> recv_async(at::Tensor& tensor, int peer, int tag) override {
+    check_device(tensor, "recv");
+    check_peer(peer, "recv");
+    return start_p2p("recv", tensor, [&] { return compat::start_recv(*group_, tensor, peer, tag); });
+  }
+
   void barrier() override {
     run("barrier", {}, [&] {
       auto work = group_->barrier();
@@ -204,6 +216,18 @@ class ProcessGroupComm : public Comm {
     CollectiveEvent event_;
     bool done_ = false;
   };
+
+  template <typename Start>
+  std::unique_ptr<CommWork> start_p2p(const std::string& op, const at::Tensor& tensor, Start start) {
+    if (take_test_fault(op) == test_faults::Action::skip) return std::make_unique<Skipped>();
+    auto event = begin(op, {tensor});
+    try {
+      return std::make_unique<Pending>(*this, start(), std::move(event));
+    } catch (const c10::Error& error) {
+      end(event, false);
+      throw Error(what(op) + " failed: " + error.what_without_backtrace());
+    }
+  }
 
   std::string what(const std::string& op) const {
     return op + " on group '" + name_ + "' (rank " + std::to_string(rank()) + " of " + std::to_string(size()) + ")";

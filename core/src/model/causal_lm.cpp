@@ -36,6 +36,17 @@ void CausalLM::finalize_gradients() {
   for (auto& finalizer : finalizers_) finalizer();
 }
 
+at::Tensor CausalLM::positions(int64_t seq) const {
+  if (!positions_) return at::arange(seq, at::kLong);
+  at::Tensor given = positions_(seq);
+  if (given.dim() != 1 || given.size(0) != seq || given.scalar_type() != at::kLong || !given.device().is_cpu()) {
+    throw Error("the positions a plugin set for " + std::to_string(seq) + " tokens are " + c10::str(given.sizes()) +
+                " " + c10::toString(given.scalar_type()) + " on " + given.device().str() +
+                "; expected [" + std::to_string(seq) + "] Long on cpu");
+  }
+  return given;
+}
+
 const TensorLayout* CausalLM::layout(const std::string& name) const {
   auto found = layouts_.find(name);
   return found == layouts_.end() ? nullptr : &found->second;

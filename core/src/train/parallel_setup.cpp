@@ -41,10 +41,12 @@ ParallelSetup::~ParallelSetup() = default;
 int ParallelSetup::dp_rank() const { return mesh_ ? static_cast<int>(mesh_->coordinate("dp")) : 0; }
 int ParallelSetup::dp_degree() const { return mesh_ ? static_cast<int>(mesh_->size("dp")) : 1; }
 
-double ParallelSetup::mean_over_dp(double local_loss) const {
-  if (!mesh_ || mesh_->size("dp") == 1) return local_loss;
+double ParallelSetup::mean_over_batch(double local_loss) const {
+  // Data-parallel ranks hold other batches, cp ranks other pieces of the
+  // same sequences (equal sizes): the plain mean is the whole batch's.
+  if (!mesh_ || mesh_->size("dp_cp") == 1) return local_loss;
   at::Tensor value = at::full({1}, local_loss, at::kDouble);
-  mesh_->group("dp").all_reduce(value, ReduceOp::avg);
+  mesh_->group(mesh_->size("cp") > 1 ? "dp_cp" : "dp").all_reduce(value, ReduceOp::avg);
   return value.item<double>();
 }
 

@@ -26,8 +26,9 @@ class ParallelSetup {
   int dp_rank() const;
   int dp_degree() const;
 
-  // Mean of each data-parallel rank's loss (they saw equally many tokens).
-  double mean_over_dp(double local_loss) const;
+  // Mean of the data-parallel and context-parallel ranks' losses (each saw
+  // equally many tokens of the batch).
+  double mean_over_batch(double local_loss) const;
   // Sums a per-rank partial over the world (max for the inf norm).
   NormReduceFn norm_reduce() const;
   // Per parameter: 1 / the number of ranks holding the same gradient copy.

@@ -214,7 +214,7 @@ TrainResult train(RunPlan& plan, const World& world) {
     }
     at::Tensor loss = schedule.step(*model, microbatches, model->loss());
     model->finalize_gradients();
-    double loss_value = parallel.mean_over_dp(loss.item<double>());
+    double loss_value = parallel.mean_over_batch(loss.item<double>());
     if (step == debug_nan_step) loss_value = std::nan("");
     double grad_norm = clip_grad_norm(parameter_tensors, training.max_norm, 2.0, norm_reduce, norm_weights);
     double lr = plan.optimizer->base_lr() * plan.lr_schedule->factor(step);

@@ -1,0 +1,32 @@
+// Ring attention: each cp rank's queries attend to every key/value block
+// of the sequence that the causal mask lets them see, one block at a time,
+// the partial results merged by the log-sum-exp rule. The blocks come from
+// one all-gather (`allgather`) or travel around the ring by point-to-point
+// (`alltoall`: a rank holds its own block and the one in flight). The
+// backward is written out (flash-attention's block gradients): the K/V
+// gradients are reduce-scattered, or travel home around the ring.
+#pragma once
+#include <memory>
+
+#include "sequence_layout.h"
+#include "titan/comm.hpp"
+#include "titan/layers.hpp"
+
+namespace titan::context_parallel {
+
+struct RingSetup {
+  Comm* comm = nullptr;  // the cp group
+  SequenceLayout layout{1, false};
+  bool point_to_point = false;  // rotate K/V around the ring instead of all-gathering them
+};
+
+class RingAttention : public AttentionCore {
+ public:
+  explicit RingAttention(std::shared_ptr<const RingSetup> setup) : setup_(std::move(setup)) {}
+  at::Tensor forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) override;
+
+ private:
+  std::shared_ptr<const RingSetup> setup_;
+};
+
+}  // namespace titan::context_parallel
