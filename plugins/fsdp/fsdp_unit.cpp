@@ -16,10 +16,17 @@ namespace titan::fsdp {
 Unit::Unit(std::string label, std::vector<ShardedParam> params, UnitGroups groups, c10::ScalarType param_dtype,
            c10::ScalarType reduce_dtype)
     : label_(std::move(label)), params_(std::move(params)), groups_(groups), param_dtype_(param_dtype),
-      reduce_dtype_(reduce_dtype) {
+      reduce_dtype_(reduce_dtype), buffer_dtype_(param_dtype) {
+  // A parameter gathered as something else (float8 codes) makes the
+  // unit's buffer raw bytes, so one collective still moves the whole unit.
+  for (const auto& p : params_) {
+    if (p.extension) buffer_dtype_ = c10::kByte;
+  }
+  const int64_t buffer_element = static_cast<int64_t>(c10::elementSize(buffer_dtype_));
   for (auto& p : params_) {
+    p.wire_element_size = static_cast<int64_t>(c10::elementSize(p.extension ? p.extension->wire_dtype() : param_dtype_));
     p.offset = flat_numel_;
-    flat_numel_ += p.chunk_rows * p.row_numel;
+    flat_numel_ += (p.chunk_rows * p.row_numel * p.wire_element_size + buffer_element - 1) / buffer_element;
   }
 }
 
@@ -28,14 +35,25 @@ void Unit::prefetch() {
   CallSite site("fsdp all_gather " + label_);
   const int64_t ranks = groups_.shard->size();
   at::NoGradGuard no_grad;
-  local_ = at::zeros({flat_numel_}, at::TensorOptions().dtype(param_dtype_));
+  local_ = at::zeros({flat_numel_}, at::TensorOptions().dtype(buffer_dtype_));
+  auto* local_bytes = static_cast<char*>(local_.data_ptr());
   for (auto& p : params_) {
     if (state_ == State::sharded) {
       if (!p.shard.defined()) p.shard = p.param.data();  // the materialized, initialized rows
       p.param.mutable_grad().reset();  // the optimizer's view of the last step's gradient
     }
     int64_t count = p.rows.length * p.row_numel;
-    if (count > 0) local_.narrow(0, p.offset, count).copy_(p.shard.reshape({count}));
+    // Every rank asks the extension, even with no rows: it may run a collective.
+    at::Tensor wire = p.extension ? p.extension->pre_all_gather(p.shard, *groups_.shard) : p.shard.to(param_dtype_);
+    wire = wire.contiguous();
+    if (wire.numel() != count || static_cast<int64_t>(wire.element_size()) != p.wire_element_size) {
+      throw Error("fsdp: the all-gather extension of '" + p.name + "' returned " + std::to_string(wire.numel()) +
+                  " elements of " + std::to_string(wire.element_size()) + " bytes for " + std::to_string(count) +
+                  " of " + std::to_string(p.wire_element_size));
+    }
+    if (count > 0) {
+      std::memcpy(local_bytes + p.offset * local_.element_size(), wire.data_ptr(), count * p.wire_element_size);
+    }
   }
   gathered_ = at::empty({ranks * flat_numel_}, local_.options());
   pending_ = groups_.shard->all_gather_into_async(gathered_, local_);
@@ -52,22 +70,38 @@ void Unit::unshard() {
   const int64_t ranks = groups_.shard->size();
   const bool first = state_ == State::sharded;
   at::NoGradGuard no_grad;
-  const size_t element = gathered.element_size();
+  const size_t buffer_element = gathered.element_size();
+  const size_t element = c10::elementSize(param_dtype_);
   for (auto& p : params_) {
     if (!p.full.defined()) {
       p.full = at::empty(p.unsharded_shape, p.shard.options().dtype(param_dtype_));
     } else if (state_ == State::freed || p.full.storage().nbytes() == 0) {
       compat::resize_storage_bytes(p.full, p.full.numel() * element);
     }
+    // Each rank's rows of the wire elements, into the whole parameter.
+    at::Tensor wire_full = p.extension ? at::empty(p.unsharded_shape, at::TensorOptions().dtype(p.extension->wire_dtype()))
+                                       : p.full;
     // Raw copies: writing through ATen would bump the version counter that
     // autograd checks on the tensors it saved in forward.
-    auto* destination = static_cast<char*>(p.full.data_ptr());
+    auto* destination = static_cast<char*>(wire_full.data_ptr());
     const auto* source = static_cast<const char*>(gathered.data_ptr());
+    const int64_t wire = p.wire_element_size;
     for (int64_t rank = 0; rank < ranks; ++rank) {
       RowRange rows = even_row_shard(p.unsharded_shape[0], ranks, rank);
       if (rows.length == 0) continue;
-      std::memcpy(destination + rows.begin * p.row_numel * element,
-                  source + (rank * flat_numel_ + p.offset) * element, rows.length * p.row_numel * element);
+      std::memcpy(destination + rows.begin * p.row_numel * wire,
+                  source + (rank * flat_numel_ + p.offset) * buffer_element, rows.length * p.row_numel * wire);
+    }
+    if (p.extension) {
+      // The layer keeps what it computes with (e.g. the codes and their
+      // scale); the parameter holds the values they stand for.
+      at::Tensor values = p.extension->post_all_gather(wire_full, param_dtype_).contiguous();
+      if (values.sizes() != p.full.sizes() || values.scalar_type() != param_dtype_) {
+        throw Error("fsdp: the all-gather extension of '" + p.name + "' rebuilt " + c10::str(values.sizes()) + " " +
+                    c10::toString(values.scalar_type()) + ", expected " + c10::str(p.full.sizes()) + " " +
+                    c10::toString(param_dtype_));
+      }
+      std::memcpy(p.full.data_ptr(), values.data_ptr(), values.numel() * element);
     }
     if (first) p.param.set_data(p.full);
   }

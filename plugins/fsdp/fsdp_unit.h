@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "titan/all_gather_extension.hpp"
 #include "titan/comm.hpp"
 #include "titan/placement.hpp"
 
@@ -23,7 +24,11 @@ struct ShardedParam {
   RowRange rows;           // this rank's rows of dim 0
   int64_t chunk_rows = 0;  // rows per rank, with padding
   int64_t row_numel = 1;   // elements per row
-  int64_t offset = 0;      // where its chunk sits in the unit's flat per-rank buffer
+  int64_t offset = 0;      // where its chunk sits in the unit's flat per-rank buffer (in buffer elements)
+  // What it is gathered as, when its layer says (float8 codes): null = its
+  // rows in the param dtype (titan/all_gather_extension.hpp).
+  std::shared_ptr<AllGatherExtension> extension;
+  int64_t wire_element_size = 0;  // bytes per element on the wire
   at::Tensor shard;        // this rank's rows (the fp32 master copy the optimizer updates)
   at::Tensor full;         // gathered; storage freed while resharded
   at::Tensor grad_shard;   // reduced gradient, summed over microbatches
@@ -69,7 +74,8 @@ class Unit {
   std::vector<ShardedParam> params_;
   UnitGroups groups_;
   c10::ScalarType param_dtype_, reduce_dtype_;
-  int64_t flat_numel_ = 0;  // per rank, padded
+  c10::ScalarType buffer_dtype_;  // param dtype, or bytes when some parameter is gathered its own way
+  int64_t flat_numel_ = 0;  // per rank, padded, in buffer elements
   State state_ = State::sharded;
   std::unique_ptr<CommWork> pending_;  // the prefetch in flight
   at::Tensor gathered_, local_;        // its buffers, alive until it ends

@@ -76,24 +76,36 @@ double losses_under_policy(const TrainingFixture& fixture, PrecisionPolicy& poli
 
 CheckResults check_precision(const std::string& plugin, const ConfigNode& declaration) {
   TrainingFixture fixture = load_fixture(declaration);
-  PluginContext context;
-  context.options = declaration.child("precision").child("options");
-  context.training_steps = fixture.steps;
-  auto policy = PluginRegistry::instance().create_precision(PluginRegistry::instance().load(plugin).name, context);
-
+  const ConfigNode section = declaration.child("precision");
+  // The base options, then each `variants:` entry (e.g. a converter's other
+  // recipes), whose rows end in `:<name>`.
+  std::vector<std::pair<std::string, ConfigNode>> option_sets{{"", section.child("options")}};
+  for (const ConfigNode& variant : section.children("variants")) {
+    option_sets.emplace_back(variant.require<std::string>("name", "the variant's name, shown in its rows"),
+                             variant.child("options"));
+  }
+  const std::string name = PluginRegistry::instance().load(plugin).name;
+  const ReferenceTrace reference = train_reference(fixture);
   CheckResults results;
-  c10::ScalarType param = policy->param_dtype(), reduce = policy->reduce_dtype();
-  bool supported = trainer_supports_dtype(param) && trainer_supports_dtype(reduce);
-  results.push_back(row("dtypes", supported ? 0 : 1, 0,
-                        std::string("param ") + c10::toString(param) + ", reduce " + c10::toString(reduce) +
-                            " (the trainer supports Float and BFloat16)"));
-  if (!supported) return results;
-  double tolerance = policy->loss_tolerance();
-  std::string trace;
-  double worst = losses_under_policy(fixture, *policy, train_reference(fixture), trace);
-  results.push_back(row("loss", worst, std::isfinite(tolerance) && tolerance >= 0 ? tolerance : -1,
-                        "max relative loss difference to float32 over " + std::to_string(fixture.steps) +
-                            " SGD steps vs the policy's loss_tolerance(): " + trace));
+  for (const auto& [variant, options] : option_sets) {
+    const std::string suffix = variant.empty() ? "" : ":" + variant;
+    PluginContext context;
+    context.options = options;
+    context.training_steps = fixture.steps;
+    auto policy = PluginRegistry::instance().create_precision(name, context);
+    c10::ScalarType param = policy->param_dtype(), reduce = policy->reduce_dtype();
+    bool supported = trainer_supports_dtype(param) && trainer_supports_dtype(reduce);
+    results.push_back(row("dtypes" + suffix, supported ? 0 : 1, 0,
+                          std::string("param ") + c10::toString(param) + ", reduce " + c10::toString(reduce) +
+                              " (the trainer supports Float and BFloat16)"));
+    if (!supported) continue;
+    double tolerance = policy->loss_tolerance();
+    std::string trace;
+    double worst = losses_under_policy(fixture, *policy, reference, trace);
+    results.push_back(row("loss" + suffix, worst, std::isfinite(tolerance) && tolerance >= 0 ? tolerance : -1,
+                          "max relative loss difference to float32 over " + std::to_string(fixture.steps) +
+                              " SGD steps vs the policy's loss_tolerance(): " + trace));
+  }
   return results;
 }
 

@@ -10,7 +10,8 @@
 
 namespace titan::conformance {
 
-// Reads the declaration's `precision:` section (options) and `model:`.
+// Reads the declaration's `precision:` section (options, and `variants:`
+// [{name, options}] checked the same way, rows ending in `:<name>`) and `model:`.
 CheckResults check_precision(const std::string& plugin, const ConfigNode& declaration);
 
 }  // namespace titan::conformance

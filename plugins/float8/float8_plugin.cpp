@@ -1,0 +1,176 @@
+// The `float8` plugin: a PrecisionPolicy whose convert() swaps the model's
+// linear layers for float8 ones (TorchTitan's float8 model converter, with
+// torchao's recipes), before tensor parallelism as TorchTitan orders it.
+// Options are TorchTitan's [float8] knobs; on a LibTorch without float8
+// dtypes (1.13, CPU) the exact emulation is forced and logged.
+#include <ATen/ATen.h>
+
+#include <string>
+#include <typeinfo>
+#include <vector>
+
+#include "float8_linear.h"
+#include "titan/compat.hpp"
+#include "titan/compat_float8.hpp"
+#include "titan/error.hpp"
+#include "titan/logging.hpp"
+#include "titan/module_path.hpp"
+#include "titan/plugin.hpp"
+#include "titan/precision.hpp"
+
+namespace {
+
+using titan::float8::Float8Linear;
+using titan::float8::Float8Settings;
+
+struct Float8Options {
+  std::string recipe_name = "tensorwise";
+  std::vector<std::string> filter_fqns{"output"};
+  bool auto_filter_small_kn = false;
+  bool emulate = false;
+  bool enable_fsdp_float8_all_gather = false;
+  bool precompute_float8_dynamic_scale_for_fsdp = false;
+  std::string param_dtype = "float32";
+  std::string reduce_dtype = "float32";
+};
+
+c10::ScalarType dtype_named(const std::string& name) { return name == "bfloat16" ? c10::kBFloat16 : c10::kFloat; }
+
+std::string joined(const std::vector<std::string>& names) {
+  std::string text;
+  for (const auto& name : names) text += (text.empty() ? "" : ", ") + name;
+  return text.empty() ? "none" : text;
+}
+
+// Why a linear stays in high precision, or "" to convert it: torchao's
+// module filter (filter_fqns by substring, dims that _scaled_mm cannot
+// take) and, with auto_filter_small_kn, its size thresholds (H100
+// measurements: below them float8 is slower than bf16).
+std::string kept_because(const std::string& path, int64_t out_features, int64_t in_features,
+                         const Float8Options& options) {
+  for (const auto& fqn : options.filter_fqns) {
+    if (path.find(fqn) != std::string::npos) return "filter_fqns has '" + fqn + "'";
+  }
+  if (out_features % 16 != 0 || in_features % 16 != 0) {
+    return "weight [" + std::to_string(out_features) + ", " + std::to_string(in_features) +
+           "] has a dim not divisible by 16";
+  }
+  if (options.auto_filter_small_kn) {
+    const int64_t k = out_features, n = in_features;  // torchao's names for weight.shape
+    bool small = options.recipe_name == "tensorwise" ? (k <= 4096 && n <= 1024)
+                                                     : (n <= 2048 || k <= 1024 || (n <= 4096 && k <= 2048));
+    if (small) {
+      return "auto_filter_small_kn: [" + std::to_string(out_features) + ", " + std::to_string(in_features) +
+             "] is below torchao's thresholds for " + options.recipe_name;
+    }
+  }
+  return "";
+}
+
+class Float8Policy : public titan::PrecisionPolicy {
+ public:
+  explicit Float8Policy(Float8Options options) : options_(std::move(options)) {}
+  c10::ScalarType param_dtype() const override { return dtype_named(options_.param_dtype); }
+  c10::ScalarType reduce_dtype() const override { return dtype_named(options_.reduce_dtype); }
+  // Measured on the conformance fixture and the debug model (README):
+  // float8 stays within ~1% of float32 over short runs.
+  double loss_tolerance() const override { return 2e-2; }
+
+  void convert(titan::CausalLM& model) override {
+    auto settings = std::make_shared<Float8Settings>();
+    settings->recipe = titan::float8::recipe_from_name(options_.recipe_name);
+    settings->emulate = options_.emulate;
+    if (!settings->emulate && !titan::compat::float8_scaled_mm_available()) {
+      spdlog::info("float8: emulate forced on: LibTorch {} has no float8 dtypes or _scaled_mm here; the emulation "
+                   "casts exactly as the GPU does and multiplies in float32",
+                   titan::torch_version_string());
+      settings->emulate = true;
+    }
+    settings->fsdp_float8_all_gather = options_.enable_fsdp_float8_all_gather;
+    if (options_.precompute_float8_dynamic_scale_for_fsdp) {
+      settings->precomputed = std::make_shared<titan::float8::PrecomputedScales>();
+      auto precomputed = settings->precomputed;
+      model.add_gradient_finalizer([precomputed] { precomputed->invalidate(); });  // the weights change next
+    }
+    std::vector<std::string> converted, kept;
+    for (const auto& item : model.named_modules("", /*include_self=*/false)) {
+      if (typeid(*item.value()) != typeid(titan::Linear)) continue;
+      auto linear = std::dynamic_pointer_cast<titan::Linear>(item.value());
+      std::string why = kept_because(item.key(), linear->weight.size(0), linear->weight.size(1), options_);
+      if (!why.empty()) {
+        kept.push_back(item.key() + " (" + why + ")");
+        continue;
+      }
+      auto layer = std::make_shared<Float8Linear>(linear, settings, item.key());
+      if (settings->precomputed) settings->precomputed->add(layer.get());
+      titan::swap_module(model, item.key(), layer);
+      converted.push_back(item.key());
+    }
+    spdlog::info("float8: recipe {} ({}): {} linear layers converted{}; kept in high precision: {}",
+                 options_.recipe_name, settings->emulate ? "emulated" : "_scaled_mm", converted.size(),
+                 options_.enable_fsdp_float8_all_gather
+                     ? std::string(", FSDP gathers their weights as float8") +
+                           (settings->precomputed ? " (scales precomputed, one all-reduce per step)" : "")
+                     : "",
+                 joined(kept));
+    if (converted.empty()) spdlog::warn("float8: no linear layer was converted; the run trains in high precision");
+  }
+
+ private:
+  Float8Options options_;
+};
+
+Float8Options read_options(const titan::ConfigNode& node) {
+  Float8Options options;
+  options.recipe_name = node.choice("recipe_name", options.recipe_name, {"tensorwise", "rowwise", "rowwise_with_gw_hp"},
+                                    "torchao's float8 recipe: tensorwise (e4m3 / e5m2 gradients, one scale per "
+                                    "tensor), rowwise (e4m3, per-row scales, powers of 2), rowwise_with_gw_hp "
+                                    "(rowwise, grad_weight in high precision)");
+  options.filter_fqns = node.get<std::vector<std::string>>(
+      "filter_fqns", options.filter_fqns, "linear layers whose module path contains one of these stay high precision");
+  options.auto_filter_small_kn = node.get<bool>(
+      "auto_filter_small_kn", options.auto_filter_small_kn,
+      "also keep layers below torchao's size thresholds (where float8 is slower on H100) in high precision");
+  options.emulate = node.get<bool>("emulate", options.emulate,
+                                   "cast exactly but multiply in float32 instead of _scaled_mm (forced where this "
+                                   "LibTorch has no float8, e.g. 1.13 on CPU)");
+  options.enable_fsdp_float8_all_gather = node.get<bool>(
+      "enable_fsdp_float8_all_gather", options.enable_fsdp_float8_all_gather,
+      "FSDP gathers the float8 weights as e4m3 codes + a scale instead of high-precision rows (tensorwise only)");
+  options.precompute_float8_dynamic_scale_for_fsdp = node.get<bool>(
+      "precompute_float8_dynamic_scale_for_fsdp", options.precompute_float8_dynamic_scale_for_fsdp,
+      "compute every gathered weight's scale with one all-reduce per step (needs enable_fsdp_float8_all_gather)");
+  options.param_dtype = node.choice("param_dtype", options.param_dtype, {"float32", "bfloat16"},
+                                    "dtype parameters are gathered and computed in (replaces "
+                                    "training.mixed_precision_param: one precision plugin per run)");
+  options.reduce_dtype = node.choice("reduce_dtype", options.reduce_dtype, {"float32", "bfloat16"},
+                                     "dtype gradients are reduced in (replaces training.mixed_precision_reduce)");
+  if (options.enable_fsdp_float8_all_gather && options.recipe_name != "tensorwise") {
+    node.fail("enable_fsdp_float8_all_gather",
+              "works with recipe_name: tensorwise only (the gathered codes share one scale per weight), got "
+              "recipe_name: " + options.recipe_name + "; set it to false or use tensorwise");
+  }
+  if (options.precompute_float8_dynamic_scale_for_fsdp && !options.enable_fsdp_float8_all_gather) {
+    node.fail("precompute_float8_dynamic_scale_for_fsdp",
+              "precomputes the scales of FSDP's float8 all-gather; set enable_fsdp_float8_all_gather: true too, or "
+              "drop it");
+  }
+  return options;
+}
+
+void register_float8(titan::PluginRegistrar& registrar) {
+  registrar.precision([](const titan::PluginContext& context) {
+    return std::make_unique<Float8Policy>(read_options(context.options));
+  });
+}
+
+}  // namespace
+
+#ifndef TITAN_FLOAT8_PLUGIN_NAME
+#define TITAN_FLOAT8_PLUGIN_NAME "float8"  // test mutants are built under other names
+#endif
+
+TITAN_PLUGIN(TITAN_FLOAT8_PLUGIN_NAME, "0.1", titan::kind_precision,
+             "float8 linear layers (torchao recipes tensorwise, rowwise, rowwise_with_gw_hp; FSDP float8 all-gather; "
+             "exact CPU emulation)",
+             register_float8)
