@@ -247,3 +247,17 @@ TEST_CASE("titan-conformance: a plugin that throws while its checks run fails it
   CHECK(report.exit_code == 1);
   CHECK(report.output.find("the checks stopped on an exception") != std::string::npos);
 }
+
+TEST_CASE("titan-conformance: a context_parallel whose causal mask ignores where each chunk sits fails the "
+          "parallelizer checks by name") {
+  auto report = conformance_json(test_plugin("local_mask_cp"), "--ranks 2");
+  INFO(report.output);
+  CHECK(report.exit_code == 1);
+  for (const char* name : {"parallelizer.loss@2", "parallelizer.grad_norm@2", "parallelizer.params@2",
+                           "parallelizer.loss@2:alltoall"}) {
+    CHECK_MESSAGE(report.results[name] == "fail", name);
+  }
+  // Ulysses attends with the model's own mask: the mutant's variant passes.
+  CHECK(report.results["parallelizer.loss@2:ulysses"] == "pass");
+  CHECK(report.results["parallelizer.sharding@2"] == "pass");
+}
