@@ -2,7 +2,8 @@
 // data, fp32, 10 steps, sequences of 64 tokens) as real Gloo jobs: losses,
 // grad norms and final parameters within 1e-5 relative for ring attention
 // (both K/V rotations, both load balancers) at CP2 and CP4, Ulysses,
-// FSDP2 x CP2 and CP2 x TP2; bad sizes refused before any weight exists.
+// FSDP2 x CP2 (and its checkpoint resumed in one process), CP2 x TP2 and
+// DDP x CP2; bad sizes refused before any weight exists.
 #include "equivalence_runs.hpp"
 
 namespace {
@@ -44,14 +45,38 @@ TEST_CASE("context parallel: CP4 ring attention with both rotations and both loa
   check_equivalent(run_ranks("cp4_alltoall", 4, 29967, cp(4, kAllToAll), kSmall, 1), reference, 1e-5);
   check_equivalent(run_ranks("cp4_alltoall_unbalanced", 4, 29968, cp(4, kAllToAll + kUnbalanced), kSmall, 1),
                    reference, 1e-5);
+  check_equivalent(run_ranks("cp4_allgather_unbalanced", 4, 29972, cp(4, kUnbalanced), kSmall, 1), reference, 1e-5);
 }
 
-TEST_CASE("context parallel: FSDP2 x CP2, CP2 x TP2 (sequence and loss parallel) and DDP x CP2 reproduce the single "
-          "process") {
+TEST_CASE("context parallel: FSDP2 x CP2 (whose checkpoint resumes in one process), CP2 x TP2 (sequence and loss "
+          "parallel) and DDP x CP2 reproduce the single process") {
   RunOutput reference = run_single("cp_2d_reference", kSmall);
   // FSDP shards over dp_shard x cp = 4 ranks; two batches of 4 rows.
-  check_equivalent(run_ranks("fsdp2_cp2", 4, 29969, "{name: fsdp, dp_shard: 2}, {name: context_parallel}", kSmall, 2),
-                   reference, 1e-5);
+  const std::string checkpoints =
+      " --set checkpoint.enable=true --set checkpoint.interval=5 --set checkpoint.keep_latest_k=0";
+  RunOutput fsdp_cp = run_ranks("fsdp2_cp2", 4, 29969, "{name: fsdp, dp_shard: 2}, {name: context_parallel}",
+                                kSmall + checkpoints, 2);
+  check_equivalent(fsdp_cp, reference, 1e-5);
+  // Its step-5 checkpoint (shards over dp_shard x cp) resumes in one
+  // process on the same curve.
+  namespace fs = std::filesystem;
+  fs::path resumed = titan::test::temp_dir("fsdp2_cp2_resumed_alone");
+  fs::create_directories(resumed / "checkpoint");
+  fs::copy(titan::test::temp_path("fsdp2_cp2") / "checkpoint/step-5", resumed / "checkpoint/step-5",
+           fs::copy_options::recursive);
+  auto alone = run_command("timeout 300 " + titan::test::titan_binary() + " train " + titan::test::source_dir() +
+                           "/configs/llama3_debugmodel.yaml --set training.local_batch_size=8" +
+                           titan::test::common_sets(resumed) + kSmall + checkpoints);
+  INFO(alone.output);
+  REQUIRE(alone.exit_code == 0);
+  CHECK(alone.output.find("resumed from checkpoint at step 5") != std::string::npos);
+  RunOutput after = titan::test::read_run(resumed);
+  REQUIRE(after.losses.size() == 5);
+  double worst = 0;
+  for (size_t i = 0; i < 5; ++i) worst = std::max(worst, titan::test::relative(after.losses[i], fsdp_cp.losses[5 + i]));
+  MESSAGE("FSDP2 x CP2 -> one process: max relative loss difference over steps 6-10: " << worst);
+  CHECK(worst <= 1e-5);
+
   check_equivalent(run_ranks("cp2_tp2", 4, 29970,
                              cp(2, kAllToAll) + ", {name: tensor_parallel, tensor_parallel_degree: 2}, "
                              "{name: loss_parallel}",
