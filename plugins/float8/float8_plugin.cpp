@@ -72,9 +72,10 @@ class Float8Policy : public titan::PrecisionPolicy {
   explicit Float8Policy(Float8Options options) : options_(std::move(options)) {}
   c10::ScalarType param_dtype() const override { return dtype_named(options_.param_dtype); }
   c10::ScalarType reduce_dtype() const override { return dtype_named(options_.reduce_dtype); }
-  // Measured on the conformance fixture and the debug model (README):
-  // float8 stays within ~1% of float32 over short runs.
-  double loss_tolerance() const override { return 2e-2; }
+  // Short runs (titan-conformance's 3 SGD steps) measured about 1.5e-5
+  // from float32 for every recipe; 5e-3 leaves room for other models and
+  // bf16 params while a wrong scale (~4e-2) still fails.
+  double loss_tolerance() const override { return 5e-3; }
 
   void convert(titan::CausalLM& model) override {
     auto settings = std::make_shared<Float8Settings>();
