@@ -16,6 +16,7 @@
 #include "titan/device_mesh.hpp"
 #include "titan/error.hpp"
 #include "titan/logging.hpp"
+#include "titan/test_signal.hpp"
 
 namespace titan::dcp {
 
@@ -161,6 +162,7 @@ void DcpCheckpointer::write(const StagedSave& staged) const {
     }
   }
   barrier(env_.comm);
+  test_signal_point("checkpoint_write", staged.step);  // test-only: a rank lost mid-save
   try {
     if (fragment.error.empty() && !staged.pieces.empty()) {
       write_pieces(partial, env_.rank, staged.pieces, fragment);
@@ -169,6 +171,7 @@ void DcpCheckpointer::write(const StagedSave& staged) const {
     fragment.error = error.what();
   }
   std::vector<std::string> fragments = all_gather_text(env_.comm, to_json_text(fragment));
+  test_signal_point("checkpoint_commit", staged.step);  // test-only: a rank lost while rank 0 commits
   std::string commit_error;
   if (env_.rank == 0) {
     try {

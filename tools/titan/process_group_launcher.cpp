@@ -16,6 +16,7 @@
 #include <cstdio>
 #include <chrono>
 #include <cstring>
+#include <fstream>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -86,6 +87,16 @@ std::string format_seconds(double value) {
   char text[32];
   std::snprintf(text, sizeof text, "%g s", value);
   return text;
+}
+
+// Whether a process is stopped (SIGSTOP, SIGTSTP, a debugger): it holds its
+// peers in their collectives until they time out, and it is the rank to
+// name, not the peer whose timeout ended the job.
+bool is_stopped(pid_t pid) {
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+  auto close = text.rfind(')');  // the command name may hold spaces
+  return close != std::string::npos && close + 2 < text.size() && (text[close + 2] == 'T' || text[close + 2] == 't');
 }
 
 std::string plural(size_t count, const std::string& noun) {
@@ -432,6 +443,12 @@ void Launcher::reap_exited() {
     stopping_ = true;
     failed_rank_ = i;
     say(rank.outcome());
+    for (const Rank& other : ranks_) {
+      if (other.running && is_stopped(other.pid)) {
+        say("rank " + std::to_string(other.rank) + " (pid " + std::to_string(other.pid) +
+            ") is stopped (SIGSTOP or a debugger) and was not running: the peers' timeouts point to it");
+      }
+    }
     size_t others = running_count();
     if (others > 0) {
       say("stopping " + plural(others, "other rank") + " (SIGTERM, then SIGKILL after " +

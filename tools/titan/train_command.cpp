@@ -27,6 +27,7 @@ int train_command(const Args& args) {
   RunPlan plan = plan_run(config, world.rank, world.world_size);
   spdlog::info("config {} ({} plugins in canonical order)", run.config_path, plan.parallelizers.size());
   TrainResult result = train(plan, world);
+  if (result.already_finished) return 0;  // the trainer said so
   spdlog::info("training done: steps {}..{}, last loss {:.4f}{}", result.first_step, result.last_step,
                result.last_loss, result.stopped_by_signal ? " (stopped by signal)" : "");
   return 0;

@@ -15,6 +15,9 @@ struct TrainResult {
   double last_loss = 0;
   bool stopped_by_signal = false;
   int64_t skipped_steps = 0;
+  // The checkpoint resumed from had already reached training.steps: no step
+  // ran (first_step > last_step), and last_loss means nothing.
+  bool already_finished = false;
 };
 
 // `world`: this process's place in the job (detect_world()); the default

@@ -5,6 +5,7 @@
 
 #include "titan/error.hpp"
 #include "titan/logging.hpp"
+#include "titan/test_signal.hpp"
 
 namespace titan {
 
@@ -27,6 +28,7 @@ ParallelSetup::ParallelSetup(const World& world, const RunPlan& plan) : world_(w
   DistTimeouts timeouts;
   timeouts.init = std::chrono::seconds(plan.core.comm.init_timeout_seconds);
   timeouts.collective = std::chrono::seconds(plan.core.comm.train_timeout_seconds);
+  test_signal_point("startup", 0);  // test-only: a rank lost before the rendezvous
   runtime_ = std::make_unique<DistRuntime>(world, timeouts);
   mesh_ = std::make_unique<DeviceMesh>(*runtime_, degrees);
   if (!world.distributed()) return;

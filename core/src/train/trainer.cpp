@@ -23,6 +23,7 @@
 #include "titan/error.hpp"
 #include "titan/grad_clip.hpp"
 #include "titan/logging.hpp"
+#include "titan/test_signal.hpp"
 #include "titan/tokenizer.hpp"
 
 namespace titan {
@@ -103,6 +104,24 @@ void apply_precision_policy(const RunPlan& plan, const TrainingConfig& training,
   context.reduce_dtype = reduce;
   spdlog::info("precision policy: params {} / reduce {}, loss within {} of float32", c10::toString(param),
                c10::toString(reduce), plan.precision->loss_tolerance());
+}
+
+// Test-only (TITAN_TEST_SIGNAL): the fault matrix's forward and backward
+// phases, as the outermost forward wrapper and a hook on its output.
+void add_test_signal_hooks(CausalLM& model, const std::shared_ptr<int64_t>& step) {
+  const bool forward = test_signal_armed("forward"), backward = test_signal_armed("backward");
+  if (!forward && !backward) return;
+  model.add_forward_wrapper([step, forward, backward](const at::Tensor& tokens, const ForwardBody& inner) {
+    if (forward) test_signal_point("forward", *step);
+    at::Tensor out = inner(tokens);
+    if (backward && out.requires_grad()) {
+      out.register_hook([step](const at::Tensor& grad) {
+        test_signal_point("backward", *step);
+        return grad;
+      });
+    }
+    return out;
+  });
 }
 
 }  // namespace
@@ -187,6 +206,16 @@ TrainResult train(RunPlan& plan, const World& world) {
   } else {
     load_initial_weights(*plan.checkpointer, *plan.model, *model);  // checkpoint.initial_load_path, if set
   }
+  if (step >= training.steps) {
+    spdlog::info("the checkpoint at step {} already finished this run (training.steps = {}); nothing to train. "
+                 "Raise training.steps to train further",
+                 step, training.steps);
+    TrainResult finished;
+    finished.first_step = step + 1;
+    finished.last_step = step;
+    finished.already_finished = true;
+    return finished;
+  }
 
   double peak = core.metrics.peak_flops;
   if (peak == 0) peak = device.is_cuda() ? 0 : measure_cpu_peak_flops();
@@ -198,6 +227,8 @@ TrainResult train(RunPlan& plan, const World& world) {
                       device);
 
   const int64_t accumulation = accumulation_steps(training, parallel.dp_degree());
+  auto current_step = std::make_shared<int64_t>(step);
+  add_test_signal_hooks(*model, current_step);
   const int64_t debug_nan_step = core.debug.inject_nonfinite_loss_at_step;
   StopSignal stop;
   TrainResult result;
@@ -205,6 +236,7 @@ TrainResult train(RunPlan& plan, const World& world) {
   StepRecord record;
   while (step < training.steps) {
     ++step;
+    *current_step = step;
     CallSite step_site("step " + std::to_string(step));  // observers see "step 12 / fsdp all_gather layers.3"
     std::vector<Microbatch> microbatches;
     for (int64_t i = 0; i < accumulation; ++i) {
@@ -228,6 +260,7 @@ TrainResult train(RunPlan& plan, const World& world) {
       spdlog::warn("step {}: non-finite loss {} / grad norm {}; optimizer step skipped", step, loss_value, grad_norm);
       ++result.skipped_steps;
     } else {
+      test_signal_point("optimizer", step);
       optimizer->step(lr);
     }
     if (core.comm.verify_collectives && world.distributed() && step == result.first_step) {
