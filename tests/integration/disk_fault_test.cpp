@@ -73,6 +73,14 @@ void check_recovery(const fs::path& dump, const fs::path& checkpoints, const std
   REQUIRE(resumed.exit_code == 0);
   CHECK(resumed.output.find("resumed from checkpoint at step 2") != std::string::npos);
   CHECK(titan::test::read_file(dump / "final.pt") == expected_final);
+  // Run again: the step-6 checkpoint already finished the run. It says so and
+  // exits 0, with no step and no made-up loss.
+  auto again = run_command(train(dump, checkpoints));
+  INFO(again.output);
+  CHECK(again.exit_code == 0);
+  CHECK(again.output.find("the checkpoint at step 6 already finished this run (training.steps = 6)") !=
+        std::string::npos);
+  CHECK(again.output.find("training done") == std::string::npos);
 }
 
 }  // namespace
