@@ -9,7 +9,7 @@
 # Used in-tree and, installed with the SDK, out of tree.
 set(TITAN_PLUGIN_VERSION_SCRIPT ${CMAKE_CURRENT_LIST_DIR}/titan_plugin.map)
 set(TITAN_PLUGIN_KIND_NAMES model parallelizer schedule optimizer lr_schedule precision checkpointer
-  comm_observer metrics_sink)
+  comm_observer metrics_sink pipeline_schedule)
 
 function(titan_add_plugin name)
   cmake_parse_arguments(ARG "" "CONFORMANCE" "SOURCES;LIBRARIES;KINDS" ${ARGN})

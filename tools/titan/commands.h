@@ -15,6 +15,7 @@ int config_command(const Args& args);
 int tokenizer_command(const Args& args);
 int fr_analyze_command(const Args& args);
 int checkpoint_command(const Args& args);
+int pp_schedule_command(const Args& args);
 
 // Shared helpers.
 bool wants_help(const Args& args);

@@ -23,6 +23,8 @@ commands:
   tokenizer train CORPUS... --out FILE train a byte-level BPE tokenizer
   fr-analyze DIR [--json]              find the rank and collective at fault in flight recorder dumps
   checkpoint export|import ...         convert between checkpoints and Hugging Face safetensors
+  pp-schedule --schedule NAME --stages S --microbatches M [--svg FILE]
+                                       a pipeline schedule's actions per rank, checked, and its bubble
 
 `titan <command> --help` explains each command.
 )";
@@ -41,6 +43,7 @@ int dispatch(const titan::cli::Args& args) {
   if (command == "tokenizer") return titan::cli::tokenizer_command(rest);
   if (command == "fr-analyze") return titan::cli::fr_analyze_command(rest);
   if (command == "checkpoint") return titan::cli::checkpoint_command(rest);
+  if (command == "pp-schedule") return titan::cli::pp_schedule_command(rest);
   std::cerr << "titan: unknown command '" << command << "'\n\n" << kUsage;
   return 2;
 }

@@ -10,6 +10,7 @@
 #include "titan/model.hpp"
 #include "titan/optimizer.hpp"
 #include "titan/parallelizer.hpp"
+#include "titan/pipeline_schedule.hpp"
 #include "titan/precision.hpp"
 #include "titan/registry.hpp"
 #include "titan/schedule.hpp"
@@ -65,6 +66,18 @@ void inspect(const std::string& name) {
   show(kind_checkpointer, [&](auto& c) { registry.create_checkpointer(info.name, c); });
   show(kind_comm_observer, [&](auto& c) { registry.create_comm_observer(info.name, c); });
   show(kind_metrics_sink, [&](auto& c) { registry.create_metrics_sink(info.name, c); });
+  for (const auto& name : info.pipeline_schedules) {
+    PluginContext context;
+    context.options = ConfigNode::parse("{}", "<inspect>");
+    auto schedule = registry.create_pipeline_schedule(name, context);
+    const auto range = schedule->stages_per_rank();
+    std::string per_rank = range.min == range.max ? std::to_string(range.min)
+                           : range.max == 0       ? std::to_string(range.min) + "+"
+                                                  : std::to_string(range.min) + "-" + std::to_string(range.max);
+    std::cout << "  pipeline schedule " << std::left << std::setw(22) << name << placement_name(schedule->placement())
+              << " placement, " << per_rank << " stage(s) per rank\n";
+    if (!context.options.documented().empty()) print_options("  " + name, context.options);
+  }
 }
 
 }  // namespace

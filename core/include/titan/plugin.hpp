@@ -18,7 +18,8 @@ namespace titan {
 // 2: CausalLM init/forward/layout hooks; 3: sharded TrainState, HF hooks;
 // 4: core layers and seams (layers.hpp), loss slot, Stage::loss_parallel, Parallelizer::validate, tp_plan by module path,
 //    block bodies and wrapper inners callable after forward (kept for recompute)
-// 5: Comm::send_async / recv_async (tagged point-to-point), CausalLM::set_positions (token positions of a sequence piece)
+// 5: Comm::send_async / recv_async (tagged point-to-point), CausalLM::set_positions (token positions of a sequence piece);
+//    PipelineSchedule (pipeline_schedule.hpp), kind_pipeline_schedule, PluginRegistrar::pipeline_schedule (named, several per plugin)
 constexpr int kPluginAbiVersion = 5;
 
 enum PluginKind : uint32_t {
@@ -31,6 +32,7 @@ enum PluginKind : uint32_t {
   kind_checkpointer = 1u << 6,
   kind_comm_observer = 1u << 7,
   kind_metrics_sink = 1u << 8,
+  kind_pipeline_schedule = 1u << 9,
 };
 std::string kinds_to_string(uint32_t kinds);
 
@@ -43,6 +45,7 @@ class PrecisionPolicy;
 class Checkpointer;
 class CommObserver;
 class MetricsSink;
+class PipelineSchedule;
 
 // What a factory gets: its options (read them all, with defaults, so that
 // unknown keys are caught and `plugins inspect` can list them) and the job.
@@ -70,6 +73,9 @@ class PluginRegistrar {
   virtual void checkpointer(Factory<Checkpointer> factory) = 0;
   virtual void comm_observer(Factory<CommObserver> factory) = 0;
   virtual void metrics_sink(Factory<MetricsSink> factory) = 0;
+  // One call per schedule (a plugin may register several); `name` as users write it in
+  // pipeline_parallel_schedule (matched case-insensitively), equal to the object's name().
+  virtual void pipeline_schedule(const std::string& name, Factory<PipelineSchedule> factory) = 0;
 };
 
 struct PluginDescriptor {

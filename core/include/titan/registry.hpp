@@ -18,6 +18,7 @@ struct PluginInfo {
   uint32_t kinds = 0;
   std::string summary;
   std::string path;
+  std::vector<std::string> pipeline_schedules;  // names it registered (kind_pipeline_schedule)
 };
 
 class PluginRegistry {
@@ -47,6 +48,11 @@ class PluginRegistry {
   std::unique_ptr<Checkpointer> create_checkpointer(const std::string& name, const PluginContext& context);
   std::unique_ptr<CommObserver> create_comm_observer(const std::string& name, const PluginContext& context);
   std::unique_ptr<MetricsSink> create_metrics_sink(const std::string& name, const PluginContext& context);
+  // By schedule name (case-insensitive, as TorchTitan's pipeline_parallel_schedule), from any
+  // loaded plugin; the built-in pp_schedules plugin is loaded when no loaded plugin has it.
+  std::unique_ptr<PipelineSchedule> create_pipeline_schedule(const std::string& name, const PluginContext& context);
+  // Names of the pipeline schedules the loaded plugins provide.
+  std::vector<std::string> pipeline_schedules() const;
 
   struct Impl;
 

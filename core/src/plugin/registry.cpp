@@ -7,6 +7,8 @@
 #include <dlfcn.h>
 
 #include <algorithm>
+#include <cctype>
+#include <tuple>
 #include <cstdlib>
 #include <filesystem>
 #include <map>
@@ -19,6 +21,7 @@
 #include "titan/model.hpp"
 #include "titan/optimizer.hpp"
 #include "titan/parallelizer.hpp"
+#include "titan/pipeline_schedule.hpp"
 #include "titan/precision.hpp"
 #include "titan/schedule.hpp"
 
@@ -35,6 +38,7 @@ namespace {
 
 constexpr const char* kFilePrefix = "libtitan_plugin_";
 constexpr const char* kFileSuffix = ".so";
+constexpr const char* kBuiltinPipelineSchedules = "pp_schedules";
 
 std::string plugin_name_of(const fs::path& file) {
   std::string stem = file.filename().string();
@@ -76,7 +80,7 @@ std::string kinds_to_string(uint32_t kinds) {
       {kind_schedule, "schedule"},     {kind_optimizer, "optimizer"},
       {kind_lr_schedule, "lr_schedule"}, {kind_precision, "precision"},
       {kind_checkpointer, "checkpointer"}, {kind_comm_observer, "comm_observer"},
-      {kind_metrics_sink, "metrics_sink"}};
+      {kind_metrics_sink, "metrics_sink"}, {kind_pipeline_schedule, "pipeline_schedule"}};
   std::vector<std::string> out;
   for (const auto& [bit, name] : names) {
     if (kinds & bit) out.push_back(name);
@@ -97,6 +101,7 @@ struct PluginRegistry::Impl : PluginRegistrar {
     Factory<Checkpointer> checkpointer_factory;
     Factory<CommObserver> comm_observer_factory;
     Factory<MetricsSink> metrics_sink_factory;
+    std::vector<std::pair<std::string, Factory<PipelineSchedule>>> pipeline_schedules;  // as registered
   };
 
   std::mutex mutex;
@@ -113,6 +118,26 @@ struct PluginRegistry::Impl : PluginRegistrar {
   void checkpointer(Factory<Checkpointer> f) override { registering->checkpointer_factory = std::move(f); }
   void comm_observer(Factory<CommObserver> f) override { registering->comm_observer_factory = std::move(f); }
   void metrics_sink(Factory<MetricsSink> f) override { registering->metrics_sink_factory = std::move(f); }
+  void pipeline_schedule(const std::string& name, Factory<PipelineSchedule> f) override {
+    if (name.empty() || !f) throw Error("a pipeline schedule needs a name and a factory");
+    for (const auto& [plugin_name, plugin] : plugins) {
+      for (const auto& [other, factory] : plugin->pipeline_schedules) {
+        if (lower(other) == lower(name)) {
+          throw Error("pipeline schedule '" + name + "' is already provided by plugin '" + plugin_name +
+                      "' (names are matched case-insensitively)");
+        }
+      }
+    }
+    for (const auto& [other, factory] : registering->pipeline_schedules) {
+      if (lower(other) == lower(name)) throw Error("pipeline schedule '" + name + "' is registered twice");
+    }
+    registering->pipeline_schedules.emplace_back(name, std::move(f));
+  }
+
+  static std::string lower(std::string text) {
+    for (char& c : text) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    return text;
+  }
 
   std::vector<std::string> dirs() const {
     std::vector<std::string> out = extra_dirs;
@@ -191,6 +216,11 @@ struct PluginRegistry::Impl : PluginRegistrar {
       throw Error("plugin '" + name + "' failed while registering its factories: " + error.what());
     }
     registering = nullptr;
+    if ((loaded->info.kinds & kind_pipeline_schedule) && loaded->pipeline_schedules.empty()) {
+      throw Error("plugin '" + name + "' declares the pipeline_schedule kind but registered no schedule "
+                  "(call registrar.pipeline_schedule(name, factory) for each)");
+    }
+    for (const auto& entry : loaded->pipeline_schedules) loaded->info.pipeline_schedules.push_back(entry.first);
     auto& slot = plugins[name];
     slot = std::move(loaded);
     return *slot;
@@ -291,5 +321,59 @@ TITAN_REGISTRY_CREATE(create_checkpointer, Checkpointer, checkpointer_factory, k
 TITAN_REGISTRY_CREATE(create_comm_observer, CommObserver, comm_observer_factory, kind_comm_observer)
 TITAN_REGISTRY_CREATE(create_metrics_sink, MetricsSink, metrics_sink_factory, kind_metrics_sink)
 #undef TITAN_REGISTRY_CREATE
+
+std::vector<std::string> PluginRegistry::pipeline_schedules() const {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  std::vector<std::string> names;
+  for (const auto& [name, plugin] : impl_->plugins) {
+    for (const auto& entry : plugin->pipeline_schedules) names.push_back(entry.first);
+  }
+  return names;
+}
+
+std::unique_ptr<PipelineSchedule> PluginRegistry::create_pipeline_schedule(const std::string& name,
+                                                                           const PluginContext& context) {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  auto find = [&]() -> std::pair<Impl::Loaded*, const std::pair<std::string, Factory<PipelineSchedule>>*> {
+    for (const auto& [plugin_name, plugin] : impl_->plugins) {
+      for (const auto& entry : plugin->pipeline_schedules) {
+        if (Impl::lower(entry.first) == Impl::lower(name)) return {plugin.get(), &entry};
+      }
+    }
+    return {nullptr, nullptr};
+  };
+  auto [plugin, entry] = find();
+  // TorchTitan names schedules without a plugin: the built-in ones load on first use.
+  if (!plugin && !impl_->plugins.count(kBuiltinPipelineSchedules) &&
+      impl_->discover().count(kBuiltinPipelineSchedules)) {
+    impl_->get(kBuiltinPipelineSchedules);
+    std::tie(plugin, entry) = find();
+  }
+  if (!plugin) {
+    std::vector<std::string> names;
+    for (const auto& [plugin_name, loaded] : impl_->plugins) {
+      for (const auto& known : loaded->pipeline_schedules) names.push_back(known.first);
+    }
+    std::string hint = closest_match(name, names);
+    throw Error("pipeline_parallel_schedule '" + name + "' is not provided by any loaded plugin" +
+                (hint.empty() ? "" : "; did you mean '" + hint + "'?") + " (known: " + join(names) +
+                "; a third-party schedule's plugin must be listed in plugins:)");
+  }
+  std::unique_ptr<PipelineSchedule> schedule;
+  try {
+    schedule = entry->second(context);
+  } catch (const ConfigError&) {
+    throw;
+  } catch (const std::exception& error) {
+    throw Error("plugin '" + plugin->info.name + "' failed to create pipeline schedule '" + entry->first +
+                "': " + error.what());
+  }
+  if (!schedule) throw Error("plugin '" + plugin->info.name + "' returned no pipeline schedule '" + entry->first + "'");
+  if (Impl::lower(schedule->name()) != Impl::lower(entry->first)) {
+    throw Error("plugin '" + plugin->info.name + "' registered pipeline schedule '" + entry->first +
+                "' but its object is named '" + schedule->name() + "'");
+  }
+  return schedule;
+}
 
 }  // namespace titan
