@@ -14,8 +14,8 @@ using titan::test::run_ranks;
 using titan::test::run_single;
 using titan::test::RunOutput;
 
-// 4 heads and 4 kv heads so Ulysses can split them over up to 4 ranks.
-const std::string kSmall = " --set model.dim=64 --set model.n_layers=2 --set model.n_heads=4";
+// 4 heads and 4 kv heads: Ulysses and TP split them over up to 4 ranks.
+const std::string& kSmall = titan::test::kSmallModel;
 
 std::string cp(int degree, const std::string& more = "") {
   return "{name: fsdp}, {name: context_parallel, context_parallel_degree: " + std::to_string(degree) + more + "}";

@@ -11,6 +11,10 @@
 
 namespace titan::test {
 
+// The debug model shrunk so each job takes seconds; still 4 heads, 4 kv
+// heads and an FFN width of 256 to split over up to 4 ranks.
+inline const std::string kSmallModel = " --set model.dim=64 --set model.n_layers=2 --set model.n_heads=4";
+
 struct RunOutput {
   std::vector<double> losses;
   std::vector<double> grad_norms;

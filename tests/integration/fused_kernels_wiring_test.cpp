@@ -14,7 +14,7 @@ using titan::test::run_ranks;
 using titan::test::run_single;
 using titan::test::RunOutput;
 
-const std::string kSmall = " --set model.dim=64 --set model.n_layers=2 --set model.n_heads=4";
+const std::string& kSmall = titan::test::kSmallModel;
 const std::string kFused = "{name: fused_kernels, emulate: true, cross_entropy_chunk: 500}";
 
 }  // namespace

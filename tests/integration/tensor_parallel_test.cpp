@@ -17,9 +17,8 @@ using titan::test::run_ranks;
 using titan::test::run_single;
 using titan::test::RunOutput;
 
-// The debug model shrunk so each job takes seconds; still 4 heads, 4 kv
-// heads and an FFN width of 256 to split over up to 4 ranks.
-const std::string kSmall = " --set model.dim=64 --set model.n_layers=2 --set model.n_heads=4";
+// 4 heads and 4 kv heads: Ulysses and TP split them over up to 4 ranks.
+const std::string& kSmall = titan::test::kSmallModel;
 
 std::string tp(int degree, const std::string& more = "") {
   return "{name: tensor_parallel, tensor_parallel_degree: " + std::to_string(degree) + more + "}";
