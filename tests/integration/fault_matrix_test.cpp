@@ -34,8 +34,8 @@ std::string job(const fs::path& dump, bool async_save) {
          "/configs/llama3_debugmodel.yaml --set model.dim=64 --set model.n_layers=2 --set model.n_heads=4"
          " --set training.seq_len=32 --set training.threads=1 --set training.local_batch_size=4"
          " --set training.steps=6 --set metrics.log_freq=1 --set checkpoint.enable=true"
-         " --set checkpoint.interval=2 --set checkpoint.keep_latest_k=0 --set comm.train_timeout_seconds=10"
-         " --set comm.init_timeout_seconds=10 --set 'plugins=[{name: fsdp}, {name: flight_recorder}]'"
+         " --set checkpoint.interval=2 --set checkpoint.keep_latest_k=0 --set comm.train_timeout_seconds=15"
+         " --set comm.init_timeout_seconds=15 --set 'plugins=[{name: fsdp}, {name: flight_recorder}]'"
          " --set checkpoint.async_mode=" + std::string(async_save ? "async" : "disabled") +
          " --set debug.save_final_model=" + (dump / "final.pt").string() + " --set job.dump_folder=" + dump.string();
 }
