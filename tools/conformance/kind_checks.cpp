@@ -10,6 +10,7 @@
 #include "model_checks.h"
 #include "optimizer_checks.h"
 #include "parallelizer_checks.h"
+#include "pipeline_schedule_checks.h"
 #include "precision_checks.h"
 #include "schedule_checks.h"
 #include "titan/config.hpp"
@@ -55,6 +56,8 @@ const std::vector<KindChecks>& all_kind_checks() {
        [](const KindCheckRequest& r) { return check_precision(r.plugin, r.declaration); }},
       {kind_lr_schedule, "lr_schedule", "options, training_steps",
        [](const KindCheckRequest& r) { return check_lr_schedule(r.plugin, r.declaration); }},
+      {kind_pipeline_schedule, nullptr, "ranks, microbatches, stages_per_rank",
+       [](const KindCheckRequest& r) { return check_pipeline_schedule(r.plugin, r.declaration); }},
       {kind_metrics_sink, nullptr, "options, max_write_microseconds",
        [](const KindCheckRequest& r) { return check_metrics_sink(r.plugin, r.declaration, r.scratch); }},
   };

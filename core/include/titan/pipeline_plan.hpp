@@ -65,8 +65,12 @@ struct PipelinePlan {
   PipelineTimeline timeline;
 };
 
-// Checks the shape against the schedule (stages per rank, then validate()), builds, lowers and
-// checks the lists. Throws titan::Error naming the config key or the rank/action at fault.
+// Refuses a shape the schedule cannot run (ranks, stages per rank, then the schedule's own
+// validate()), naming the config key, its value and what would work. For config check.
+void validate_pipeline_shape(const PipelineSchedule& schedule, const PipelineShape& shape);
+
+// validate_pipeline_shape, then builds, lowers and checks the lists. Throws titan::Error naming
+// the config key or the rank/action at fault.
 PipelinePlan plan_pipeline(const PipelineSchedule& schedule, const PipelineShape& shape);
 
 // A schedule from a CSV file: one row per rank, comma-separated actions in PyTorch's spelling

@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "titan/error.hpp"  // validate() and the helpers throw titan::Error
+
 namespace titan {
 
 // PyTorch's spellings (torch.distributed.pipelining): F I W B SEND_F RECV_F SEND_B RECV_B.

@@ -63,9 +63,13 @@ PipelinePlan finish_plan(std::string name, StagePlacement placement, const Pipel
 
 }  // namespace pipeline_detail
 
-PipelinePlan plan_pipeline(const PipelineSchedule& schedule, const PipelineShape& shape) {
+void validate_pipeline_shape(const PipelineSchedule& schedule, const PipelineShape& shape) {
   check_shape(schedule, shape);
   schedule.validate(shape);
+}
+
+PipelinePlan plan_pipeline(const PipelineSchedule& schedule, const PipelineShape& shape) {
+  validate_pipeline_shape(schedule, shape);
   RankActions compute = schedule.compute_actions(shape);
   const std::string label = "pipeline schedule " + schedule.name();
   if (static_cast<int64_t>(compute.size()) != shape.ranks) {

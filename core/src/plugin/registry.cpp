@@ -206,7 +206,8 @@ struct PluginRegistry::Impl : PluginRegistrar {
                     plugin_torch,
                     descriptor->kinds,
                     descriptor->summary ? descriptor->summary : "",
-                    path};
+                    path,
+                    {}};
     loaded->library = std::move(library);
     registering = loaded.get();
     try {
