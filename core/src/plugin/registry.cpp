@@ -358,7 +358,8 @@ std::unique_ptr<PipelineSchedule> PluginRegistry::create_pipeline_schedule(const
     std::string hint = closest_match(name, names);
     throw Error("pipeline_parallel_schedule '" + name + "' is not provided by any loaded plugin" +
                 (hint.empty() ? "" : "; did you mean '" + hint + "'?") + " (known: " + join(names) +
-                "; a third-party schedule's plugin must be listed in plugins:)");
+                "; load a third-party schedule's plugin first: list it under plugins: in the config, or give "
+                "--plugin NAME to titan pp-schedule)");
   }
   std::unique_ptr<PipelineSchedule> schedule;
   try {
