@@ -4,6 +4,7 @@
 // lists naming the rank, the action and the microbatch at fault.
 #include "doctest_torch.hpp"
 
+#include <map>
 #include <sstream>
 
 #include "test_support.hpp"
@@ -104,6 +105,29 @@ TEST_SUITE("pipeline_checker") {
     // 0F0, 1F0, 2F0, 3F0 in turn (1 tick each), then 3B0, 2B0, 1B0, 0B0 (2 each): 12 ticks, each rank busy 6.
     CHECK(timeline.makespan == 12);
     CHECK(timeline.bubble_fraction == doctest::Approx(0.5));
+  }
+
+  TEST_CASE("a send and its matching recv name each other's rank and share one tag, distinct from every other") {
+    const PipelineShape shape{2, 4, 3};
+    RankActions lowered = titan::lower_to_comm(
+        lists("0F0 0F1 0F2 3F0 3B0 3F1 3B1 3F2 3B2 0B0 0B1 0B2 | 1F0 2F0 1F1 2F1 1F2 2F2 2B0 1B0 2B1 1B1 2B2 1B2"),
+        StagePlacement::v, shape);
+    std::map<int, std::vector<std::pair<int64_t, Action>>> by_tag;  // tag -> (rank, action)
+    for (int64_t r = 0; r < 2; ++r) {
+      for (const Action& a : lowered[static_cast<size_t>(r)]) {
+        if (titan::is_compute(a.type)) continue;
+        auto p2p = titan::point_to_point(a, StagePlacement::v, shape);
+        CHECK(p2p.peer == 1 - r);
+        by_tag[p2p.tag].push_back({r, a});
+      }
+    }
+    CHECK(by_tag.size() == 2 * 2 * 3);  // 2 remote boundaries x 2 directions x 3 microbatches
+    for (const auto& [tag, ends] : by_tag) {
+      REQUIRE(ends.size() == 2);
+      CHECK(ends[0].first != ends[1].first);
+      CHECK(ends[0].second.microbatch == ends[1].second.microbatch);
+    }
+    CHECK_THROWS_AS(titan::point_to_point(Action::parse("0F0"), StagePlacement::v, shape), titan::Error);
   }
 
   TEST_CASE("the static check refuses each kind of broken list, naming rank, action and microbatch") {

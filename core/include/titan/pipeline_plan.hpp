@@ -45,6 +45,15 @@ struct PipelineTimeline {
 // placement's middle hand-off and adjacent local stages pass tensors in memory).
 RankActions lower_to_comm(const RankActions& compute, StagePlacement placement, const PipelineShape& shape);
 
+// Where a SEND/RECV goes and the tag both ends use (Comm::send_async / recv_async): a send and
+// its matching recv get the same tag, unique per (stage boundary, microbatch, direction) in a
+// step, so recvs may be posted in any order. Throws titan::Error for a compute action.
+struct PointToPoint {
+  int64_t peer = 0;  // the other end's pp rank
+  int tag = 0;
+};
+PointToPoint point_to_point(const Action& action, StagePlacement placement, const PipelineShape& shape);
+
 // The static check of full lists (with comm). All ranks run together: a rank advances while its
 // next action can run; a recv runs once its matching send was issued; sends never block. Refuses,
 // naming the rank, action (position and text), microbatch and what it waits for or breaks:

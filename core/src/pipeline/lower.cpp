@@ -3,6 +3,8 @@
 // earlier than the data dependency itself does: if the lowered lists
 // deadlock, the compute order does. An executor may post a recv earlier
 // (tags keep the matches apart) and wait for it at this position.
+#include <cstdint>
+
 #include "titan/error.hpp"
 #include "titan/pipeline_plan.hpp"
 
@@ -35,6 +37,24 @@ RankActions lower_to_comm(const RankActions& compute, StagePlacement placement, 
     }
   }
   return lowered;
+}
+
+PointToPoint point_to_point(const Action& action, StagePlacement placement, const PipelineShape& shape) {
+  // The boundary is the lower stage of the pair; forward data crosses it upward, gradients downward.
+  int64_t boundary = 0, peer_stage = 0;
+  int direction = 0;
+  switch (action.type) {
+    case ActionType::send_forward: boundary = action.stage, peer_stage = action.stage + 1; break;
+    case ActionType::recv_forward: boundary = action.stage - 1, peer_stage = action.stage - 1; break;
+    case ActionType::send_backward: boundary = action.stage - 1, peer_stage = action.stage - 1, direction = 1; break;
+    case ActionType::recv_backward: boundary = action.stage, peer_stage = action.stage + 1, direction = 1; break;
+    default: throw Error("'" + action.to_string() + "' is a compute action, not a send or recv");
+  }
+  const int64_t tag = (action.microbatch * shape.stages + boundary) * 2 + direction;
+  if (boundary < 0 || tag > INT32_MAX) {
+    throw Error("'" + action.to_string() + "' has no peer stage, or its tag does not fit (" + shape.to_string() + ")");
+  }
+  return {stage_to_rank(placement, shape, peer_stage), static_cast<int>(tag)};
 }
 
 }  // namespace titan
