@@ -85,7 +85,16 @@ bool first_divergence(const GroupViews& group, Finding& finding) {
     high = std::max(high, view.last_enqueued);
   }
   if (high < 0) return false;
-  for (int64_t sequence = std::max<int64_t>(low, 0); sequence <= high; ++sequence) {
+  // Only ids some member still holds can show a difference: visit those
+  // (a corrupt dump's last_enqueued near 2^63 must not mean 2^63 steps).
+  std::set<int64_t> sequences;
+  for (const auto& [rank, view] : group.views) {
+    for (const auto& [id, entry] : view.by_sequence) {
+      int64_t sequence = static_cast<int64_t>(id);
+      if (sequence >= std::max<int64_t>(low, 0) && sequence <= high) sequences.insert(sequence);
+    }
+  }
+  for (int64_t sequence : sequences) {
     std::map<std::string, std::vector<int>> by_behaviour;
     std::map<std::string, const Entry*> sample;
     std::vector<int> not_entered;

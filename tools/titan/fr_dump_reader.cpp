@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <limits>
+#include <type_traits>
 #include <nlohmann/json.hpp>
 
 #include "fr_analysis.h"
@@ -14,9 +16,34 @@ namespace {
 
 namespace fs = std::filesystem;
 
+constexpr int kMaxWorldSize = 1 << 20;  // far above any job today; bounds what a corrupt dump makes us list
+
+// nlohmann turns a float into an integer with static_cast (undefined
+// behaviour when out of range) and wraps integers that do not fit: an
+// integer field must hold a JSON integer within the C++ type's range.
+template <class T>
+bool fits(const nlohmann::json& value) {
+  if (!value.is_number_integer()) return false;
+  if (value.is_number_unsigned()) return value.get<uint64_t>() <= static_cast<uint64_t>(std::numeric_limits<T>::max());
+  int64_t number = value.get<int64_t>();
+  if (number < 0) return std::is_signed_v<T> && number >= static_cast<int64_t>(std::numeric_limits<T>::min());
+  return static_cast<uint64_t>(number) <= static_cast<uint64_t>(std::numeric_limits<T>::max());
+}
+
 template <class T>
 T field(const nlohmann::json& object, const std::string& key, const std::string& where) {
   if (!object.is_object() || !object.contains(key)) throw Error(where + ": missing key '" + key + "'");
+  const nlohmann::json& value = object.at(key);
+  bool integers_fit = true;
+  if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+    integers_fit = fits<T>(value);
+  } else if constexpr (std::is_same_v<T, std::vector<int>>) {
+    integers_fit = value.is_array() && std::all_of(value.begin(), value.end(), fits<int>);
+  }
+  if (!integers_fit) {
+    throw Error(where + ": key '" + key + "' must hold " + (std::is_integral_v<T> ? "an integer" : "integers") +
+                " that fit, got " + value.dump().substr(0, 80));
+  }
   try {
     return object.at(key).get<T>();
   } catch (const nlohmann::json::exception& error) {
@@ -49,10 +76,16 @@ Dump read_dump(const fs::path& path) {
   dump.path = where;
   dump.rank = field<int>(json, "rank", where);
   dump.world_size = field<int>(json, "world_size", where);
+  // The analysis lists every rank below world_size that left no dump.
+  if (dump.world_size < 1 || dump.world_size > kMaxWorldSize || dump.rank < 0 || dump.rank >= dump.world_size) {
+    throw Error(where + ": rank " + std::to_string(dump.rank) + " of world_size " + std::to_string(dump.world_size) +
+                " is not a rank of a job (world_size must be 1.." + std::to_string(kMaxWorldSize) + ")");
+  }
   dump.trigger = field<std::string>(json, "trigger", where);
   dump.reason = field<std::string>(json, "reason", where);
   dump.dump_time_s = time_or_zero(json, "dump_time_s");
   const auto& entries = field<nlohmann::json>(json, "entries", where);
+  if (!entries.is_array()) throw Error(where + ": key 'entries' must be a list");
   for (size_t i = 0; i < entries.size(); ++i) {
     const auto& item = entries[i];
     std::string at = where + ": entries[" + std::to_string(i) + "]";
@@ -71,6 +104,7 @@ Dump read_dump(const fs::path& path) {
     dump.entries.push_back(std::move(entry));
   }
   const auto& groups = field<nlohmann::json>(json, "groups", where);
+  if (!groups.is_array()) throw Error(where + ": key 'groups' must be a list");
   for (size_t i = 0; i < groups.size(); ++i) {
     std::string at = where + ": groups[" + std::to_string(i) + "]";
     GroupStatus status;

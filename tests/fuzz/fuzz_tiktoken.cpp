@@ -1,0 +1,17 @@
+// Fuzz target: a tiktoken file (Llama 3's tokenizer.model: "<base64> <rank>"
+// lines), then the tokenizer in use: encode some text and decode the ids,
+// plus ids at the edges. Input: the file, optionally a NUL and the text.
+#include <cstdint>
+
+#include "fuzz_support.hpp"
+#include "tokenizer_fuzzing.hpp"
+#include "tokenizer_kinds.hpp"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  auto [file, text] = titan::fuzz::split_at_nul(titan::fuzz::as_text(data, size));
+  titan::fuzz::expect_clean_refusal([&, file = file, text = text] {
+    auto tokenizer = titan::tokenizer::make_tiktoken_tokenizer("fuzz/tokenizer.model", std::string(file));
+    titan::fuzz::use_tokenizer(*tokenizer, text);
+  });
+  return 0;
+}
