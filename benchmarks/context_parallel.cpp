@@ -98,7 +98,7 @@ int worker(int64_t max_seq) {
     at::Tensor q = at::randn({1, 4, local, 16}).requires_grad_(), k = at::randn({1, 4, local, 16}).requires_grad_(),
                v = at::randn({1, 4, local, 16}).requires_grad_();
     double best = 1e30;
-    for (int repeat = 0; repeat < 3; ++repeat) {
+    for (int repeat = 0; repeat < 5; ++repeat) {
       double start = thread_cpu_seconds();
       core->forward(q, k, v).sum().backward();
       best = std::min(best, thread_cpu_seconds() - start);

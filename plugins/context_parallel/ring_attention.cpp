@@ -8,6 +8,8 @@
 
 #include <cmath>
 #include <limits>
+#include <optional>
+#include <vector>
 
 #include "titan/error.hpp"
 
@@ -47,9 +49,39 @@ at::Tensor visible(const at::Tensor& query_positions, const at::Tensor& key_posi
 #endif
 }
 
+// `mask` undefined: every key is visible.
 at::Tensor masked_scores(const at::Tensor& q, const at::Tensor& k, const at::Tensor& mask, double scale) {
   at::Tensor scores = at::matmul(q, k.transpose(-2, -1)).mul_(scale);
+  if (!mask.defined()) return scores;
   return scores.masked_fill_(mask.logical_not(), -std::numeric_limits<double>::infinity());
+}
+
+// A run of local rows holding consecutive positions: a chunk of the
+// sequence. Head-tail balancing gives each rank two.
+struct Segment {
+  int64_t begin = 0, length = 0;
+};
+
+std::vector<Segment> segments_of(const at::Tensor& positions) {
+  std::vector<Segment> segments;
+  auto at = positions.accessor<int64_t, 1>();
+  for (int64_t i = 0; i < positions.size(0); ++i) {
+    if (segments.empty() || at[i] != at[i - 1] + 1) segments.push_back({i, 0});
+    ++segments.back().length;
+  }
+  return segments;
+}
+
+// The causal mask between two chunks, or undefined when every key is
+// visible; nullopt when no query sees any key (the pair is skipped, which
+// is what head-tail balancing evens out).
+std::optional<at::Tensor> pair_mask(const at::Tensor& query_positions, const Segment& queries,
+                                    const at::Tensor& key_positions, const Segment& keys, const c10::Device& device) {
+  at::Tensor mask = visible(query_positions.narrow(0, queries.begin, queries.length),
+                            key_positions.narrow(0, keys.begin, keys.length));
+  if (!mask.any().item<bool>()) return std::nullopt;
+  if (mask.all().item<bool>()) return at::Tensor();
+  return mask.to(device);
 }
 
 // x, with 0 where x is -inf (a query row that sees no key of the block).
@@ -136,12 +168,22 @@ struct RingAttentionFunction : torch::autograd::Function<RingAttentionFunction> 
     const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(3)));
     at::Tensor query_positions = setup.layout.positions(seq, rank);
 
-    Partial acc;
+    // Chunk by chunk: a pair of chunks wholly in the queries' future costs nothing.
+    const std::vector<Segment> query_segments = segments_of(query_positions);
+    std::vector<Partial> acc(query_segments.size());
     auto attend_block = [&](int owner, const at::Tensor& block) {
-      at::Tensor mask = visible(query_positions, setup.layout.positions(seq, owner));
-      if (!mask.any().item<bool>()) return;  // a block wholly in this rank's future
+      at::Tensor key_positions = setup.layout.positions(seq, owner);
       const int64_t heads = q.size(1);
-      attend(acc, q, expand_heads(block[0], heads), expand_heads(block[1], heads), mask.to(q.device()), scale);
+      at::Tensor keys = expand_heads(block[0], heads), values = expand_heads(block[1], heads);
+      for (size_t i = 0; i < query_segments.size(); ++i) {
+        const Segment& rows = query_segments[i];
+        for (const Segment& columns : segments_of(key_positions)) {
+          auto mask = pair_mask(query_positions, rows, key_positions, columns, q.device());
+          if (!mask) continue;
+          attend(acc[i], q.narrow(2, rows.begin, rows.length), keys.narrow(2, columns.begin, columns.length),
+                 values.narrow(2, columns.begin, columns.length), *mask, scale);
+        }
+      }
     };
     if (!setup.point_to_point) {
       at::Tensor blocks = gather_blocks(comm, kv);
@@ -159,8 +201,14 @@ struct RingAttentionFunction : torch::autograd::Function<RingAttentionFunction> 
     ctx->saved_data["setup"] = handle;
     ctx->saved_data["q_dtype"] = static_cast<int64_t>(q_in.scalar_type());
     ctx->saved_data["kv_dtype"] = static_cast<int64_t>(k.scalar_type());
-    ctx->save_for_backward({q, kv, acc.out, acc.lse});
-    return acc.out.to(q_in.scalar_type());
+    std::vector<at::Tensor> outs, lses;
+    for (const Partial& part : acc) {
+      outs.push_back(part.out);
+      lses.push_back(part.lse);
+    }
+    at::Tensor out = at::cat(outs, 2), lse = at::cat(lses, 2);
+    ctx->save_for_backward({q, kv, out, lse});
+    return out.to(q_in.scalar_type());
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
@@ -176,10 +224,20 @@ struct RingAttentionFunction : torch::autograd::Function<RingAttentionFunction> 
     const int64_t seq = q.size(2) * ranks;
     const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(3)));
     at::Tensor query_positions = setup.layout.positions(seq, rank);
+    const std::vector<Segment> query_segments = segments_of(query_positions);
     auto gradients_of = [&](int owner, const at::Tensor& block, at::Tensor& grad_block) {
-      at::Tensor mask = visible(query_positions, setup.layout.positions(seq, owner));
-      if (!mask.any().item<bool>()) return;
-      grad_block.add_(block_gradients(q, block, mask.to(q.device()), scale, grad_out, lse, delta, grad_q));
+      at::Tensor key_positions = setup.layout.positions(seq, owner);
+      for (const Segment& rows : query_segments) {
+        at::Tensor grad_q_rows = grad_q.narrow(2, rows.begin, rows.length);  // a view: filled in place
+        for (const Segment& columns : segments_of(key_positions)) {
+          auto mask = pair_mask(query_positions, rows, key_positions, columns, q.device());
+          if (!mask) continue;
+          auto narrow_rows = [&](const at::Tensor& x) { return x.narrow(2, rows.begin, rows.length); };
+          grad_block.narrow(3, columns.begin, columns.length)
+              .add_(block_gradients(narrow_rows(q), block.narrow(3, columns.begin, columns.length), *mask, scale,
+                                    narrow_rows(grad_out), narrow_rows(lse), narrow_rows(delta), grad_q_rows));
+        }
+      }
     };
 
     at::Tensor grad_kv;
