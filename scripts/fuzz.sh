@@ -67,17 +67,23 @@ for target in "${targets[@]}"; do
   mkdir -p "$found"
   log=$build/found/$target.log
   jobs=${TITAN_FUZZ_JOBS:-1}
-  parallel=()
-  ((jobs > 1)) && parallel=(-fork="$jobs")
   echo "fuzz $target: ${seconds}s, $jobs process(es), corpus $corpus/$target"
+  # With several jobs each worker logs to fuzz-<n>.log in the current folder.
+  workdir=$build/found/$target.jobs
+  rm -rf "$workdir" && mkdir -p "$workdir"
+  parallel=()
+  ((jobs > 1)) && parallel=(-jobs="$jobs" -workers="$jobs")
   rc=0
-  "$build/fuzz_$target" "${parallel[@]}" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 \
-    -dict="$root/tests/fuzz/dict/$target.dict" -print_final_stats=1 -artifact_prefix="$crashes/$target-" "$found" "$corpus/$target" >"$log" 2>&1 || rc=$?
-  runs=$(grep -oE '^(Done|INFO: fuzzed for [0-9]+ seconds).*' "$log" | head -1 || true)
+  (cd "$workdir" && "$build/fuzz_$target" "${parallel[@]}" -max_total_time="$seconds" -timeout=10 \
+    -rss_limit_mb=2048 -dict="$root/tests/fuzz/dict/$target.dict" -print_final_stats=1 \
+    -artifact_prefix="$crashes/$target-" "$found" "$corpus/$target") >"$log" 2>&1 || rc=$?
+  cat "$workdir"/fuzz-*.log >>"$log" 2>/dev/null || true
+  # Units executed, summed over the workers (the exit code of a job run
+  # does not carry a worker's crash; its log does).
   execs=$(grep -oE 'stat::number_of_executed_units: *[0-9]+' "$log" | awk '{s += $2} END {print s + 0}')
-  if [ "$execs" = 0 ]; then execs=$(grep -oE '^#[0-9]+' "$log" | tail -1 | tr -d '#'); fi
+  if grep -qE 'ERROR: (libFuzzer|[A-Za-z]+Sanitizer)|Test unit written' "$log"; then ((rc)) || rc=1; fi
   printf '%s\t%s\t%s\t%s\n' "$target" "${execs:-0}" "$seconds" "$rc" >>"$build/fuzz_runs.tsv"
-  echo "  $((execs)) inputs, exit $rc${runs:+ ($runs)}; log $log"
+  echo "  $execs inputs, exit $rc; log $log"
   if ((rc != 0)); then
     status=1
     grep -E 'ERROR|SUMMARY|Test unit written' "$log" | head -5 || true

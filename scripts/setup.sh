@@ -6,6 +6,7 @@ packages=(
   libtorch-dev python3-torch libgloo-dev libopenblas0-pthread
   libyaml-cpp-dev libspdlog-dev libfmt-dev nlohmann-json3-dev doctest-dev
   libboost-dev libboost-filesystem-dev libpcre2-dev zlib1g-dev libsentencepiece-dev
+  clang libclang-rt-14-dev  # the fuzz targets (tests/fuzz): clang 14 with libFuzzer and the sanitizer runtimes
 )
 missing=()
 for p in "${packages[@]}"; do

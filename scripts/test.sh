@@ -12,6 +12,9 @@ setup_s=$((SECONDS - start))
 
 start=$SECONDS
 bash "$root/scripts/build.sh" "$build"
+# The parsers' fuzz targets: a small clang project of its own (build/fuzz);
+# their short runs are ctest tests labelled `fuzz`.
+bash "$root/scripts/fuzz.sh" build
 build_s=$((SECONDS - start))
 
 start=$SECONDS

@@ -10,6 +10,11 @@
 
 namespace titan::tokenizer {
 
+// Token ids index dense tables (here, and the model's embedding), so a
+// file's ids must stay below this: far above real vocabularies (Llama 3:
+// 128,256), low enough that a corrupt id costs tens of MB, not 32 GB.
+constexpr int32_t kMaxVocabSize = 1 << 21;
+
 class BpeModel {
  public:
   // Declares token `id` with its bytes. Returns false if the id or the bytes

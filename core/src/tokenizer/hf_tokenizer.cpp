@@ -120,8 +120,9 @@ class HfTokenizer final : public Tokenizer {
     if (!vocab.is_object()) throw Error(what() + ": model.vocab must be an object {token: id}");
     for (const auto& item : vocab.items()) {
       if (!item.value().is_number_integer() || item.value().get<int64_t>() < 0 ||
-          item.value().get<int64_t>() > (1 << 30)) {
-        throw Error(what() + ": model.vocab[" + json(item.key()).dump() + "] must be a non-negative integer id");
+          item.value().get<int64_t>() >= kMaxVocabSize) {
+        throw Error(what() + ": model.vocab[" + json(item.key()).dump() + "] must be an integer id in [0, " +
+                    std::to_string(kMaxVocabSize) + "), got " + item.value().dump());
       }
       int32_t id = item.value().get<int32_t>();
       vocab_size_ = std::max<int64_t>(vocab_size_, id + 1);
@@ -146,8 +147,12 @@ class HfTokenizer final : public Tokenizer {
           !token.contains("content") || !token["content"].is_string()) {
         throw Error(what() + ": every added_tokens entry needs an integer \"id\" and a string \"content\"");
       }
-      int32_t id = token["id"].get<int32_t>();
-      if (id < 0) throw Error(what() + ": added token with negative id " + std::to_string(id));
+      int64_t id64 = token["id"].get<int64_t>();
+      if (id64 < 0 || id64 >= kMaxVocabSize) {  // an unsigned id above INT64_MAX reads as negative
+        throw Error(what() + ": added token " + token["content"].dump() + " has id " + token["id"].dump() +
+                    ", outside [0, " + std::to_string(kMaxVocabSize) + ")");
+      }
+      int32_t id = static_cast<int32_t>(id64);
       std::string content = token["content"];
       added_[id] = content;
       special_ids_.emplace(content, id);

@@ -87,6 +87,10 @@ class TiktokenTokenizer final : public Tokenizer {
                     std::string(line.substr(0, 80)) +
                     "\"; is this really a tiktoken file (Llama 3's tokenizer.model)?");
       }
+      if (rank >= kMaxVocabSize) {
+        throw Error(where(line_number) + ": rank " + std::to_string(rank) + " is not below " +
+                    std::to_string(kMaxVocabSize) + "; the file is corrupt");
+      }
       if (!model_.add_token(static_cast<int32_t>(rank), bytes)) {
         throw Error(where(line_number) + ": rank " + std::to_string(rank) +
                     " or its token bytes appear twice; the file is corrupt");
