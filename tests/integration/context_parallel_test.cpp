@@ -2,8 +2,9 @@
 // data, fp32, 10 steps, sequences of 64 tokens) as real Gloo jobs: losses,
 // grad norms and final parameters within 1e-5 relative for ring attention
 // (both K/V rotations, both load balancers) at CP2 and CP4, Ulysses,
-// FSDP2 x CP2 (and its checkpoint resumed in one process), CP2 x TP2 and
-// DDP x CP2; bad sizes refused before any weight exists.
+// FSDP2 x CP2 (and its checkpoint resumed in one process), CP2 x TP2, DDP x
+// CP2 and CP2 with activation checkpointing; bad sizes refused before any
+// weight exists.
 #include "equivalence_runs.hpp"
 
 namespace {
@@ -49,7 +50,7 @@ TEST_CASE("context parallel: CP4 ring attention with both rotations and both loa
 }
 
 TEST_CASE("context parallel: FSDP2 x CP2 (whose checkpoint resumes in one process), CP2 x TP2 (sequence and loss "
-          "parallel) and DDP x CP2 reproduce the single process") {
+          "parallel), DDP x CP2 and CP2 with full activation checkpointing reproduce the single process") {
   RunOutput reference = run_single("cp_2d_reference", kSmall);
   // FSDP shards over dp_shard x cp = 4 ranks; two batches of 4 rows.
   const std::string checkpoints =
@@ -83,6 +84,10 @@ TEST_CASE("context parallel: FSDP2 x CP2 (whose checkpoint resumes in one proces
                              kSmall, 1),
                    reference, 1e-5);
   check_equivalent(run_ranks("ddp_cp2", 2, 29971, "{name: ddp}, {name: context_parallel}", kSmall, 1), reference, 1e-5);
+  // Activation checkpointing recomputes ring attention (and its exchanges) in backward.
+  check_equivalent(run_ranks("cp2_full_ac", 2, 29973, cp(2, kAllToAll) + ", {name: activation_checkpoint, mode: full}",
+                             kSmall, 1),
+                   reference, 1e-5);
 }
 
 TEST_CASE("context parallel: sizes that do not split, and CP without a data-parallel plugin, are refused at config "
