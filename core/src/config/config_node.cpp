@@ -43,6 +43,18 @@ std::string scalar_text(const YAML::Node& node) {
   return "nothing";
 }
 
+// A YAML key can itself be a list or a mapping (`[a, b]: 1`, `? {a: 1}`);
+// Titan's keys are names, so say that, with the place, rather than let
+// yaml-cpp's "bad conversion" out. A null key reads "null", as before.
+std::string key_name(const YAML::Node& key, const std::string& source, const std::string& path) {
+  if (key.IsNull()) return "null";
+  if (!key.IsScalar()) {
+    throw ConfigError(mark_text(source, key.Mark()) + ": " + (path.empty() ? "" : path + ": ") +
+                      "expected a key name, got " + scalar_text(key));
+  }
+  return key.Scalar();
+}
+
 template <class T>
 struct Kind;
 template <> struct Kind<bool> { static constexpr const char* name = "bool"; };
@@ -281,7 +293,7 @@ std::vector<std::string> ConfigNode::keys() const {
   std::vector<std::string> out;
   const YAML::Node& node = yaml_of(node_);
   if (node.IsMap()) {
-    for (const auto& item : node) out.push_back(item.first.as<std::string>());
+    for (const auto& item : node) out.push_back(key_name(item.first, state_->source, path_));
   }
   return out;
 }
@@ -356,7 +368,7 @@ void check_tree(const ConfigNode::State& state, const YAML::Node& node, const st
   std::vector<std::string> known;
   if (found != state.read_keys.end()) known.assign(found->second.begin(), found->second.end());
   for (const auto& item : node) {
-    std::string key = item.first.as<std::string>();
+    std::string key = key_name(item.first, state.source, path);
     std::string full = join(path, key);
     if (std::find(known.begin(), known.end(), key) == known.end()) {
       std::string where = state.overridden.count(full) ? "--set " + full : mark_text(state.source, item.first.Mark());
