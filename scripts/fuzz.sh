@@ -68,7 +68,8 @@ for target in "${targets[@]}"; do
   log=$build/found/$target.log
   jobs=${TITAN_FUZZ_JOBS:-1}
   echo "fuzz $target: ${seconds}s, $jobs process(es), corpus $corpus/$target"
-  # With several jobs each worker logs to fuzz-<n>.log in the current folder.
+  # With several jobs each worker logs to fuzz-<n>.log in the current
+  # folder, and libFuzzer copies each worker's log to its own output.
   workdir=$build/found/$target.jobs
   rm -rf "$workdir" && mkdir -p "$workdir"
   parallel=()
@@ -77,7 +78,6 @@ for target in "${targets[@]}"; do
   (cd "$workdir" && "$build/fuzz_$target" "${parallel[@]}" -max_total_time="$seconds" -timeout=10 \
     -rss_limit_mb=2048 -dict="$root/tests/fuzz/dict/$target.dict" -print_final_stats=1 \
     -artifact_prefix="$crashes/$target-" "$found" "$corpus/$target") >"$log" 2>&1 || rc=$?
-  cat "$workdir"/fuzz-*.log >>"$log" 2>/dev/null || true
   # Units executed, summed over the workers (the exit code of a job run
   # does not carry a worker's crash; its log does).
   execs=$(grep -oE 'stat::number_of_executed_units: *[0-9]+' "$log" | awk '{s += $2} END {print s + 0}')
