@@ -206,15 +206,13 @@ TrainResult train(RunPlan& plan, const World& world) {
   } else {
     load_initial_weights(*plan.checkpointer, *plan.model, *model);  // checkpoint.initial_load_path, if set
   }
-  if (step >= training.steps) {
+  // No step left to run; the loaded model is still saved if asked
+  // (debug.save_final_model), so a finished run can be inspected.
+  const bool already_finished = step >= training.steps;
+  if (already_finished) {
     spdlog::info("the checkpoint at step {} already finished this run (training.steps = {}); nothing to train. "
                  "Raise training.steps to train further",
                  step, training.steps);
-    TrainResult finished;
-    finished.first_step = step + 1;
-    finished.last_step = step;
-    finished.already_finished = true;
-    return finished;
   }
 
   double peak = core.metrics.peak_flops;
@@ -233,6 +231,8 @@ TrainResult train(RunPlan& plan, const World& world) {
   StopSignal stop;
   TrainResult result;
   result.first_step = step + 1;
+  result.last_step = step;
+  result.already_finished = already_finished;
   StepRecord record;
   while (step < training.steps) {
     ++step;
