@@ -9,6 +9,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <map>
@@ -174,7 +175,29 @@ int main(int argc, char** argv) {
     std::printf("| %ld | %.1f | %.1f | %.1f | %.3f | %.3f |%s\n", static_cast<long>(seq), get(1), get(2), get(4),
                 get(2) / get(1), get(4) / get(1), fits.c_str());
   }
-  std::printf("\nattention forward + backward CPU ms per rank (seq %ld; thread CPU time, waits excluded)\n",
+  // The work each rank's ring attention does, counted by the plugin's rule:
+  // a query chunk computes against every key chunk not wholly in its
+  // future (in units of one (S / 2cp)^2 chunk pair).
+  std::printf("\nattention work per rank, in (seq / 2cp)^2 chunk pairs computed (the plugin's skipping rule)\n");
+  std::printf("| balancer | cp | per rank | max / min |\n|---|---|---|---|\n");
+  for (const bool head_tail : {true, false}) {
+    for (int cp : {2, 4}) {
+      std::vector<double> work;
+      for (int rank = 0; rank < cp; ++rank) {
+        // Without balancing a rank's one chunk is two head-tail chunks long.
+        std::vector<int> chunks = head_tail ? std::vector<int>{rank, 2 * cp - 1 - rank} : std::vector<int>{rank};
+        double pairs = 0;
+        for (int query : chunks) pairs += head_tail ? query + 1 : 4.0 * (query + 1);
+        work.push_back(pairs);
+      }
+      std::string list;
+      for (double w : work) list += (list.empty() ? "" : ", ") + std::to_string(static_cast<int>(w));
+      std::printf("| %s | %d | %s | %.2f |\n", head_tail ? "headtail" : "none", cp, list.c_str(),
+                  *std::max_element(work.begin(), work.end()) / *std::min_element(work.begin(), work.end()));
+    }
+  }
+  std::printf("\nattention forward + backward CPU ms per rank (seq %ld; thread CPU time of the rank's main thread,\n"
+              "which also counts its waits inside collectives: noisy on a loaded machine)\n",
               static_cast<long>(std::min<int64_t>(max_seq, 8192)));
   std::printf("| balancer | cp | per rank | max / min |\n|---|---|---|---|\n");
   for (const auto& [balancer, by_cp] : balance) {
