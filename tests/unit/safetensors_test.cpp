@@ -280,6 +280,12 @@ TEST_SUITE("safetensors") {
     CHECK(contains(error_of([&] { st::Folder f(sharded.string()); }), "which has no such tensor"));
     titan::test::write_file(sharded / "model.safetensors.index.json", R"({"weight_map": {"a": "gone.safetensors"}})");
     CHECK(contains(error_of([&] { st::Folder f(sharded.string()); }), "gone.safetensors"));
+    for (const char* outside : {"../model-00001-of-00002.safetensors", "/tmp/x.safetensors", "sub/x.safetensors"}) {
+      titan::test::write_file(sharded / "model.safetensors.index.json",
+                              std::string(R"({"weight_map": {"a": ")") + outside + R"("}})");
+      CHECK_MESSAGE(contains(error_of([&] { st::Folder f(sharded.string()); }), "must be a file name in the folder"),
+                    outside);
+    }
     titan::test::write_file(sharded / "model.safetensors.index.json", R"({"weights": {}})");
     CHECK(contains(error_of([&] { st::Folder f(sharded.string()); }), "no \"weight_map\""));
 

@@ -47,7 +47,10 @@ std::map<std::string, std::string> read_weight_map(const std::string& index_path
   }
   std::map<std::string, std::string> weight_map;
   for (const auto& [tensor, file] : index["weight_map"].items()) {
-    if (!file.is_string() || file.get<std::string>().empty() || fs::path(file.get<std::string>()).is_absolute()) {
+    // A plain file name: an index must not point outside its folder
+    // ("../x", "/x") or into another one.
+    const std::string name = file.is_string() ? file.get<std::string>() : std::string();
+    if (name.empty() || fs::path(name).filename().string() != name || name == "." || name == "..") {
       throw Error("'" + index_path + "': weight_map[\"" + tensor + "\"] must be a file name in the folder, got " +
                   file.dump());
     }
