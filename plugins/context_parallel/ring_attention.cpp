@@ -84,6 +84,40 @@ std::optional<at::Tensor> pair_mask(const at::Tensor& query_positions, const Seg
   return mask.to(device);
 }
 
+// This rank's queries: the whole sequence's length, their positions and
+// chunks, and which chunk pairs of a rank's K/V block they see. Forward and
+// backward walk the same pairs.
+struct QueryChunks {
+  const RingSetup& setup;
+  int64_t seq;
+  at::Tensor positions;
+  std::vector<Segment> segments;
+  c10::Device device;
+
+  QueryChunks(const RingSetup& ring, const at::Tensor& q, int rank)
+      : setup(ring),
+        seq(q.size(2) * ring.comm->size()),
+        positions(ring.layout.positions(seq, rank)),
+        segments(segments_of(positions)),
+        device(q.device()) {}
+
+  // visit(i, rows, columns, mask) for every pair (query chunk i, a chunk of
+  // `owner`'s block) some query sees; mask undefined when all see all.
+  template <typename Visit>
+  void for_each_visible_pair(int owner, Visit visit) const {
+    at::Tensor key_positions = setup.layout.positions(seq, owner);
+    const std::vector<Segment> key_segments = segments_of(key_positions);
+    for (size_t i = 0; i < segments.size(); ++i) {
+      for (const Segment& columns : key_segments) {
+        auto mask = pair_mask(positions, segments[i], key_positions, columns, device);
+        if (mask) visit(i, segments[i], columns, *mask);
+      }
+    }
+  }
+};
+
+double scale_of(const at::Tensor& q) { return 1.0 / std::sqrt(static_cast<double>(q.size(3))); }
+
 // x, with 0 where x is -inf (a query row that sees no key of the block).
 at::Tensor finite_or_zero(const at::Tensor& x) { return at::where(at::isneginf(x), at::zeros_like(x), x); }
 
@@ -164,26 +198,18 @@ struct RingAttentionFunction : torch::autograd::Function<RingAttentionFunction> 
     at::Tensor q = q_in.to(work);
     at::Tensor kv = at::stack({k, v}).to(work).contiguous();
     const int ranks = comm.size(), rank = comm.rank();
-    const int64_t seq = q.size(2) * ranks;
-    const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(3)));
-    at::Tensor query_positions = setup.layout.positions(seq, rank);
-
+    const double scale = scale_of(q);
     // Chunk by chunk: a pair of chunks wholly in the queries' future costs nothing.
-    const std::vector<Segment> query_segments = segments_of(query_positions);
-    std::vector<Partial> acc(query_segments.size());
+    const QueryChunks queries(setup, q, rank);
+    std::vector<Partial> acc(queries.segments.size());
     auto attend_block = [&](int owner, const at::Tensor& block) {
-      at::Tensor key_positions = setup.layout.positions(seq, owner);
       const int64_t heads = q.size(1);
       at::Tensor keys = expand_heads(block[0], heads), values = expand_heads(block[1], heads);
-      for (size_t i = 0; i < query_segments.size(); ++i) {
-        const Segment& rows = query_segments[i];
-        for (const Segment& columns : segments_of(key_positions)) {
-          auto mask = pair_mask(query_positions, rows, key_positions, columns, q.device());
-          if (!mask) continue;
-          attend(acc[i], q.narrow(2, rows.begin, rows.length), keys.narrow(2, columns.begin, columns.length),
-                 values.narrow(2, columns.begin, columns.length), *mask, scale);
-        }
-      }
+      queries.for_each_visible_pair(owner, [&](size_t i, const Segment& rows, const Segment& columns,
+                                               const at::Tensor& mask) {
+        attend(acc[i], q.narrow(2, rows.begin, rows.length), keys.narrow(2, columns.begin, columns.length),
+               values.narrow(2, columns.begin, columns.length), mask, scale);
+      });
     };
     if (!setup.point_to_point) {
       at::Tensor blocks = gather_blocks(comm, kv);
@@ -221,23 +247,17 @@ struct RingAttentionFunction : torch::autograd::Function<RingAttentionFunction> 
     at::Tensor delta = (grad_out * out).sum(-1);
     at::Tensor grad_q = at::zeros_like(q);
     const int ranks = comm.size(), rank = comm.rank();
-    const int64_t seq = q.size(2) * ranks;
-    const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(3)));
-    at::Tensor query_positions = setup.layout.positions(seq, rank);
-    const std::vector<Segment> query_segments = segments_of(query_positions);
+    const double scale = scale_of(q);
+    const QueryChunks queries(setup, q, rank);
     auto gradients_of = [&](int owner, const at::Tensor& block, at::Tensor& grad_block) {
-      at::Tensor key_positions = setup.layout.positions(seq, owner);
-      for (const Segment& rows : query_segments) {
-        at::Tensor grad_q_rows = grad_q.narrow(2, rows.begin, rows.length);  // a view: filled in place
-        for (const Segment& columns : segments_of(key_positions)) {
-          auto mask = pair_mask(query_positions, rows, key_positions, columns, q.device());
-          if (!mask) continue;
-          auto narrow_rows = [&](const at::Tensor& x) { return x.narrow(2, rows.begin, rows.length); };
-          grad_block.narrow(3, columns.begin, columns.length)
-              .add_(block_gradients(narrow_rows(q), block.narrow(3, columns.begin, columns.length), *mask, scale,
-                                    narrow_rows(grad_out), narrow_rows(lse), narrow_rows(delta), grad_q_rows));
-        }
-      }
+      queries.for_each_visible_pair(owner, [&](size_t, const Segment& rows, const Segment& columns,
+                                               const at::Tensor& mask) {
+        auto narrow_rows = [&](const at::Tensor& x) { return x.narrow(2, rows.begin, rows.length); };
+        at::Tensor grad_q_rows = narrow_rows(grad_q);  // a view: filled in place
+        grad_block.narrow(3, columns.begin, columns.length)
+            .add_(block_gradients(narrow_rows(q), block.narrow(3, columns.begin, columns.length), mask, scale,
+                                  narrow_rows(grad_out), narrow_rows(lse), narrow_rows(delta), grad_q_rows));
+      });
     };
 
     at::Tensor grad_kv;

@@ -22,6 +22,7 @@ class SequenceLayout {
   at::Tensor shard(const at::Tensor& tensor, int64_t dim, int64_t rank) const;
 
  private:
+  int64_t chunk_length(int64_t seq) const;  // throws when seq does not split evenly
   int64_t ranks_;
   bool head_tail_;
 };

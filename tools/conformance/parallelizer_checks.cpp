@@ -214,7 +214,7 @@ void train_on_mesh(CausalLM& model, const DeviceMesh& mesh, const TrainingFixtur
     if (step == 1) rows.push_back(gradients(model, where));
     at::Tensor mean = loss.detach().to(at::kDouble).reshape({1});
     // cp ranks hold other tokens of the same rows: their losses average too.
-    if (mesh.size("dp_cp") > 1) mesh.group(mesh.size("cp") > 1 ? "dp_cp" : "dp").all_reduce(mean, ReduceOp::avg);
+    if (mesh.size("dp_cp") > 1) mesh.group("dp_cp").all_reduce(mean, ReduceOp::avg);
     double norm = clip_grad_norm(params, INFINITY, 2.0, reduce, weights);
     loss_diff = std::max(loss_diff, relative_difference(mean.item<double>(), reference.losses[step - 1]));
     norm_diff = std::max(norm_diff, relative_difference(norm, reference.grad_norms[step - 1]));

@@ -48,7 +48,7 @@ double ParallelSetup::mean_over_batch(double local_loss) const {
   // same sequences (equal sizes): the plain mean is the whole batch's.
   if (!mesh_ || mesh_->size("dp_cp") == 1) return local_loss;
   at::Tensor value = at::full({1}, local_loss, at::kDouble);
-  mesh_->group(mesh_->size("cp") > 1 ? "dp_cp" : "dp").all_reduce(value, ReduceOp::avg);
+  mesh_->group("dp_cp").all_reduce(value, ReduceOp::avg);
   return value.item<double>();
 }
 
