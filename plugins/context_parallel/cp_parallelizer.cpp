@@ -24,6 +24,12 @@ int64_t degree_of(const ValidateContext& context, const std::string& dim) {
 void CpParallelizer::validate(const ValidateContext& context) const {
   const int64_t cp = degree_of(context, "cp");
   if (cp <= 1) return;
+  const int64_t pp = degree_of(context, "pp");
+  if (pp > 1) {
+    throw Error("context_parallel: context_parallel_degree = " + std::to_string(cp) +
+                " with pipeline_parallel_degree = " + std::to_string(pp) +
+                " is not supported yet (stage boundaries would pass sequence shards); use one or the other");
+  }
   const int64_t tp = degree_of(context, "tp");
   const bool head_tail = options_.load_balancer == "headtail" && options_.method == "ring";
   // Each rank's piece is cut again by sequence parallelism (when TP is on).

@@ -172,7 +172,11 @@ void FsdpParallelizer::parallelize(CausalLM& model, const ParallelizeContext& co
   }
 
   auto state = std::make_shared<FsdpState>();
-  state->reshard_after_forward = options_.reshard_after_forward != "never";
+  // TorchTitan's default: under pipelining a block runs forward once per
+  // microbatch before its backwards, so freeing would cost an all-gather each time.
+  const bool pipelined = mesh.size("pp") > 1;
+  const std::string& reshard = options_.reshard_after_forward;
+  state->reshard_after_forward = reshard == "always" || (reshard == "default" && !pipelined);
   for (size_t i = 0; i < block_params.size(); ++i) {
     state->blocks.push_back(std::make_unique<Unit>("layers." + std::to_string(i), std::move(block_params[i]), groups,
                                                    context.param_dtype, context.reduce_dtype));
@@ -206,11 +210,13 @@ void FsdpParallelizer::parallelize(CausalLM& model, const ParallelizeContext& co
   });
   model.add_gradient_finalizer([state] { state->finalize(); });
 
-  spdlog::info("fsdp: {} blocks + root sharded over {}={}{}, params {} / reduce {}, reshard after forward: {}",
+  const char* reshard_why =
+      reshard != "default" ? "" : pipelined ? " (default: never under pipeline parallelism)" : " (default)";
+  spdlog::info("fsdp: {} blocks + root sharded over {}={}{}, params {} / reduce {}, reshard after forward: {}{}",
                state->blocks.size(), shard_dim, ranks,
                groups.replicate ? " x dp_replicate=" + std::to_string(groups.replicate->size()) : std::string(),
                c10::toString(context.param_dtype), c10::toString(context.reduce_dtype),
-               state->reshard_after_forward ? "yes" : "no");
+               state->reshard_after_forward ? "yes" : "no", reshard_why);
   if (!extension_of.empty()) {
     spdlog::info("fsdp: {} parameters are gathered as their layers ask (all-gather extensions, e.g. float8 codes)",
                  extension_of.size());

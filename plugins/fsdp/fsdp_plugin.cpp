@@ -16,7 +16,8 @@ FsdpOptions read_options(const titan::ConfigNode& node) {
   // true/false are FSDP2's spellings of always/never.
   std::string reshard =
       node.choice("reshard_after_forward", options.reshard_after_forward, {"default", "always", "never", "true", "false"},
-                  "free gathered parameters after each block's forward (default = always without pipelining; "
+                  "free gathered parameters after each block's forward (default = always, but never when "
+                  "pipeline_parallel_degree > 1, as TorchTitan: each microbatch's forward would gather them again; "
                   "never keeps them until backward, trading memory for one all-gather; true/false = always/never)");
   options.reshard_after_forward = reshard == "true" ? "always" : reshard == "false" ? "never" : reshard;
   if (options.dp_shard == 0 || options.dp_shard < -1) node.fail("dp_shard", "expected a degree >= 1 or -1");

@@ -53,6 +53,12 @@ void TpParallelizer::validate(const ValidateContext& context) const {
   auto found = context.degrees.find("tp");
   if (found == context.degrees.end() || found->second <= 1) return;  // unknown yet, or nothing to split
   const int64_t tp = found->second;
+  auto pp = context.degrees.find("pp");
+  if (options_.sequence_parallel && pp != context.degrees.end() && pp->second > 1) {
+    throw Error("tensor_parallel: enable_sequence_parallel with pipeline_parallel_degree = " +
+                std::to_string(pp->second) + " is not supported yet (stage boundaries would pass sequence shards); " +
+                "set enable_sequence_parallel: false");
+  }
   if (context.spec.tp_plan().empty()) {
     throw Error("tensor_parallel: model flavor '" + context.spec.flavor() +
                 "' has no tensor-parallel plan (ModelSpec::tp_plan); remove the tensor_parallel plugin");
