@@ -39,7 +39,8 @@ struct TensorLayout {
   bool is_sharded() const;
   int64_t local_numel() const;
   // How many ranks hold each element: the product of the sizes of every
-  // mesh dim (mentioned or not) that no shard or partial placement splits.
+  // mesh dim (mentioned or not) that no shard or partial placement splits,
+  // but pp: a pipeline stage's parameters live on one pp rank only.
   int64_t replication(const DeviceMesh& mesh) const;
   // Whether this rank holds the first of those copies (coordinate 0 along
   // every such dim): the one rank that writes the piece to a checkpoint.

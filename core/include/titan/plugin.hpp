@@ -20,7 +20,9 @@ namespace titan {
 //    block bodies and wrapper inners callable after forward (kept for recompute)
 // 5: Comm::send_async / recv_async (tagged point-to-point), CausalLM::set_positions (token positions of a sequence piece);
 //    PipelineSchedule (pipeline_schedule.hpp), kind_pipeline_schedule, PluginRegistrar::pipeline_schedule (named, several per plugin)
-constexpr int kPluginAbiVersion = 5;
+// 6: PipelineSplitter (pipeline.hpp: a Parallelizer of Stage::pipeline_split the trainer cuts stages by);
+//    TensorLayout::replication / is_first_copy never count pp
+constexpr int kPluginAbiVersion = 6;
 
 enum PluginKind : uint32_t {
   kind_model = 1u << 0,

@@ -16,6 +16,8 @@
 #include "titan/model.hpp"
 #include "titan/optimizer.hpp"
 #include "titan/parallelizer.hpp"
+#include "titan/pipeline.hpp"
+#include "titan/pipeline_plan.hpp"
 #include "titan/precision.hpp"
 #include "titan/schedule.hpp"
 
@@ -36,6 +38,10 @@ struct RunPlan {
   std::unique_ptr<Checkpointer> checkpointer;
   std::vector<NamedParallelizer> parallelizers;  // canonical order
   std::unique_ptr<Schedule> schedule;            // null: gradient accumulation
+  // The parallelizer that cuts the model into stages (one of `parallelizers`;
+  // null: no pipeline) and its schedule by name (null when it runs a CSV).
+  const PipelineSplitter* pipeline = nullptr;
+  std::unique_ptr<PipelineSchedule> pipeline_schedule;
   std::unique_ptr<PrecisionPolicy> precision;    // null: float32
   std::vector<std::unique_ptr<MetricsSink>> metrics_sinks;
   std::vector<std::unique_ptr<CommObserver>> comm_observers;
@@ -50,6 +56,14 @@ void validate_parallelism(const RunPlan& plan, const std::map<std::string, int64
 std::vector<MeshDimRequest> mesh_requests(const std::vector<NamedParallelizer>& parallelizers);
 // The degrees known without a world: those asked for explicitly (> 0).
 std::map<std::string, int64_t> requested_degrees(const RunPlan& plan);
+
+// A pipelined run's stages (module paths per stage) and every pp rank's
+// checked action lists for a pp degree; throws titan::Error naming the key.
+struct PipelineRun {
+  std::vector<std::vector<std::string>> stage_modules;
+  PipelinePlan plan;
+};
+PipelineRun plan_pipeline_run(const RunPlan& plan, int64_t pp_degree);
 
 // Sorts by Stage, keeping the user's order among equal stages.
 void sort_canonical(std::vector<NamedParallelizer>& parallelizers);

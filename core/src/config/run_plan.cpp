@@ -39,6 +39,8 @@ void validate_parallelism(const RunPlan& plan, const std::map<std::string, int64
   // Each cp rank's gradients come from its piece of the sequence: the
   // data-parallel plugin averages them over cp too (FSDP over dp_shard x cp,
   // as TorchTitan always applies it with context parallelism).
+  auto pp = degrees.find("pp");
+  if (plan.pipeline && pp != degrees.end()) plan_pipeline_run(plan, pp->second);  // the static check, too
   auto cp = degrees.find("cp");
   if (cp != degrees.end() && cp->second > 1) {
     bool data_parallel = false;
@@ -124,6 +126,19 @@ RunPlan plan_run(const ConfigNode& root, int rank, int world_size) {
     if (info.kinds & kind_metrics_sink) plan.metrics_sinks.push_back(registry.create_metrics_sink(name, context));
   }
   sort_canonical(plan.parallelizers);
+  for (const auto& [name, parallelizer] : plan.parallelizers) {
+    auto splitter = dynamic_cast<const PipelineSplitter*>(parallelizer.get());
+    if (!splitter) continue;
+    if (plan.pipeline) {
+      throw Error("plugins: '" + name + "' is a second pipeline split; list one pipeline plugin");
+    }
+    if (plan.schedule) throw Error("plugins: a schedule plugin and the pipeline split '" + name + "' both drive the step; list one");
+    plan.pipeline = splitter;
+    if (splitter->settings().schedule_csv.empty()) {
+      PluginContext context = make_context(ConfigNode());
+      plan.pipeline_schedule = registry.create_pipeline_schedule(splitter->settings().schedule, context);
+    }
+  }
   root.check_unknown_keys();
   return plan;
 }

@@ -50,17 +50,19 @@ bool TensorLayout::splits(const std::string& canonical_dim) const {
   return false;
 }
 
+// Pipeline stages are disjoint: a parameter lives on one pp rank, so pp
+// never counts as a copy (the pipeline trainer gives every parameter a layout).
 int64_t TensorLayout::replication(const DeviceMesh& mesh) const {
   int64_t copies = 1;
   for (const auto& dim : mesh_dim_order()) {
-    if (!splits(dim)) copies *= mesh.size(dim);
+    if (dim != "pp" && !splits(dim)) copies *= mesh.size(dim);
   }
   return copies;
 }
 
 bool TensorLayout::is_first_copy(const DeviceMesh& mesh) const {
   for (const auto& dim : mesh_dim_order()) {
-    if (!splits(dim) && mesh.coordinate(dim) != 0) return false;
+    if (dim != "pp" && !splits(dim) && mesh.coordinate(dim) != 0) return false;
   }
   return true;
 }

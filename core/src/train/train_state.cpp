@@ -23,7 +23,13 @@ TrainStateView::TrainStateView(CausalLM& model, Optimizer& optimizer, TokenWindo
     slots_.tensors["optim." + key] = tensor;
     std::string param = key.substr(0, key.rfind('.'));
     const TensorLayout* layout = model_.layout(param);
-    if (layout && tensor.sizes().vec() == layout->local_shape) slots_.layouts["optim." + key] = *layout;
+    if (layout && tensor.sizes().vec() == layout->local_shape) {
+      slots_.layouts["optim." + key] = *layout;
+    } else if (layout) {
+      // Whole wherever its parameter is (a step count): written by the first
+      // copy of the parameter's ranks, which under pipelining is not rank 0.
+      slots_.layouts["optim." + key] = TensorLayout::replicated(tensor.sizes().vec());
+    }
   }
   slots_.rank_local["rng.cpu"] = cpu_rng_state();
 }

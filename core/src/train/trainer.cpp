@@ -14,6 +14,7 @@
 #include "collective_verifier.hpp"
 #include "initial_load.hpp"
 #include "parallel_setup.hpp"
+#include "pipeline_setup.hpp"
 #include "step_metrics.hpp"
 #include "stop_signal.hpp"
 #include "train_state.hpp"
@@ -61,6 +62,7 @@ void save_full_model(CausalLM& model, const DeviceMesh* mesh, int rank, const st
     at::Tensor full = layout && mesh ? full_tensor(item.value().detach(), *layout, *mesh) : item.value().detach();
     tensors.insert(item.key(), full.cpu().clone());
   }
+  gather_pipeline_stages(tensors, mesh);
   if (rank != 0) return;
   std::vector<char> bytes = torch::pickle_save(c10::IValue(tensors));
   std::ofstream out(path, std::ios::binary);
@@ -156,23 +158,40 @@ TrainResult train(RunPlan& plan, const World& world) {
   TokenWindowLoader loader(open_dataset(data), tokenizer, training.seq_len, parallel.dp_rank(),
                            parallel.dp_degree());
 
-  std::shared_ptr<CausalLM> model = plan.model->build(c10::Device(c10::kMeta));
   auto dtype_of = [](const std::string& name) { return name == "bfloat16" ? c10::kBFloat16 : c10::kFloat; };
   ParallelizeContext parallel_context{*plan.model, device, parallel.mesh(),
                                       dtype_of(training.mixed_precision_param),
                                       dtype_of(training.mixed_precision_reduce)};
   apply_precision_policy(plan, training, parallel_context);
-  bool converted = false;
-  for (auto& [name, parallelizer] : plan.parallelizers) {
-    if (!converted && parallelizer->stage() > Stage::precision_conversion) {
-      if (plan.precision) plan.precision->convert(*model);
-      converted = true;
+  // The precision conversion, then every parallelizer in canonical order
+  // (the pipeline split is the trainer's own: one part per stage).
+  auto transform = [&](CausalLM& part) {
+    bool converted = false;
+    for (auto& [name, parallelizer] : plan.parallelizers) {
+      if (parallelizer->stage() == Stage::pipeline_split) continue;
+      if (!converted && parallelizer->stage() > Stage::precision_conversion) {
+        if (plan.precision) plan.precision->convert(part);
+        converted = true;
+      }
+      spdlog::info("applying {} ({})", name, stage_name(parallelizer->stage()));
+      parallelizer->parallelize(part, parallel_context);
     }
-    spdlog::info("applying {} ({})", name, stage_name(parallelizer->stage()));
-    parallelizer->parallelize(*model, parallel_context);
+    if (!converted && plan.precision) plan.precision->convert(part);
+  };
+  std::shared_ptr<CausalLM> model;
+  std::unique_ptr<PipelineExecutor> pipeline;
+  CausalLM* first_stage = nullptr;  // where the test-only fault hooks go
+  if (plan.pipeline) {
+    PipelineModel built = build_pipeline_model(plan, parallel.mesh(), world.rank, device, transform);
+    model = built.model;
+    first_stage = built.model->parts().front().get();
+    pipeline = std::move(built.executor);
+  } else {
+    model = plan.model->build(c10::Device(c10::kMeta));
+    transform(*model);
+    materialize_module(*model, device);
+    first_stage = model.get();
   }
-  if (!converted && plan.precision) plan.precision->convert(*model);
-  materialize_module(*model, device);
   model->init_weights(static_cast<uint64_t>(training.seed));
   model->train();
   int64_t local_bytes = 0;
@@ -226,7 +245,7 @@ TrainResult train(RunPlan& plan, const World& world) {
 
   const int64_t accumulation = accumulation_steps(training, parallel.dp_degree());
   auto current_step = std::make_shared<int64_t>(step);
-  add_test_signal_hooks(*model, current_step);
+  add_test_signal_hooks(*first_stage, current_step);
   const int64_t debug_nan_step = core.debug.inject_nonfinite_loss_at_step;
   StopSignal stop;
   TrainResult result;
@@ -244,7 +263,7 @@ TrainResult train(RunPlan& plan, const World& world) {
       int64_t length = windows.size(1) - 1;
       microbatches.push_back({windows.narrow(1, 0, length), windows.narrow(1, 1, length)});
     }
-    at::Tensor loss = schedule.step(*model, microbatches, model->loss());
+    at::Tensor loss = pipeline ? pipeline->step(microbatches) : schedule.step(*model, microbatches, model->loss());
     model->finalize_gradients();
     double loss_value = parallel.mean_over_batch(loss.item<double>());
     if (step == debug_nan_step) loss_value = std::nan("");

@@ -1,0 +1,47 @@
+// Pipeline parallelism's seam in core: the plugin that says how the model is
+// cut into stages (a Parallelizer of Stage::pipeline_split, e.g. the
+// `pipeline` plugin) and the settings core's executor runs them with. Core
+// builds one model part per stage this rank holds (cut_to_stage), applies the
+// other parallelizers to each part, and drives the parts with the schedule's
+// checked action lists (pipeline_plan.hpp).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "titan/parallelizer.hpp"
+
+namespace titan {
+
+// What the pipeline plugin read from its entry (TorchTitan's parallelism.* names).
+struct PipelineSettings {
+  int64_t degree = 1;               // pipeline_parallel_degree: the pp mesh dim
+  std::string schedule = "1F1B";    // pipeline_parallel_schedule (case-insensitive)
+  std::string schedule_csv;         // pipeline_parallel_schedule_csv: a user's lists ("" none)
+  int64_t microbatch_size = 1;      // pipeline_parallel_microbatch_size
+  int64_t microbatches = 0;         // num_pp_microbatches: 0 = local_batch_size / microbatch_size
+  std::string trace;                // pipeline_parallel_trace: Chrome-trace JSON path prefix ("" none)
+};
+
+class PipelineSplitter : public Parallelizer {
+ public:
+  ~PipelineSplitter() override;
+  Stage stage() const final { return Stage::pipeline_split; }
+  virtual const PipelineSettings& settings() const = 0;
+  // The module paths each stage keeps, in stage order: top-level modules and
+  // blocks ("tok_embeddings", "layers.0", "layers.1" | "layers.2", "norm",
+  // "output"). `default_stages` is the count when the plugin's options leave
+  // it open (pp degree x the stages per rank the schedule runs). Throws
+  // titan::Error naming the option when the layers do not split.
+  virtual std::vector<std::vector<std::string>> stage_modules(const ModelSpec& spec, int64_t default_stages) const = 0;
+  // Core cuts and builds the stages itself; called, it says so.
+  void parallelize(CausalLM& model, const ParallelizeContext& context) override;
+};
+
+// Drops from `model` (still on the meta device) every module that is not on
+// one of the `keep` paths or on the way to one ("layers" stays for
+// "layers.3"); parameter names keep their global spelling. Throws naming a
+// path in `keep` the model does not have.
+void cut_to_stage(torch::nn::Module& model, const std::vector<std::string>& keep);
+
+}  // namespace titan

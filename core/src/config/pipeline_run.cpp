@@ -1,0 +1,52 @@
+// A pipelined run's shape from the config: stages from the pipeline plugin,
+// microbatches from training.local_batch_size, lists from the schedule (or
+// the user's CSV), checked before any weight exists.
+#include <optional>
+
+#include "titan/error.hpp"
+#include "titan/run_plan.hpp"
+
+namespace titan {
+
+namespace {
+
+int64_t pipeline_microbatches(const PipelineSettings& settings, int64_t local_batch_size) {
+  if (settings.microbatches == 0) {
+    if (local_batch_size % settings.microbatch_size != 0) {
+      throw Error("training.local_batch_size (" + std::to_string(local_batch_size) + ") is not a multiple of " +
+                  kMicrobatchSizeKey + " (" + std::to_string(settings.microbatch_size) + "); change either");
+    }
+    return local_batch_size / settings.microbatch_size;
+  }
+  if (local_batch_size % settings.microbatches != 0) {
+    throw Error("training.local_batch_size (" + std::to_string(local_batch_size) + ") does not split into " +
+                kMicrobatchesKey + " = " + std::to_string(settings.microbatches) + " equal microbatches; change either");
+  }
+  return settings.microbatches;
+}
+
+}  // namespace
+
+PipelineRun plan_pipeline_run(const RunPlan& plan, int64_t pp_degree) {
+  if (!plan.pipeline) throw Error("plan_pipeline_run: the run has no pipeline plugin");
+  const PipelineSettings& settings = plan.pipeline->settings();
+  const int64_t microbatches = pipeline_microbatches(settings, plan.core.training.local_batch_size);
+  std::optional<CsvSchedule> csv;
+  int64_t default_stages = 0;
+  if (!settings.schedule_csv.empty()) {
+    csv = read_schedule_csv(settings.schedule_csv);
+    default_stages = csv->shape.stages;
+  } else {
+    default_stages = pp_degree * plan.pipeline_schedule->stages_per_rank().min;
+  }
+  PipelineRun run;
+  run.stage_modules = plan.pipeline->stage_modules(*plan.model, default_stages);
+  PipelineShape shape;
+  shape.ranks = pp_degree;
+  shape.stages = static_cast<int64_t>(run.stage_modules.size());
+  shape.microbatches = microbatches;
+  run.plan = csv ? plan_pipeline_csv(*csv, shape) : plan_pipeline(*plan.pipeline_schedule, shape);
+  return run;
+}
+
+}  // namespace titan

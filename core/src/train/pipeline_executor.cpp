@@ -1,0 +1,256 @@
+// The pipeline executor. Every rank walks its own lowered list in order; the
+// static check (check_pipeline) proved that, with non-blocking sends and each
+// recv waited where it stands, all lists finish together.
+#include "pipeline_executor.hpp"
+
+#include <torch/csrc/autograd/autograd.h>
+#include <torch/torch.h>
+
+#include <fstream>
+
+#include "titan/error.hpp"
+#include "titan/logging.hpp"
+
+namespace titan {
+
+namespace {
+
+// Tags at and above this carry the first step's shape headers.
+constexpr int kHeaderTagOffset = 1 << 30;
+constexpr int64_t kHeaderLength = 10;  // dtype, rank, up to 8 sizes
+
+at::Tensor shape_header(const at::Tensor& tensor) {
+  if (tensor.dim() > kHeaderLength - 2) throw Error("pipeline: a stage output has more than 8 dims");
+  at::Tensor header = at::zeros({kHeaderLength}, at::kLong);
+  header[0] = static_cast<int64_t>(tensor.scalar_type());
+  header[1] = tensor.dim();
+  for (int64_t d = 0; d < tensor.dim(); ++d) header[2 + d] = tensor.size(d);
+  return header.to(tensor.device());
+}
+
+}  // namespace
+
+struct PipelineExecutor::Slot {
+  at::Tensor input;        // tokens on the first stage, else a leaf that collects the input gradient
+  at::Tensor target;       // where backward starts: the scaled loss (last stage) or the stage output
+  at::Tensor output;       // the stage output, detached: what goes downstream
+  at::Tensor grad_output;  // d loss / d output, received or handed over (not on the last stage)
+  at::Tensor grad_input;   // d loss / d input, for the stage before
+};
+
+struct PipelineExecutor::Run {
+  std::vector<at::Tensor> inputs, labels;  // per microbatch
+  double scale = 1;
+  bool last_batch = true;
+  std::map<std::pair<int64_t, int64_t>, Slot> slots;  // (stage, microbatch)
+  std::vector<int64_t> weight_passes;                 // per local part, this batch
+  std::vector<std::pair<std::unique_ptr<CommWork>, at::Tensor>> sends;  // in flight, with their buffers
+  at::Tensor loss_sum;
+};
+
+PipelineExecutor::PipelineExecutor(PipelinePlan plan, std::vector<std::shared_ptr<CausalLM>> parts,
+                                   std::vector<int64_t> stages, Comm* pp, int64_t pp_rank,
+                                   PipelineExecutorOptions options)
+    : plan_(std::move(plan)),
+      parts_(std::move(parts)),
+      stages_(std::move(stages)),
+      pp_(pp),
+      pp_rank_(pp_rank),
+      options_(std::move(options)) {
+  if (parts_.size() != stages_.size()) throw Error("pipeline executor: one model part per stage");
+  for (const auto& part : parts_) {
+    std::vector<at::Tensor> params;
+    for (const auto& param : part->parameters()) {
+      if (param.requires_grad()) params.push_back(param);
+    }
+    part_parameters_.push_back(std::move(params));
+  }
+}
+
+PipelineExecutor::~PipelineExecutor() {
+  try {
+    write_trace();
+  } catch (const std::exception& error) {
+    spdlog::warn("pipeline_parallel_trace not written: {}", error.what());
+  }
+}
+
+size_t PipelineExecutor::local_index(int64_t stage) const {
+  for (size_t i = 0; i < stages_.size(); ++i) {
+    if (stages_[i] == stage) return i;
+  }
+  throw Error("pipeline: stage " + std::to_string(stage) + " is not on pp rank " + std::to_string(pp_rank_));
+}
+
+at::Tensor PipelineExecutor::step(const std::vector<Microbatch>& batches) {
+  const int64_t microbatches = plan_.shape.microbatches;
+  at::Tensor loss_sum = at::zeros({1}, at::kDouble);
+  for (size_t b = 0; b < batches.size(); ++b) {
+    const Microbatch& batch = batches[b];
+    if (batch.inputs.size(0) % microbatches != 0) {
+      throw Error("pipeline: a batch of " + std::to_string(batch.inputs.size(0)) + " rows does not split into " +
+                  std::to_string(microbatches) + " microbatches; set training.local_batch_size to a multiple of " +
+                  "num_pp_microbatches (or of pipeline_parallel_microbatch_size)");
+    }
+    Run run;
+    run.inputs = batch.inputs.chunk(microbatches, 0);
+    run.labels = batch.labels.chunk(microbatches, 0);
+    run.scale = 1.0 / static_cast<double>(microbatches * static_cast<int64_t>(batches.size()));
+    run.last_batch = b + 1 == batches.size();
+    run.weight_passes.assign(parts_.size(), 0);
+    run.loss_sum = at::zeros({1}, at::kDouble);
+    run_actions(run);
+    loss_sum += run.loss_sum;
+  }
+  ++steps_run_;
+  // Only the last stage's rank computed the loss; every pp rank reports it.
+  if (pp_) pp_->all_reduce(loss_sum, ReduceOp::sum);
+  return loss_sum.squeeze(0);
+}
+
+void PipelineExecutor::run_actions(Run& run) {
+  const auto& actions = plan_.actions.at(static_cast<size_t>(pp_rank_));
+  for (const Action& action : actions) {
+    CallSite site("pp " + action.to_string());
+    const double start = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - origin_).count();
+    run_action(run, action);
+    if (!options_.trace_path.empty()) {
+      const double end = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - origin_).count();
+      trace_.push_back({action.to_string(), start, end});
+    }
+  }
+  for (auto& [work, buffer] : run.sends) work->wait();
+  run.sends.clear();
+}
+
+void PipelineExecutor::run_action(Run& run, const Action& action) {
+  const int64_t s = action.stage, m = action.microbatch;
+  const int64_t last_stage = plan_.shape.stages - 1;
+  Slot& slot = run.slots[{s, m}];
+  switch (action.type) {
+    case ActionType::forward: {
+      CausalLM& part = *parts_[local_index(s)];
+      at::Tensor input = run.inputs.at(static_cast<size_t>(m));
+      if (s > 0) {
+        if (!slot.input.defined()) {
+          // The stage before is on this rank: its output is handed over in memory.
+          const Slot& up = run.slots[{s - 1, m}];
+          if (!up.output.defined()) throw Error("pipeline: " + action.to_string() + " runs before its input exists");
+          slot.input = up.output.detach().requires_grad_(true);
+        }
+        input = slot.input;
+      }
+      at::Tensor out = part.run(input);
+      if (s == last_stage) {
+        slot.target = part.loss()(out, run.labels.at(static_cast<size_t>(m))) * run.scale;
+        run.loss_sum += slot.target.detach().to(at::kCPU, at::kDouble).reshape({1});
+      } else {
+        slot.target = out;
+        slot.output = out.detach();
+      }
+      return;
+    }
+    case ActionType::full_backward: return backward(run, action, true, true);
+    case ActionType::backward_input: return backward(run, action, true, !options_.split_backward);
+    case ActionType::backward_weight:
+      if (options_.split_backward) backward(run, action, false, true);
+      return;
+    case ActionType::send_forward: return send(run, action, slot.output);
+    case ActionType::send_backward: return send(run, action, slot.grad_input);
+    case ActionType::recv_forward: slot.input = recv_forward(run, action).requires_grad_(true); return;
+    case ActionType::recv_backward: {
+      if (!slot.output.defined()) throw Error("pipeline: " + action.to_string() + " before its forward");
+      at::Tensor buffer = at::empty_like(slot.output);
+      PointToPoint p2p = point_to_point(action, plan_.placement, plan_.shape);
+      pp_->recv_async(buffer, static_cast<int>(p2p.peer), p2p.tag)->wait();
+      slot.grad_output = buffer;
+      return;
+    }
+  }
+}
+
+void PipelineExecutor::send(Run& run, const Action& action, const at::Tensor& tensor) {
+  if (!tensor.defined()) throw Error("pipeline: " + action.to_string() + " has nothing to send");
+  PointToPoint p2p = point_to_point(action, plan_.placement, plan_.shape);
+  if (p2p.tag >= kHeaderTagOffset) throw Error("pipeline: too many stages x microbatches for the p2p tags");
+  at::Tensor payload = tensor.contiguous();
+  if (action.type == ActionType::send_forward && steps_run_ == 0) {
+    at::Tensor header = shape_header(payload);
+    run.sends.emplace_back(pp_->send_async(header, static_cast<int>(p2p.peer), p2p.tag + kHeaderTagOffset), header);
+  }
+  run.sends.emplace_back(pp_->send_async(payload, static_cast<int>(p2p.peer), p2p.tag), payload);
+}
+
+at::Tensor PipelineExecutor::recv_forward(Run& run, const Action& action) {
+  PointToPoint p2p = point_to_point(action, plan_.placement, plan_.shape);
+  const c10::Device device = run.inputs.front().device();
+  if (steps_run_ == 0) {
+    at::Tensor header = at::zeros({kHeaderLength}, at::TensorOptions().dtype(at::kLong).device(device));
+    pp_->recv_async(header, static_cast<int>(p2p.peer), p2p.tag + kHeaderTagOffset)->wait();
+    header = header.cpu();
+    std::vector<int64_t> sizes;
+    for (int64_t d = 0; d < header[1].item<int64_t>(); ++d) sizes.push_back(header[2 + d].item<int64_t>());
+    forward_shapes_[action.stage] = {sizes, static_cast<c10::ScalarType>(header[0].item<int64_t>())};
+  }
+  const auto& [sizes, dtype] = forward_shapes_.at(action.stage);
+  at::Tensor buffer = at::empty(sizes, at::TensorOptions().dtype(dtype).device(device));
+  pp_->recv_async(buffer, static_cast<int>(p2p.peer), p2p.tag)->wait();
+  return buffer;
+}
+
+void PipelineExecutor::backward(Run& run, const Action& action, bool input_gradient, bool weight_gradient) {
+  const int64_t s = action.stage, m = action.microbatch;
+  const size_t i = local_index(s);
+  Slot& slot = run.slots[{s, m}];
+  if (!slot.target.defined()) throw Error("pipeline: " + action.to_string() + " has no forward to run back through");
+  std::vector<at::Tensor> grads;
+  if (s < plan_.shape.stages - 1) {
+    if (!slot.grad_output.defined()) {
+      // The stage after is on this rank: its input gradient is handed over in memory.
+      const Slot& down = run.slots[{s + 1, m}];
+      if (!down.grad_input.defined()) throw Error("pipeline: " + action.to_string() + " before its output's gradient");
+      slot.grad_output = down.grad_input;
+    }
+    grads.push_back(slot.grad_output);
+  }
+  if (weight_gradient) {
+    // Data parallelism reduces on the stage's last weight pass of the step.
+    const int64_t microbatches = plan_.shape.microbatches;
+    parts_[i]->set_gradient_sync(run.last_batch && run.weight_passes[i] + 1 == microbatches);
+  }
+  const bool has_input = s > 0;
+  if (input_gradient && weight_gradient) {
+    torch::autograd::backward({slot.target}, grads);
+    if (has_input) slot.grad_input = slot.input.grad();
+  } else if (input_gradient) {
+    // Keeps the graph for the weight pass (W) that follows later.
+    if (has_input) slot.grad_input = torch::autograd::grad({slot.target}, {slot.input}, grads, true)[0];
+  } else {
+    torch::autograd::backward({slot.target}, grads, false, false, part_parameters_[i]);
+  }
+  if (has_input && input_gradient && !slot.grad_input.defined()) {
+    throw Error("pipeline: " + action.to_string() + " produced no gradient for the stage's input");
+  }
+  if (weight_gradient) {
+    ++run.weight_passes[i];
+    slot.target = at::Tensor();  // frees the stage's saved activations
+    slot.grad_output = at::Tensor();
+  }
+}
+
+void PipelineExecutor::write_trace() const {
+  if (options_.trace_path.empty() || trace_.empty()) return;
+  std::ofstream out(options_.trace_path);
+  out << "{\"traceEvents\": [\n";
+  for (size_t i = 0; i < trace_.size(); ++i) {
+    const TraceEvent& event = trace_[i];
+    out << "  {\"name\": \"" << event.name << "\", \"cat\": \"pipeline\", \"ph\": \"X\", \"pid\": " << pp_rank_
+        << ", \"tid\": 0, \"ts\": " << event.start_us << ", \"dur\": " << (event.end_us - event.start_us) << "}"
+        << (i + 1 < trace_.size() ? ",\n" : "\n");
+  }
+  out << "], \"displayTimeUnit\": \"ms\"}\n";
+  if (!out) throw Error("cannot write '" + options_.trace_path + "'");
+  spdlog::info("pipeline trace: {} actions written to {}", trace_.size(), options_.trace_path);
+}
+
+}  // namespace titan

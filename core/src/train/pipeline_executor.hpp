@@ -1,0 +1,74 @@
+// Runs one rank's checked pipeline action list (titan/pipeline_plan.hpp)
+// over its model parts: forwards, backwards (whole, or split into the input
+// gradient and the weight gradient for the zero-bubble schedules), and the
+// activations and gradients sent between pp ranks with tagged non-blocking
+// point-to-point. The loss is computed on the last stage.
+#pragma once
+#include <chrono>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "titan/comm.hpp"
+#include "titan/model.hpp"
+#include "titan/pipeline_plan.hpp"
+#include "titan/schedule.hpp"
+
+namespace titan {
+
+struct PipelineExecutorOptions {
+  // Run I as the input gradient and W as the weight gradient (autograd twice
+  // over the stage). Off: I runs the whole backward and W nothing, for
+  // plugins that reduce gradients when a block's input gradient is computed
+  // (FSDP, activation checkpointing's recompute); results are the same.
+  bool split_backward = true;
+  std::string trace_path;  // Chrome-trace JSON of every action ("" none)
+};
+
+class PipelineExecutor {
+ public:
+  // `parts[i]` runs stage `stages[i]` (rank_to_stages order); `pp` is the pp
+  // group (null when the degree is 1); `pp_rank` this rank's place in it.
+  PipelineExecutor(PipelinePlan plan, std::vector<std::shared_ptr<CausalLM>> parts, std::vector<int64_t> stages,
+                   Comm* pp, int64_t pp_rank, PipelineExecutorOptions options);
+  ~PipelineExecutor();
+
+  // One optimizer step: each batch split into the plan's microbatches and
+  // run through the pipeline, gradients of mean(loss over all microbatches)
+  // accumulated. Returns that mean loss on every pp rank (0-dim, detached).
+  at::Tensor step(const std::vector<Microbatch>& batches);
+
+  const PipelinePlan& plan() const { return plan_; }
+
+ private:
+  struct Slot;  // one (stage, microbatch)'s tensors in a step
+  struct Run;   // the state of one pass over the action list
+  void run_actions(Run& run);
+  void run_action(Run& run, const Action& action);
+  size_t local_index(int64_t stage) const;
+  void send(Run& run, const Action& action, const at::Tensor& tensor);
+  at::Tensor recv_forward(Run& run, const Action& action);
+  void backward(Run& run, const Action& action, bool input_gradient, bool weight_gradient);
+  void write_trace() const;
+
+  PipelinePlan plan_;
+  std::vector<std::shared_ptr<CausalLM>> parts_;
+  std::vector<int64_t> stages_;
+  std::vector<std::vector<at::Tensor>> part_parameters_;
+  Comm* pp_;
+  int64_t pp_rank_;
+  PipelineExecutorOptions options_;
+  int64_t steps_run_ = 0;
+  // Shape and dtype of what each stage receives from upstream, learned from
+  // a header the sender adds in the first step.
+  std::map<int64_t, std::pair<std::vector<int64_t>, c10::ScalarType>> forward_shapes_;
+  struct TraceEvent {
+    std::string name;
+    double start_us = 0, end_us = 0;
+  };
+  std::vector<TraceEvent> trace_;
+  std::chrono::steady_clock::time_point origin_ = std::chrono::steady_clock::now();
+};
+
+}  // namespace titan

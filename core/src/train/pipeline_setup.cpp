@@ -1,0 +1,103 @@
+// build_pipeline_model and the whole-model gather over pp.
+#include "pipeline_setup.hpp"
+
+#include <torch/torch.h>
+
+#include <cstring>
+#include <sstream>
+
+#include "titan/error.hpp"
+#include "titan/logging.hpp"
+
+namespace titan {
+
+namespace {
+
+// Split backward (I then W) runs autograd twice over a stage; plugins that
+// reduce gradients or recompute when a block's input gradient is computed
+// (data parallelism, activation checkpointing) need the whole backward at I.
+bool can_split_backward(const RunPlan& plan) {
+  for (const auto& [name, parallelizer] : plan.parallelizers) {
+    Stage stage = parallelizer->stage();
+    if (stage == Stage::data_parallel || stage == Stage::activation_checkpoint) return false;
+  }
+  return true;
+}
+
+std::string trace_file(const std::string& prefix, int rank) {
+  std::string stem = prefix;
+  const std::string json = ".json";
+  if (stem.size() > json.size() && stem.compare(stem.size() - json.size(), json.size(), json) == 0) {
+    stem.resize(stem.size() - json.size());
+  }
+  return stem + "_rank" + std::to_string(rank) + ".json";
+}
+
+std::string join(const std::vector<std::string>& items) {
+  std::string out;
+  for (const auto& item : items) out += (out.empty() ? "" : ", ") + item;
+  return out;
+}
+
+}  // namespace
+
+PipelineModel build_pipeline_model(const RunPlan& plan, const DeviceMesh* mesh, int global_rank,
+                                   const c10::Device& device, const std::function<void(CausalLM&)>& transform) {
+  const int64_t degree = mesh ? mesh->size("pp") : 1;
+  const int64_t pp_rank = mesh ? mesh->coordinate("pp") : 0;
+  PipelineRun run = plan_pipeline_run(plan, degree);
+  const std::vector<int64_t> stages = rank_to_stages(run.plan.placement, run.plan.shape, pp_rank);
+  std::vector<std::shared_ptr<CausalLM>> parts;
+  for (int64_t stage : stages) {
+    std::shared_ptr<CausalLM> part = plan.model->build(c10::Device(c10::kMeta));
+    cut_to_stage(*part, run.stage_modules.at(static_cast<size_t>(stage)));
+    spdlog::info("pipeline stage {} on pp rank {}: {}", stage, pp_rank, join(run.stage_modules[stage]));
+    transform(*part);
+    parts.push_back(part);
+  }
+  PipelineModel built;
+  built.model = std::make_shared<ModelParts>(parts);
+  for (const auto& part : parts) materialize_module(*part, device);
+  PipelineExecutorOptions options;
+  options.split_backward = can_split_backward(plan);
+  const PipelineSettings& settings = plan.pipeline->settings();
+  if (!settings.trace.empty()) options.trace_path = trace_file(settings.trace, global_rank);
+  const bool splits = [&] {
+    for (const auto& list : run.plan.compute) {
+      for (const auto& action : list) {
+        if (action.type == ActionType::backward_weight) return true;
+      }
+    }
+    return false;
+  }();
+  spdlog::info("pipeline: schedule {}, {}, {} placement; theoretical bubble {:.3f}{}", run.plan.name,
+               run.plan.shape.to_string(), placement_name(run.plan.placement), run.plan.timeline.bubble_fraction,
+               splits && !options.split_backward
+                   ? "; I runs the whole backward and W nothing (data parallelism or activation checkpointing "
+                     "handle gradients when a block's input gradient is computed)"
+                   : "");
+  Comm* pp = degree > 1 ? &mesh->group("pp") : nullptr;
+  built.executor = std::make_unique<PipelineExecutor>(std::move(run.plan), std::move(parts), stages, pp, pp_rank,
+                                                      std::move(options));
+  return built;
+}
+
+void gather_pipeline_stages(c10::Dict<std::string, at::Tensor>& tensors, const DeviceMesh* mesh) {
+  if (!mesh || mesh->size("pp") == 1) return;
+  Comm& pp = mesh->group("pp");
+  const std::vector<char> mine = torch::pickle_save(c10::IValue(tensors));
+  for (int root = 1; root < pp.size(); ++root) {
+    at::Tensor length = at::full({1}, static_cast<int64_t>(mine.size()), at::kLong);
+    pp.broadcast(length, root);
+    at::Tensor bytes = at::empty({length.item<int64_t>()}, at::kByte);
+    if (pp.rank() == root) std::memcpy(bytes.data_ptr(), mine.data(), mine.size());
+    pp.broadcast(bytes, root);
+    if (pp.rank() != 0) continue;
+    const char* data = static_cast<const char*>(bytes.data_ptr());
+    auto theirs = c10::impl::toTypedDict<std::string, at::Tensor>(
+        torch::pickle_load(std::vector<char>(data, data + bytes.numel())).toGenericDict());
+    for (const auto& item : theirs) tensors.insert(item.key(), item.value());
+  }
+}
+
+}  // namespace titan

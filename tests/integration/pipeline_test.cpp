@@ -1,0 +1,170 @@
+// Pipeline parallelism against the single-process reference (same seed, same
+// data, fp32, 10 steps, batch 8 of 64 tokens) as real Gloo jobs: losses,
+// grad norms and final parameters within 1e-5 relative for every built-in
+// schedule at PP2 with 4 and 8 microbatches, 1F1B and Interleaved1F1B at
+// PP4, a user's CSV schedule, FSDP2 x PP2, DDP x PP2 and FSDP2 x TP2 x PP2;
+// a PP2 checkpoint resumed at PP4, without PP and under FSDP alone; the
+// Chrome trace; shapes that cannot run refused at config check.
+#include "equivalence_runs.hpp"
+
+namespace {
+
+namespace fs = std::filesystem;
+using titan::test::check_equivalent;
+using titan::test::run_command;
+using titan::test::run_ranks;
+using titan::test::run_single;
+using titan::test::RunOutput;
+
+// Six blocks, so PP4 with two stages per rank (8 stages: the embedding, six
+// single blocks, the head) still splits; dims as the other equivalence tests.
+const std::string kModel = " --set model.dim=64 --set model.n_layers=6 --set model.n_heads=4";
+
+// `microbatches` of the local batch (num_pp_microbatches).
+std::string pp(int degree, const std::string& schedule, int microbatches, const std::string& more = "") {
+  return "{name: pipeline, pipeline_parallel_degree: " + std::to_string(degree) +
+         ", pipeline_parallel_schedule: " + schedule + ", num_pp_microbatches: " + std::to_string(microbatches) +
+         more + "}";
+}
+
+// Every pp rank reads the whole batch of 8 (dp = 1).
+void check_schedule(const RunOutput& reference, const std::string& schedule, int degree, int microbatches, int port) {
+  const std::string name = "pp" + std::to_string(degree) + "_" + schedule + "_m" + std::to_string(microbatches);
+  INFO(name);
+  // The microbatch size (8 / m) sets the count, as in TorchTitan's configs.
+  const std::string plugin = "{name: pipeline, pipeline_parallel_degree: " + std::to_string(degree) +
+                             ", pipeline_parallel_schedule: " + schedule + ", pipeline_parallel_microbatch_size: " +
+                             std::to_string(8 / microbatches) + "}";
+  check_equivalent(run_ranks(name, degree, port, plugin, kModel, 1), reference, 1e-5);
+}
+
+}  // namespace
+
+TEST_CASE("pipeline: GPipe and 1F1B at PP2 with 4 and 8 microbatches and 1F1B at PP4 reproduce the single process") {
+  RunOutput reference = run_single("pp_single_stage_reference", kModel);
+  check_schedule(reference, "GPipe", 2, 4, 29780);
+  check_schedule(reference, "GPipe", 2, 8, 29781);
+  check_schedule(reference, "1F1B", 2, 4, 29782);
+  check_schedule(reference, "1F1B", 2, 8, 29783);
+  check_schedule(reference, "1F1B", 4, 4, 29784);
+  check_schedule(reference, "1F1B", 4, 8, 29785);
+}
+
+TEST_CASE("pipeline: Interleaved1F1B, LoopedBFS and InterleavedZeroBubble (two stages per rank) at PP2 and "
+          "Interleaved1F1B at PP4 reproduce the single process") {
+  RunOutput reference = run_single("pp_looped_reference", kModel);
+  check_schedule(reference, "Interleaved1F1B", 2, 4, 29786);
+  check_schedule(reference, "Interleaved1F1B", 2, 8, 29787);
+  check_schedule(reference, "LoopedBFS", 2, 4, 29788);
+  check_schedule(reference, "LoopedBFS", 2, 8, 29789);
+  check_schedule(reference, "InterleavedZeroBubble", 2, 4, 29790);
+  check_schedule(reference, "InterleavedZeroBubble", 2, 8, 29791);
+  check_schedule(reference, "Interleaved1F1B", 4, 4, 29792);
+  check_schedule(reference, "Interleaved1F1B", 4, 8, 29793);
+}
+
+TEST_CASE("pipeline: the V schedules ZBVZeroBubble and DualPipeV and a user's CSV schedule at PP2 reproduce the "
+          "single process") {
+  RunOutput reference = run_single("pp_v_reference", kModel);
+  check_schedule(reference, "ZBVZeroBubble", 2, 4, 29794);
+  check_schedule(reference, "ZBVZeroBubble", 2, 8, 29795);
+  check_schedule(reference, "DualPipeV", 2, 4, 29796);
+  check_schedule(reference, "DualPipeV", 2, 8, 29797);
+  // 1F1B written by hand, compute-only: core adds the sends and recvs.
+  fs::path csv = titan::test::temp_dir("pp_csv_schedule") / "one_f_one_b.csv";
+  std::ofstream(csv) << "0F0,0F1,0B0,0F2,0B1,0F3,0B2,0B3\n1F0,1B0,1F1,1B1,1F2,1B2,1F3,1B3\n";
+  check_equivalent(run_ranks("pp2_csv", 2, 29798,
+                             pp(2, "1F1B", 4, ", pipeline_parallel_schedule_csv: '" + csv.string() + "'"), kModel, 1),
+                   reference, 1e-5);
+}
+
+TEST_CASE("pipeline: FSDP2 x PP2, DDP x PP2 and FSDP2 x TP2 x PP2 reproduce the single process") {
+  RunOutput reference = run_single("pp_composed_reference", kModel);
+  // FSDP shards each stage over 2 ranks, which read different halves of the batch.
+  check_equivalent(run_ranks("fsdp2_pp2", 4, 29799, "{name: fsdp, dp_shard: 2}, " + pp(2, "Interleaved1F1B", 2), kModel, 2),
+                   reference, 1e-5);
+  check_equivalent(run_ranks("ddp2_pp2", 4, 29800, "{name: ddp}, " + pp(2, "ZBVZeroBubble", 4), kModel, 2),
+                   reference, 1e-5);
+  check_equivalent(run_ranks("fsdp2_tp2_pp2", 8, 29801,
+                             "{name: fsdp, dp_shard: 2}, {name: tensor_parallel, tensor_parallel_degree: 2, "
+                             "enable_sequence_parallel: false}, " +
+                                 pp(2, "1F1B", 2),
+                             kModel, 2),
+                   reference, 1e-5);
+}
+
+TEST_CASE("pipeline: a PP2 checkpoint resumes at PP4, without PP and under FSDP alone on the same loss curve; the "
+          "Chrome trace holds every rank's actions") {
+  const std::string checkpoints =
+      " --set checkpoint.enable=true --set checkpoint.interval=5 --set checkpoint.keep_latest_k=0";
+  fs::path trace = titan::test::temp_dir("pp2_trace") / "pipeline.json";
+  RunOutput pp2 = run_ranks("pp2_saves", 2, 29802,
+                            pp(2, "1F1B", 4, ", pipeline_parallel_trace: '" + trace.string() + "'"),
+                            kModel + checkpoints, 1);
+  // Every rank's file: 10 steps of its lowered list (1F1B, 4 microbatches: 4 F, 4 B, 4 sends, 4 recvs).
+  for (int rank = 0; rank < 2; ++rank) {
+    fs::path file = trace.parent_path() / ("pipeline_rank" + std::to_string(rank) + ".json");
+    INFO(file.string());
+    REQUIRE(fs::exists(file));
+    auto json = nlohmann::json::parse(titan::test::read_file(file));
+    const auto& events = json["traceEvents"];
+    CHECK(events.size() == 10 * 16);
+    CHECK(events[0]["name"].get<std::string>() == (rank == 0 ? "0F0" : "1RECV_F0"));
+    CHECK(events[0]["ph"].get<std::string>() == "X");
+  }
+
+  // `runner`: titan, or titan under `titan launch`; `sets`: the run's own settings.
+  auto resume = [&](const std::string& name, const std::string& runner, const std::string& sets) {
+    std::string folder = "pp2_resumed_" + name;
+    std::replace(folder.begin(), folder.end(), ' ', '_');
+    fs::path dump = titan::test::temp_dir(folder);
+    fs::create_directories(dump / "checkpoint");
+    fs::copy(titan::test::temp_path("pp2_saves") / "checkpoint/step-5", dump / "checkpoint/step-5",
+             fs::copy_options::recursive);
+    auto result = run_command("timeout 300 " + runner + " train " + titan::test::source_dir() +
+                              "/configs/llama3_debugmodel.yaml" + titan::test::common_sets(dump) + kModel +
+                              checkpoints + sets);
+    INFO(result.output);
+    REQUIRE(result.exit_code == 0);
+    CHECK(result.output.find("resumed from checkpoint at step 5") != std::string::npos);
+    RunOutput after = titan::test::read_run(dump);
+    REQUIRE(after.losses.size() == 5);
+    double worst = 0;
+    for (size_t i = 0; i < 5; ++i) worst = std::max(worst, titan::test::relative(after.losses[i], pp2.losses[5 + i]));
+    MESSAGE("PP2 -> " << name << ": max relative loss difference over steps 6-10: " << worst);
+    CHECK(worst <= 1e-5);
+  };
+  const std::string titan = titan::test::titan_binary();
+  auto launch = [&](int ranks, int port) {
+    return titan + " launch --nproc-per-node " + std::to_string(ranks) + " --master-port " + std::to_string(port) +
+           " --grace-period-s 5 -- " + titan;
+  };
+  resume("PP4", launch(4, 29803), " --set training.local_batch_size=8 --set 'plugins=[" + pp(4, "1F1B", 4) + "]'");
+  resume("one process", titan, " --set training.local_batch_size=8");
+  resume("FSDP2", launch(2, 29804), " --set training.local_batch_size=4 --set 'plugins=[{name: fsdp}]'");
+}
+
+TEST_CASE("pipeline: shapes a schedule cannot run and a CSV that would deadlock are refused at config check with "
+          "the key, the rank and what would work") {
+  const std::string config = titan::test::source_dir() + "/configs/llama3_debugmodel.yaml";
+  auto check = [&](const std::string& sets, int world, const std::string& expected) {
+    auto result = run_command(titan::test::titan_binary() + " config check " + config + " --world-size " +
+                              std::to_string(world) + " --set training.local_batch_size=8" + sets);
+    INFO(result.output);
+    CHECK(result.exit_code != 0);
+    CHECK(result.output.find(expected) != std::string::npos);
+  };
+  auto plugins = [](const std::string& list) { return " --set 'plugins=[" + list + "]'"; };
+  check(plugins(pp(2, "Interleaved1F1B", 1)), 2, "is fewer than pipeline_parallel_schedule Interleaved1F1B needs");
+  check(plugins(pp(2, "1F1B", 4, ", pipeline_parallel_layers_per_stage: 3")), 2,
+        "pipeline_parallel_layers_per_stage gives 3 stages, not a multiple of pipeline_parallel_degree = 2");
+  check(plugins(pp(2, "1F1B", 4, ", pipeline_parallel_layers_per_stage: 2")), 2,
+        "pipeline_parallel_schedule 1F1B runs exactly 1 stage per rank");
+  check(plugins(pp(2, "1F1B", 3)), 2, "does not split into num_pp_microbatches = 3");
+  check(plugins(pp(2, "NoSuchSchedule", 4)), 2, "NoSuchSchedule");
+  // A CSV with communication written out, rank 1's RECV_F of microbatch 1 missing.
+  fs::path csv = titan::test::temp_dir("pp_bad_csv") / "missing_recv.csv";
+  std::ofstream(csv) << "0F0,0SEND_F0,0F1,0SEND_F1,0RECV_B0,0B0,0RECV_B1,0B1\n"
+                        "1RECV_F0,1F0,1F1,1B0,1SEND_B0,1B1,1SEND_B1\n";
+  check(plugins(pp(2, "1F1B", 2, ", pipeline_parallel_schedule_csv: '" + csv.string() + "'")), 2, "rank 1");
+}
