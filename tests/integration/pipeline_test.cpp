@@ -155,7 +155,9 @@ TEST_CASE("pipeline: shapes a schedule cannot run and a CSV that would deadlock 
     CHECK(result.output.find(expected) != std::string::npos);
   };
   auto plugins = [](const std::string& list) { return " --set 'plugins=[" + list + "]'"; };
-  check(plugins(pp(2, "Interleaved1F1B", 1)), 2, "is fewer than pipeline_parallel_schedule Interleaved1F1B needs");
+  check(plugins(pp(2, "DualPipeV", 2)), 2,
+        "num_pp_microbatches = 2 (local_batch_size / pipeline_parallel_microbatch_size) is fewer than "
+        "pipeline_parallel_schedule DualPipeV needs: at least 4");
   check(plugins(pp(2, "1F1B", 4, ", pipeline_parallel_layers_per_stage: 3")), 2,
         "pipeline_parallel_layers_per_stage gives 3 stages, not a multiple of pipeline_parallel_degree = 2");
   check(plugins(pp(2, "1F1B", 4, ", pipeline_parallel_layers_per_stage: 2")), 2,

@@ -38,7 +38,15 @@ void cut(torch::nn::Module& module, const std::string& path, const std::set<std:
     switch (judge(child_path, keep)) {
       case Verdict::keep_whole: break;
       case Verdict::descend: cut(*child.value(), child_path, keep); break;
-      case Verdict::drop: dropped.push_back(child.key()); break;
+      case Verdict::drop:
+        // A model holds its block dict as a member and runs whatever is in
+        // it: the dict stays, emptied.
+        if (dynamic_cast<torch::nn::ModuleDictImpl*>(child.value().get())) {
+          cut(*child.value(), child_path, keep);
+        } else {
+          dropped.push_back(child.key());
+        }
+        break;
     }
   }
   // A ModuleDict keeps its own index beside the children list, and its pop
