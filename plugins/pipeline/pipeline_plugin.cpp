@@ -11,18 +11,25 @@ namespace {
 
 using titan::pipeline::PipelineOptions;
 
-// One string per stage, its module paths separated by spaces or commas:
-// ConfigNode reads lists of scalars only, not TorchTitan's list of lists.
+// TorchTitan's list of lists ([[tok_embeddings, layers.0], [layers.1, norm,
+// output]]), or one string per stage with its paths separated by spaces or
+// commas (["tok_embeddings layers.0", "layers.1 norm output"]), shorter on
+// a --set command line.
 std::vector<std::vector<std::string>> read_parts(const titan::ConfigNode& node) {
   const char* key = "module_fqns_per_model_part";
+  const char* doc =
+      "the module paths of each stage: a list of lists ([[tok_embeddings, layers.0], [layers.1, norm, output]]) or "
+      "one string per stage, paths separated by spaces; empty: split by the layer rule";
+  try {
+    return node.get<std::vector<std::vector<std::string>>>(key, {}, doc);
+  } catch (const titan::ConfigError&) {
+  }
   std::vector<std::string> lines;
   try {
-    lines = node.get<std::vector<std::string>>(
-        key, {},
-        "the module paths of each stage, one string per stage, paths separated by spaces "
-        "(e.g. [\"tok_embeddings layers.0\", \"layers.1 norm output\"]); empty: split by the layer rule");
+    lines = node.get<std::vector<std::string>>(key, {}, doc);
   } catch (const titan::ConfigError&) {
-    node.fail(key, "expected a list with one string per stage, its module paths separated by spaces, e.g. "
+    node.fail(key, "expected a list of lists of module paths, e.g. [[tok_embeddings, layers.0, layers.1], "
+                   "[layers.2, layers.3, norm, output]], or one string per stage, e.g. "
                    "[\"tok_embeddings layers.0 layers.1\", \"layers.2 layers.3 norm output\"]");
   }
   std::vector<std::vector<std::string>> parts;

@@ -135,6 +135,9 @@ TEST_SUITE("pipeline") {
     // "layers" stands for every block.
     CHECK(Splitter("{module_fqns_per_model_part: [tok_embeddings, layers, \"norm output\"]}").stages(2) ==
           Stages{{"tok_embeddings"}, {"layers"}, {"norm", "output"}});
+    // TorchTitan's list of lists gives the same stages.
+    CHECK(Splitter("{module_fqns_per_model_part: [[tok_embeddings], [layers], [norm, output]]}").stages(2) ==
+          Splitter("{module_fqns_per_model_part: [tok_embeddings, layers, \"norm output\"]}").stages(2));
   }
 
   TEST_CASE("pipeline: a split that leaves a stage with no block or fewer than none is refused naming the options") {
@@ -200,8 +203,8 @@ TEST_SUITE("pipeline") {
     CHECK(has(refusal("{module_fqns_per_model_part: [tok_embeddings, \"layers norm output\"], "
                       "pipeline_parallel_first_stage_less_layers: 0}"),
               "would be ignored"));
-    CHECK(has(refusal("{module_fqns_per_model_part: [[tok_embeddings], [layers, norm, output]]}"),
-              "module_fqns_per_model_part: expected a list with one string per stage"));
+    CHECK(has(refusal("{module_fqns_per_model_part: [[tok_embeddings], 3]}"),
+              "module_fqns_per_model_part: expected a list of lists of module paths"));
     CHECK(has(refusal("{pipeline_parallel_degree: 0}"), "pipeline_parallel_degree: expected a degree >= 1 or -1"));
     CHECK(has(refusal("{pipeline_parallel_microbatch_size: 0}"), "pipeline_parallel_microbatch_size"));
     CHECK(has(refusal("{num_pp_microbatches: -1}"), "num_pp_microbatches"));

@@ -34,7 +34,8 @@ class ConfigNode {
   bool has(const std::string& key) const;
   // Typed read; the fallback is stored back into the tree when absent.
   // T is one of bool, int, int64_t, double, std::string,
-  // std::vector<std::string>, std::vector<int64_t>, std::vector<double>.
+  // std::vector<std::string>, std::vector<int64_t>, std::vector<double>,
+  // std::vector<std::vector<std::string>>.
   template <class T>
   T get(const std::string& key, const T& fallback, const std::string& doc = "") const;
   template <class T>

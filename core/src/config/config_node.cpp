@@ -65,6 +65,9 @@ template <> struct Kind<std::string> { static constexpr const char* name = "stri
 template <> struct Kind<std::vector<std::string>> { static constexpr const char* name = "list[string]"; };
 template <> struct Kind<std::vector<int64_t>> { static constexpr const char* name = "list[int]"; };
 template <> struct Kind<std::vector<double>> { static constexpr const char* name = "list[float]"; };
+template <> struct Kind<std::vector<std::vector<std::string>>> {
+  static constexpr const char* name = "list[list[string]]";
+};
 
 template <class T>
 std::string yaml_text(const T& value) {
@@ -103,7 +106,8 @@ bool convert(const YAML::Node& node, T& out) {
     }
   } else if constexpr (std::is_same_v<T, std::vector<std::string>> ||
                        std::is_same_v<T, std::vector<int64_t>> ||
-                       std::is_same_v<T, std::vector<double>>) {
+                       std::is_same_v<T, std::vector<double>> ||
+                       std::is_same_v<T, std::vector<std::vector<std::string>>>) {
     if (!node.IsSequence()) return false;
     out.clear();
     for (const auto& element : node) {
@@ -248,6 +252,7 @@ TITAN_CONFIG_TYPE(std::string)
 TITAN_CONFIG_TYPE(std::vector<std::string>)
 TITAN_CONFIG_TYPE(std::vector<int64_t>)
 TITAN_CONFIG_TYPE(std::vector<double>)
+TITAN_CONFIG_TYPE(std::vector<std::vector<std::string>>)
 #undef TITAN_CONFIG_TYPE
 
 std::string ConfigNode::choice(const std::string& key, const std::string& fallback,
