@@ -178,3 +178,30 @@ TEST_CASE("pipeline: shapes a schedule cannot run and a CSV that would deadlock 
     CHECK_MESSAGE(ok.exit_code == 0, name, "\n", ok.output);
   }
 }
+
+TEST_CASE("pipeline: a pipeline rank killed mid-step leaves its peer's flight recorder dump, and fr-analyze names "
+          "the recv that never completed and the rank it waits for") {
+  fs::path dump = titan::test::temp_dir("pp2_killed");
+  // Rank 1 (stage 1) dies as its forward of step 2 starts; rank 0 has sent
+  // it activations and waits for their gradients.
+  auto result = run_command(
+      "TITAN_TEST_SIGNAL=KILL:rank=1:phase=forward:step=2 timeout 240 " + titan::test::titan_binary() +
+      " launch --nproc-per-node 2 --master-port 29805 --grace-period-s 20 -- " + titan::test::titan_binary() +
+      " train " + titan::test::source_dir() + "/configs/llama3_debugmodel.yaml --set training.steps=3" +
+      " --set training.seq_len=32 --set training.local_batch_size=4 --set training.threads=1" +
+      " --set comm.train_timeout_seconds=30 --set job.dump_folder=" + dump.string() + kModel +
+      " --set 'plugins=[" + pp(2, "1F1B", 2) + ", {name: flight_recorder, watchdog_timeout_seconds: 15}]'");
+  INFO(result.output);
+  CHECK(result.exit_code != 0);
+  CHECK(result.output.find("rank 1") != std::string::npos);
+  REQUIRE(fs::exists(dump / "flight_recorder" / "rank_0.json"));
+  auto analysis = run_command(titan::test::titan_binary() + " fr-analyze " + dump.string() + " 2>&1");
+  INFO(analysis.output);
+  CHECK(analysis.exit_code == 0);
+  // Rank 0's RECV_B of microbatch 0 (1F1B, 2 microbatches) on the pp group, by the action's name.
+  const std::string& text = analysis.output;
+  CHECK(text.find("unmatched_recv: group 'pp/") != std::string::npos);
+  CHECK(text.find("rank 0 posted recv #1 from rank 1 (tag 1)") != std::string::npos);
+  CHECK(text.find("at 'step 2 / pp 0RECV_B0'") != std::string::npos);
+  CHECK(text.find("rank 1 left no dump") != std::string::npos);
+}

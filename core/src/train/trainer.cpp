@@ -240,8 +240,11 @@ TrainResult train(RunPlan& plan, const World& world) {
   for (auto& sink : plan.metrics_sinks) sinks.push_back(sink.get());
   MetricsConfig metrics_config = core.metrics;
   if (world.rank != 0) metrics_config.enable_jsonl = false;  // one file per job
-  StepMetrics metrics(metrics_config, core.job.dump_folder, plan.model->flops_per_token(training.seq_len), peak, sinks,
-                      device);
+  // Each pp rank computes its stages' share of every token (an even share:
+  // MFU stays a per-rank figure, not pp times one).
+  const double pp_degree = parallel.mesh() ? static_cast<double>(parallel.mesh()->size("pp")) : 1.0;
+  StepMetrics metrics(metrics_config, core.job.dump_folder, plan.model->flops_per_token(training.seq_len) / pp_degree,
+                      peak, sinks, device);
 
   const int64_t accumulation = accumulation_steps(training, parallel.dp_degree());
   auto current_step = std::make_shared<int64_t>(step);
