@@ -51,7 +51,7 @@ std::string write_dump(const std::string& folder, const DumpInfo& info, const Sn
   nlohmann::json entries = nlohmann::json::array();
   for (const Record& record : snapshot.records) {
     const CollectiveEvent& event = record.event;
-    entries.push_back({{"id", record.id},
+    nlohmann::json entry = {{"id", record.id},
                        {"sequence", event.sequence},
                        {"op", event.op},
                        {"group", event.group},
@@ -63,7 +63,14 @@ std::string write_dump(const std::string& folder, const DumpInfo& info, const Sn
                        {"state", state_name(record.state)},
                        {"enqueue_time_s", to_unix(event.time_s)},
                        {"start_time_s", to_unix(record.start_s)},
-                       {"end_time_s", to_unix(record.end_s)}});
+                       {"end_time_s", to_unix(record.end_s)}};
+    if (record.collective_sequence >= 0) entry["collective_sequence"] = record.collective_sequence;
+    if (event.peer >= 0) {
+      entry["peer"] = event.peer;
+      entry["tag"] = event.tag;
+      if (record.p2p_sequence >= 0) entry["p2p_sequence"] = record.p2p_sequence;
+    }
+    entries.push_back(std::move(entry));
   }
   nlohmann::json groups = nlohmann::json::array();
   for (const GroupStatus& group : snapshot.groups) {
@@ -71,12 +78,23 @@ std::string write_dump(const std::string& folder, const DumpInfo& info, const Sn
                       {"ranks", group.ranks},
                       {"last_enqueued", group.last_enqueued},
                       {"last_started", group.last_started},
-                      {"last_completed", group.last_completed}});
+                      {"last_completed", group.last_completed},
+                      {"last_collective", group.last_collective}});
+  }
+  nlohmann::json streams = nlohmann::json::array();
+  for (const P2pStatus& stream : snapshot.p2p) {
+    streams.push_back({{"group", stream.group},
+                       {"group_ranks", stream.group_ranks},
+                       {"op", stream.op},
+                       {"peer", stream.peer},
+                       {"tag", stream.tag},
+                       {"last_enqueued", stream.last_enqueued},
+                       {"last_completed", stream.last_completed}});
   }
   char host[256] = {0};
   gethostname(host, sizeof(host) - 1);
   nlohmann::json dump = {{"format", "titan-flight-recorder"},
-                         {"version", 1},
+                         {"version", 2},
                          {"rank", info.rank},
                          {"world_size", info.world_size},
                          {"pid", static_cast<int64_t>(getpid())},
@@ -88,6 +106,7 @@ std::string write_dump(const std::string& folder, const DumpInfo& info, const Sn
                          {"entries_recorded", snapshot.total_recorded},
                          {"complete", snapshot.complete},
                          {"groups", groups},
+                         {"p2p", streams},
                          {"entries", entries}};
   std::filesystem::create_directories(folder);
   std::string path = folder + "/rank_" + std::to_string(info.rank) + ".json";
@@ -107,7 +126,13 @@ std::string describe(const Record& record, double now_s) {
   const CollectiveEvent& event = record.event;
   std::ostringstream text;
   text << "#" << record.id << " " << event.op << " seq " << event.sequence << " on '" << event.group << "' "
-       << ranks_text(event.group_ranks) << " " << shapes_text(event.shapes) << " " << event.dtype << " "
+       << ranks_text(event.group_ranks) << " ";
+  if (event.peer >= 0) {
+    text << (event.op == "send" ? "to" : "from") << " rank " << event.peer << " tag " << event.tag;
+    if (record.p2p_sequence >= 0) text << " " << event.op << " #" << record.p2p_sequence;
+    text << " ";
+  }
+  text << shapes_text(event.shapes) << " " << event.dtype << " "
        << event.bytes << " B " << state_name(record.state);
   char seconds[32];
   if (record.state == State::started || record.state == State::scheduled) {

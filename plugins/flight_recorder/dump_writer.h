@@ -17,7 +17,8 @@ struct DumpInfo {
 // Writes `folder`/rank_<rank>.json; returns its path. Throws std::exception on I/O errors.
 std::string write_dump(const std::string& folder, const DumpInfo& info, const Snapshot& snapshot);
 
-// "#812 all_gather seq 7 on 'dp_shard' [0,1,2,3] [[1024]] Float 4096 B started 10.2 s ago at 'step 1 / ...'"
+// "#812 all_gather seq 7 on 'dp_shard' [0,1,2,3] [[1024]] Float 4096 B started for 10.2 s at 'step 1 / ...'",
+// "#813 recv seq 9 on 'pp' [0,1] from rank 0 tag 12 recv #3 [[2,32,64]] Float 16384 B started for 10.2 s at '...'"
 std::string describe(const Record& record, double now_s);
 
 }  // namespace titan::flight_recorder

@@ -4,6 +4,10 @@
 
 namespace titan::flight_recorder {
 
+namespace {
+bool point_to_point(const std::string& op) { return op == "send" || op == "recv"; }
+}  // namespace
+
 const char* state_name(State state) {
   switch (state) {
     case State::scheduled: return "scheduled";
@@ -30,6 +34,21 @@ GroupStatus& RecordBuffer::group(const CollectiveEvent& event) {
   return status;
 }
 
+P2pStatus* RecordBuffer::stream(const GroupStatus& group, const CollectiveEvent& event, bool create) {
+  if (!point_to_point(event.op) || event.peer < 0) return nullptr;
+  auto key = std::make_tuple(&group, event.op == "send", event.peer, event.tag);
+  auto found = streams_.find(key);
+  if (found != streams_.end()) return &found->second;
+  if (!create || streams_.size() >= kMaxP2pStreams) return nullptr;
+  P2pStatus& status = streams_[key];
+  status.group = event.group;
+  status.group_ranks = event.group_ranks;
+  status.op = event.op;
+  status.peer = event.peer;
+  status.tag = event.tag;
+  return &status;
+}
+
 void RecordBuffer::enqueue(const CollectiveEvent& event) {
   std::lock_guard<std::timed_mutex> lock(mutex_);
   Record& slot = ring_[next_id_ % ring_.size()];
@@ -37,7 +56,14 @@ void RecordBuffer::enqueue(const CollectiveEvent& event) {
   slot.event = event;
   slot.start_s = slot.end_s = 0;
   slot.state = State::scheduled;
-  group(event).last_enqueued = static_cast<int64_t>(event.sequence);
+  slot.collective_sequence = slot.p2p_sequence = -1;
+  GroupStatus& status = group(event);
+  status.last_enqueued = static_cast<int64_t>(event.sequence);
+  if (!point_to_point(event.op)) {
+    slot.collective_sequence = ++status.last_collective;
+  } else if (P2pStatus* p2p = stream(status, event, true)) {
+    slot.p2p_sequence = ++p2p->last_enqueued;
+  }
 }
 
 Record* RecordBuffer::find(const CollectiveEvent& event) {
@@ -64,11 +90,18 @@ void RecordBuffer::start(const CollectiveEvent& event) {
 
 void RecordBuffer::finish(const CollectiveEvent& event, bool ok) {
   std::lock_guard<std::timed_mutex> lock(mutex_);
-  if (Record* record = find(event)) {
+  Record* record = find(event);
+  if (record) {
     record->end_s = event.time_s;
     record->state = ok ? State::completed : State::failed;
   }
-  if (ok) group(event).last_completed = static_cast<int64_t>(event.sequence);
+  if (!ok) return;
+  GroupStatus& status = group(event);
+  status.last_completed = static_cast<int64_t>(event.sequence);
+  // A record already overwritten no longer knows its number: rare (the ring
+  // went round while this op was in flight), and the next completion catches up.
+  P2pStatus* p2p = record ? stream(status, event, false) : nullptr;
+  if (p2p && record->p2p_sequence > p2p->last_completed) p2p->last_completed = record->p2p_sequence;
 }
 
 Snapshot RecordBuffer::snapshot(std::chrono::milliseconds wait) const {
@@ -78,6 +111,7 @@ Snapshot RecordBuffer::snapshot(std::chrono::milliseconds wait) const {
   const uint64_t held = std::min<uint64_t>(next_id_, ring_.size());
   for (uint64_t id = next_id_ - held; id < next_id_; ++id) snapshot.records.push_back(ring_[id % ring_.size()]);
   for (const auto& [key, status] : groups_) snapshot.groups.push_back(status);
+  for (const auto& [key, status] : streams_) snapshot.p2p.push_back(status);
   snapshot.total_recorded = next_id_;
   snapshot.capacity = ring_.size();
   return snapshot;

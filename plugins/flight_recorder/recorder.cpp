@@ -60,7 +60,10 @@ void Recorder::on_complete(const CollectiveEvent& event, bool ok) {
   if (ok) return;
   // The core calls observers under one lock, so only one failure gets here first.
   if (first_failure_s_.load() > 0) return;
-  first_failure_ = event.op + " seq " + std::to_string(event.sequence) + " on group '" + event.group + "'" +
+  std::string peer = event.peer < 0 ? ""
+                     : (event.op == "send" ? " to rank " : " from rank ") + std::to_string(event.peer) + " (tag " +
+                           std::to_string(event.tag) + ")";
+  first_failure_ = event.op + " seq " + std::to_string(event.sequence) + peer + " on group '" + event.group + "'" +
                    (event.call_site.empty() ? "" : " at '" + event.call_site + "'") + " failed";
   first_failure_s_.store(monotonic_seconds());
   dump("collective_failed", first_failure_);

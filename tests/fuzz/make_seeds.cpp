@@ -16,6 +16,7 @@
 #include "byte_level.hpp"
 #include "checkpoint_metadata.h"
 #include "dump_writer.h"
+#include "record_buffer.h"
 #include "shard_file.h"
 #include "titan/safetensors.hpp"
 #include "titan/tokenizer.hpp"
@@ -250,6 +251,49 @@ void flight_recorder_seeds(const fs::path& corpus, const fs::path& work) {
   }
   write_seed(corpus, "fr_dumps", "two_of_three_ranks", with_nul(dumps[0], dumps[1]));
   write_seed(corpus, "fr_dumps", "one_rank", dumps[0]);
+
+  // Two pipeline stages through the recorder's own numbering: activations on
+  // tag 12, gradients back on tag 13 and an all_reduce on the same group;
+  // rank 1 posted one recv more than rank 0 sent and waits in it, and one
+  // send more than rank 0 received.
+  auto pipeline_stage = [](int rank) {
+    frr::RecordBuffer buffer(64);
+    uint64_t sequence = 0;
+    double time = 100;
+    auto issue = [&](const std::string& op, int microbatch, int tag, bool complete) {
+      titan::CollectiveEvent event;
+      event.sequence = sequence++;
+      event.op = op;
+      event.group = "pp/dp0";
+      event.group_ranks = {0, 1};
+      event.shapes = {{2, 8, 16}};
+      event.dtype = "Float";
+      event.bytes = 1024;
+      event.call_site = "step 1 / pipeline " + op + " microbatch " + std::to_string(microbatch);
+      event.time_s = time += 0.01;
+      if (op == "send" || op == "recv") {
+        event.peer = 1 - rank;
+        event.tag = tag;
+      }
+      buffer.enqueue(event);
+      buffer.start(event);
+      event.time_s = time += 0.01;
+      if (complete) buffer.finish(event, true);
+    };
+    for (int microbatch = 0; microbatch < 3; ++microbatch) issue(rank == 0 ? "send" : "recv", microbatch, 12, true);
+    if (rank == 1) issue("recv", 3, 12, false);
+    for (int microbatch = 0; microbatch < 2 + rank; ++microbatch) {
+      issue(rank == 0 ? "recv" : "send", microbatch, 13, true);
+    }
+    issue("all_reduce", 0, 0, rank == 0);
+    return buffer.snapshot();
+  };
+  std::string stages[2];
+  for (int rank = 0; rank < 2; ++rank) {
+    frr::DumpInfo info{rank, 2, "watchdog", "stuck: recv #3 from rank 0 (tag 12)"};
+    stages[rank] = read_file(frr::write_dump(work.string(), info, pipeline_stage(rank)));
+  }
+  write_seed(corpus, "fr_dumps", "pipeline_unmatched_p2p", with_nul(stages[0], stages[1]));
 }
 
 }  // namespace

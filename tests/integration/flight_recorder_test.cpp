@@ -2,12 +2,15 @@
 // with a test-only fault (TITAN_TEST_FAULT, read by the comm layer) must all
 // exit non-zero within the timeout, each leaving a dump, and `titan
 // fr-analyze` must name the rank, op and group at fault. Also: the analyzer
-// on hand-written dumps, comm.verify_collectives, and dumps on signals.
+// on hand-written dumps (collectives, and send/recv paired per stream),
+// comm.verify_collectives, and dumps on signals.
 #include "doctest_torch.hpp"
 
 #include <chrono>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <tuple>
 
 #include "test_support.hpp"
 
@@ -79,6 +82,76 @@ void write_fake_dump(const std::filesystem::path& dir, int rank, int world_size,
                                                                           {"last_completed", last - 1}}})},
                          {"entries", list}};
   titan::test::write_file(dir / "flight_recorder" / ("rank_" + std::to_string(rank) + ".json"), dump.dump());
+}
+
+// A hand-written version 2 dump of one rank of the pipeline group 'pp/0' [0,1]:
+// send/recv (peer, tag, number in the stream) and collectives, in the order given.
+struct FakeOp {
+  std::string op;  // send, recv or a collective
+  int peer = -1, tag = 0;
+  int64_t number = 0;  // p2p_sequence, or collective_sequence for a collective
+  std::string state = "completed", call_site = "step 4 / pp", shapes = "[[2,4]]";
+};
+
+void write_pp_dump(const std::filesystem::path& dir, int rank, int world_size, const std::vector<FakeOp>& ops,
+                   const std::string& trigger = "watchdog") {
+  nlohmann::json entries = nlohmann::json::array();
+  std::map<std::tuple<std::string, int, int>, std::pair<int64_t, int64_t>> streams;  // -> (last enqueued, completed)
+  int64_t last_collective = -1;
+  for (size_t i = 0; i < ops.size(); ++i) {
+    const FakeOp& op = ops[i];
+    nlohmann::json entry = {{"id", i}, {"sequence", i}, {"op", op.op}, {"group", "pp/0"}, {"group_ranks", {0, 1}},
+                            {"shapes", nlohmann::json::parse(op.shapes)}, {"dtype", "Float"}, {"bytes", 32},
+                            {"call_site", op.call_site}, {"state", op.state}, {"enqueue_time_s", 1000.0 + i},
+                            {"start_time_s", 1000.0 + i}, {"end_time_s", nullptr}};
+    if (op.op == "send" || op.op == "recv") {
+      entry["peer"] = op.peer;
+      entry["tag"] = op.tag;
+      entry["p2p_sequence"] = op.number;
+      auto& [enqueued, completed] = streams.try_emplace({op.op, op.peer, op.tag}, -1, -1).first->second;
+      enqueued = std::max(enqueued, op.number);
+      if (op.state == "completed") completed = std::max(completed, op.number);
+    } else {
+      entry["collective_sequence"] = op.number;
+      last_collective = std::max(last_collective, op.number);
+    }
+    entries.push_back(entry);
+  }
+  nlohmann::json p2p = nlohmann::json::array();
+  for (const auto& [key, counters] : streams) {
+    p2p.push_back({{"group", "pp/0"}, {"group_ranks", {0, 1}}, {"op", std::get<0>(key)}, {"peer", std::get<1>(key)},
+                   {"tag", std::get<2>(key)}, {"last_enqueued", counters.first}, {"last_completed", counters.second}});
+  }
+  const int64_t last = static_cast<int64_t>(ops.size()) - 1;
+  nlohmann::json dump = {{"format", "titan-flight-recorder"}, {"version", 2}, {"rank", rank},
+                         {"world_size", world_size}, {"pid", 1}, {"host", "h"}, {"trigger", trigger},
+                         {"reason", "test"}, {"dump_time_s", 2000.0}, {"buffer_size", 2000},
+                         {"entries_recorded", ops.size()}, {"complete", true},
+                         {"groups", nlohmann::json::array({nlohmann::json{{"name", "pp/0"},
+                                                                          {"ranks", {0, 1}},
+                                                                          {"last_enqueued", last},
+                                                                          {"last_started", last},
+                                                                          {"last_completed", last},
+                                                                          {"last_collective", last_collective}}})},
+                         {"p2p", p2p}, {"entries", entries}};
+  titan::test::write_file(dir / "flight_recorder" / ("rank_" + std::to_string(rank) + ".json"), dump.dump());
+}
+
+// Stage 0 (rank 0) sends activations to stage 1 on tag 12 and receives gradients on tag 13, `microbatches`
+// times; rank 1 does the mirror image.
+std::vector<FakeOp> stage_ops(int rank, int microbatches) {
+  std::vector<FakeOp> ops;
+  const int peer = 1 - rank;
+  for (int m = 0; m < microbatches; ++m) ops.push_back({rank == 0 ? "send" : "recv", peer, 12, m});
+  for (int m = 0; m < microbatches; ++m) ops.push_back({rank == 0 ? "recv" : "send", peer, 13, m});
+  return ops;
+}
+
+std::string analyze_text(const std::filesystem::path& dir) {
+  auto result = run_command(titan::test::titan_binary() + " fr-analyze " + dir.string() + " 2>&1");
+  INFO(result.output);
+  REQUIRE(result.exit_code == 0);
+  return result.output;
 }
 
 }  // namespace
@@ -263,6 +336,220 @@ TEST_SUITE("flight_recorder") {
     auto empty = run_command(titan::test::titan_binary() + " fr-analyze " + titan::test::temp_dir("fr_none").string());
     CHECK(empty.exit_code == 1);
     CHECK(empty.output.find("no flight recorder dumps") != std::string::npos);
+  }
+
+  TEST_CASE("fr-analyze: send/recv pair per stream: a matched exchange is clean and the collectives of the same "
+            "group are aligned apart from them") {
+    auto dir = titan::test::temp_dir("fr_p2p_matched");
+    // Rank 0 does 3 sends and 3 recvs, rank 1 the same mirrored, then both one all_reduce: per group the
+    // ranks' sequence ids differ nowhere here, but the all_reduce is collective #0 on both.
+    for (int rank : {0, 1}) {
+      auto ops = stage_ops(rank, 3);
+      ops.push_back({"all_reduce", -1, 0, 0});
+      write_pp_dump(dir, rank, 2, ops, "exit");
+    }
+    auto report = analyze_json(dir);
+    INFO(report.dump(2));
+    CHECK(report["findings"].empty());
+    CHECK(report["first_divergence"].is_null());
+    REQUIRE(report["p2p_streams"].size() == 2);
+    for (const auto& stream : report["p2p_streams"]) {
+      CHECK(stream["status"] == "matched");
+      CHECK(stream["sends"] == 3);
+      CHECK(stream["recvs"] == 3);
+      CHECK(stream["matched"] == 3);
+    }
+    CHECK(report["p2p_streams"][0]["from"] == 0);
+    CHECK(report["p2p_streams"][0]["to"] == 1);
+    CHECK(report["p2p_streams"][0]["tag"] == 12);
+    CHECK(report["p2p"][0] == "group 'pp/0' [0,1]: 2 send/recv streams, 6 pairs matched; every send has its recv");
+    std::string text = analyze_text(dir);
+    CHECK(text.find("no divergence found: every rank agrees on every collective still in the buffers, and every "
+                    "send has its recv") != std::string::npos);
+    CHECK(text.find("send/recv, paired per stream (group, sender, receiver, tag):") != std::string::npos);
+
+    // The collectives of a group with send/recv are still compared, by their own number: rank 1 posted
+    // one send fewer (its collective has another sequence id) and an all_gather for the all_reduce.
+    auto mixed = titan::test::temp_dir("fr_p2p_mixed");
+    write_pp_dump(mixed, 0, 2, {{"send", 1, 12, 0}, {"send", 1, 12, 1}, {"all_reduce", -1, 0, 0, "started"}});
+    write_pp_dump(mixed, 1, 2, {{"recv", 0, 12, 0}, {"recv", 0, 12, 1}, {"all_gather", -1, 0, 0, "started"}});
+    report = analyze_json(mixed);
+    INFO(report.dump(2));
+    REQUIRE(report["findings"].size() == 1);
+    CHECK(report["first_divergence"]["kind"] == "op_mismatch");
+    CHECK(report["first_divergence"]["sequence"] == 0);
+    CHECK(report["p2p_streams"][0]["status"] == "matched");
+  }
+
+  TEST_CASE("fr-analyze: a recv whose send never came names the recv, the sender and the rank stuck in it") {
+    auto dir = titan::test::temp_dir("fr_p2p_missing_send");
+    // Rank 0 sent activations #0..#2 on tag 12; rank 1 posted recv #3 too and waits in it.
+    write_pp_dump(dir, 0, 2, {{"send", 1, 12, 0}, {"send", 1, 12, 1}, {"send", 1, 12, 2, "completed", "step 4 / pp F2"}});
+    write_pp_dump(dir, 1, 2, {{"recv", 0, 12, 0}, {"recv", 0, 12, 1}, {"recv", 0, 12, 2},
+                              {"recv", 0, 12, 3, "started", "step 4 / pp F3"}});
+    auto report = analyze_json(dir);
+    INFO(report.dump(2));
+    REQUIRE(report["findings"].size() == 1);
+    const auto& first = report["first_divergence"];
+    CHECK(first["kind"] == "unmatched_recv");
+    CHECK(first["group"] == "pp/0");
+    CHECK(first["op"] == "recv");
+    CHECK(first["sequence"] == 3);
+    CHECK(first["from"] == 0);
+    CHECK(first["to"] == 1);
+    CHECK(first["tag"] == 12);
+    CHECK(first["faulty_ranks"] == nlohmann::json::array({0}));
+    CHECK(first["stuck_ranks"] == nlohmann::json::array({1}));
+    CHECK(first["summary"] ==
+          "group 'pp/0' [0,1]: rank 1 posted recv #3 from rank 0 (tag 12) [[2,4]] Float at 'step 4 / pp F3' "
+          "(started) that rank 0 never sent; rank 0's last send to rank 1 on tag 12 was #2 [[2,4]] Float at "
+          "'step 4 / pp F2' (completed); rank 1 is stuck waiting for it");
+    CHECK(report["p2p_streams"][0]["status"] == "unmatched_recv");
+    std::string text = analyze_text(dir);
+    CHECK(text.find("first divergence: unmatched_recv: group 'pp/0' [0,1]: rank 1 posted recv #3 from rank 0") !=
+          std::string::npos);
+    CHECK(text.find("rank 0: sends to rank 1 on tag 12: posted #0..#2, completed #0..#2") != std::string::npos);
+    CHECK(text.find("rank 1: recvs from rank 0 on tag 12: posted #0..#3, completed #0..#2") != std::string::npos);
+    CHECK(text.find("group 'pp/0' [0,1]: 1 send/recv stream, 3 pairs matched; rank 0 -> rank 1 tag 12: recv #3 "
+                    "unmatched") != std::string::npos);
+    CHECK(text.find("group 'pp/0' [0,1]: rank 1 in recv #3 from rank 0 (tag 12) [[2,4]] Float at 'step 4 / pp F3' "
+                    "(started), unmatched: rank 0 never sent it") != std::string::npos);
+
+    // A recv that failed (the sender's process ended and closed the connection) was waited on as well.
+    write_pp_dump(dir, 1, 2, {{"recv", 0, 12, 0}, {"recv", 0, 12, 1}, {"recv", 0, 12, 2},
+                              {"recv", 0, 12, 3, "failed", "step 4 / pp F3"}});
+    report = analyze_json(dir);
+    INFO(report.dump(2));
+    CHECK(report["first_divergence"]["stuck_ranks"] == nlohmann::json::array({1}));
+    std::string failed = report["first_divergence"]["summary"].get<std::string>();
+    CHECK(failed.find("(failed) that rank 0 never sent") != std::string::npos);
+    CHECK(failed.find("; rank 1 was stuck waiting for it until it failed") != std::string::npos);
+
+    // The sender left no dump (killed): the recv it never answered is still named, after the missing rank.
+    write_pp_dump(dir, 1, 2, {{"recv", 0, 12, 0}, {"recv", 0, 12, 1}, {"recv", 0, 12, 2},
+                              {"recv", 0, 12, 3, "started", "step 4 / pp F3"}});
+    std::filesystem::remove(dir / "flight_recorder" / "rank_0.json");
+    report = analyze_json(dir);
+    INFO(report.dump(2));
+    REQUIRE(report["findings"].size() == 2);
+    CHECK(report["findings"][0]["kind"] == "missing_rank");
+    const auto& waiting = report["findings"][1];
+    CHECK(waiting["kind"] == "unmatched_recv");
+    CHECK(waiting["sequence"] == 3);
+    CHECK(waiting["stuck_ranks"] == nlohmann::json::array({1}));
+    CHECK(waiting["summary"] ==
+          "group 'pp/0' [0,1]: rank 1 posted recv #3 from rank 0 (tag 12) [[2,4]] Float at 'step 4 / pp F3' "
+          "(started) and rank 0 left no dump, so no send can be paired with it; rank 1 is stuck waiting for it");
+    CHECK(report["p2p_streams"][0]["status"] == "peer_missing");
+    CHECK(report["p2p_streams"][0]["sends"].is_null());
+  }
+
+  TEST_CASE("fr-analyze: a send nobody received names the send and its receiver; sizes that differ in a pair are "
+            "named; a version 1 dump with send/recv still reads") {
+    auto dir = titan::test::temp_dir("fr_p2p_missing_recv");
+    // Rank 1 sends gradients back on tag 13: #0 and #1 received by rank 0, #2 never posted there.
+    write_pp_dump(dir, 0, 2, {{"send", 1, 12, 0}, {"recv", 1, 13, 0}, {"recv", 1, 13, 1}});
+    write_pp_dump(dir, 1, 2, {{"recv", 0, 12, 0}, {"send", 0, 13, 0}, {"send", 0, 13, 1},
+                              {"send", 0, 13, 2, "started", "step 4 / pp B2"}});
+    auto report = analyze_json(dir);
+    INFO(report.dump(2));
+    REQUIRE(report["findings"].size() == 1);
+    const auto& first = report["first_divergence"];
+    CHECK(first["kind"] == "unmatched_send");
+    CHECK(first["op"] == "send");
+    CHECK(first["sequence"] == 2);
+    CHECK(first["from"] == 1);
+    CHECK(first["to"] == 0);
+    CHECK(first["tag"] == 13);
+    CHECK(first["faulty_ranks"] == nlohmann::json::array({0}));
+    CHECK(first["stuck_ranks"] == nlohmann::json::array({1}));
+    CHECK(first["summary"] ==
+          "group 'pp/0' [0,1]: rank 1 posted send #2 to rank 0 (tag 13) [[2,4]] Float at 'step 4 / pp B2' "
+          "(started) that rank 0 never received; rank 0's last recv from rank 1 on tag 13 was #1 [[2,4]] Float at "
+          "'step 4 / pp' (completed); rank 1 is stuck waiting for it");
+
+    auto sizes = titan::test::temp_dir("fr_p2p_sizes");
+    write_pp_dump(sizes, 0, 2, {{"send", 1, 12, 0}, {"send", 1, 12, 1, "started", "step 4 / pp", "[[2,8]]"}});
+    write_pp_dump(sizes, 1, 2, {{"recv", 0, 12, 0}, {"recv", 0, 12, 1, "started"}});
+    report = analyze_json(sizes);
+    INFO(report.dump(2));
+    CHECK(report["first_divergence"]["kind"] == "p2p_size_mismatch");
+    CHECK(report["first_divergence"]["faulty_ranks"] == nlohmann::json::array({0, 1}));
+    CHECK(report["first_divergence"]["summary"].get<std::string>().find(
+              "send #1 from rank 0 to rank 1 (tag 12) carries [[2,8]] Float but rank 1's recv #1 expects [[2,4]] "
+              "Float") != std::string::npos);
+
+    // Version 1: send/recv without peer; the group is reported, not aligned, and nothing is blamed.
+    auto old = titan::test::temp_dir("fr_p2p_version1");
+    for (int rank : {0, 1}) {
+      write_fake_dump(old, rank, 2, {{0, rank == 0 ? "send" : "recv", "[[4]]", "step 1", "completed"},
+                                     {1, "all_reduce", "[[4]]", "step 1", "completed"}});
+    }
+    report = analyze_json(old);
+    INFO(report.dump(2));
+    CHECK(report["findings"].empty());
+    CHECK(report["p2p"][0].get<std::string>().find("send/recv recorded without peer and stream number (a version 1 "
+                                                   "dump): not paired") != std::string::npos);
+  }
+
+  TEST_CASE("flight recorder: a context-parallel run passing K/V by send/recv dumps numbered streams and "
+            "fr-analyze pairs every send with its recv") {
+    auto dump = titan::test::temp_dir("fr_p2p_ring");
+    auto launched = launch_train(2, 29921, dump, "", "",
+                                 "[{name: fsdp}, {name: context_parallel, context_parallel_rotate_method: alltoall}, "
+                                 "{name: flight_recorder, dump_on_exit: true}]");
+    INFO(launched.result.output);
+    REQUIRE(launched.result.exit_code == 0);
+    for (int rank = 0; rank < 2; ++rank) REQUIRE_MESSAGE(has_dump(dump, rank), "no dump from rank ", rank);
+    auto rank0 = nlohmann::json::parse(titan::test::read_file(dump / "flight_recorder" / "rank_0.json"));
+    CHECK(rank0["version"] == 2);
+    CHECK(rank0["p2p"].size() > 0);
+    bool numbered_send = false;
+    for (const auto& entry : rank0["entries"]) {
+      if (entry["op"] == "send") numbered_send |= entry.contains("peer") && entry.contains("p2p_sequence");
+    }
+    CHECK(numbered_send);
+    auto report = analyze_json(dump);
+    INFO(report.dump(2));
+    CHECK(report["findings"].empty());
+    REQUIRE(report["p2p_streams"].size() > 0);
+    for (const auto& stream : report["p2p_streams"]) {
+      CHECK(stream["status"] == "matched");
+      CHECK(stream["sends"] == stream["recvs"]);
+    }
+  }
+
+  TEST_CASE("flight recorder: a rank skipping one send of ring attention leaves its peer stuck in a recv and "
+            "fr-analyze names that recv, the rank that never sent it and the rank stuck") {
+    auto dump = titan::test::temp_dir("fr_p2p_skip_send");
+    // Rank 0 never issues its first K/V send on the cp group: Gloo pairs each later message with the recv
+    // before it, so rank 1's last recv of that stream is the one nobody answers.
+    auto launched = launch_train(2, 29923, dump, "skip:rank=0:op=send:group=cp", " --set comm.train_timeout_seconds=60",
+                                 "[{name: fsdp}, {name: context_parallel, context_parallel_rotate_method: alltoall}, "
+                                 "{name: flight_recorder, watchdog_timeout_seconds: 15}]");
+    INFO(launched.result.output);
+    CHECK(launched.result.exit_code != 0);
+    CHECK(launched.seconds < 150);
+    for (int rank = 0; rank < 2; ++rank) REQUIRE_MESSAGE(has_dump(dump, rank), "no dump from rank ", rank);
+    auto report = analyze_json(dump);
+    INFO(report.dump(2));
+    const nlohmann::json* unmatched = nullptr;
+    for (const auto& finding : report["findings"]) {
+      if (finding["kind"] == "unmatched_recv" && !unmatched) unmatched = &finding;
+    }
+    REQUIRE(unmatched != nullptr);
+    CHECK((*unmatched)["group"].get<std::string>().rfind("cp/", 0) == 0);
+    CHECK((*unmatched)["from"] == 0);
+    CHECK((*unmatched)["to"] == 1);
+    CHECK((*unmatched)["faulty_ranks"] == nlohmann::json::array({0}));
+    CHECK((*unmatched)["stuck_ranks"] == nlohmann::json::array({1}));
+    std::string summary = (*unmatched)["summary"].get<std::string>();
+    CHECK(summary.find("rank 1 posted recv #") != std::string::npos);
+    CHECK(summary.find("that rank 0 never sent") != std::string::npos);
+    // "is stuck waiting for it", or "was stuck waiting for it until it failed" when rank 0 ended first.
+    const bool waited = summary.find("rank 1 is stuck waiting for it") != std::string::npos ||
+                        summary.find("rank 1 was stuck waiting for it until it failed") != std::string::npos;
+    CHECK(waited);
   }
 
   TEST_CASE("flight recorder: bad options are refused naming the key") {

@@ -624,10 +624,39 @@ void check_observer(titan::DistRuntime& runtime) {
     expect(second.sequence == first.sequence + 1,
            "world sequence numbers " + std::to_string(first.sequence) + " then " + std::to_string(second.sequence));
   }
+  // send/recv tell the peer as a global rank (this group lists the ranks
+  // backwards, so group and global ranks differ) and the tag; collectives none.
+  expect(observer.enqueued.size() > count && observer.enqueued[count].peer == -1,
+         "a collective's event names a peer");
+  if (everyone.size() > 1) {
+    std::vector<int> backwards(everyone.rbegin(), everyone.rend());
+    auto ring = runtime.new_group("observed_p2p", backwards);
+    const int n = ring->size(), mine = ring->rank(), next = (mine + 1) % n, previous = (mine + n - 1) % n;
+    at::Tensor outgoing = at::ones({2}), incoming = at::empty({2});
+    const size_t before = observer.enqueued.size();
+    auto sent = ring->send_async(outgoing, next, 7);
+    auto received = ring->recv_async(incoming, previous, 7);
+    sent->wait();
+    received->wait();
+    expect(observer.enqueued.size() == before + 2, "send_async and recv_async were not observed");
+    if (observer.enqueued.size() == before + 2) {
+      const auto& send = observer.enqueued[before];
+      const auto& recv = observer.enqueued[before + 1];
+      expect(send.op == "send" && send.peer == backwards[static_cast<size_t>(next)] && send.tag == 7,
+             event_text(send) + ": peer " + std::to_string(send.peer) + " tag " + std::to_string(send.tag) +
+                 ", expected send to global rank " + std::to_string(backwards[static_cast<size_t>(next)]) +
+                 " tag 7");
+      expect(recv.op == "recv" && recv.peer == backwards[static_cast<size_t>(previous)] && recv.tag == 7,
+             event_text(recv) + ": peer " + std::to_string(recv.peer) + " tag " + std::to_string(recv.tag) +
+                 ", expected recv from global rank " + std::to_string(backwards[static_cast<size_t>(previous)]) +
+                 " tag 7");
+    }
+  }
+  const size_t seen = observer.enqueued.size();
   titan::clear_comm_observers();
   at::Tensor f = at::ones({1});
   comm->all_reduce(f);
-  expect(observer.enqueued.size() == count + 3, "an observer still saw calls after clear_comm_observers");
+  expect(observer.enqueued.size() == seen, "an observer still saw calls after clear_comm_observers");
 }
 
 // ---------------------------------------------------------------------------

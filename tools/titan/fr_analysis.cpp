@@ -1,7 +1,8 @@
 // The analysis: collectives are aligned per process group by their
-// sequence id (each group numbers its own calls); at the first id where the
-// members disagree, the minority is named. Point-to-point ops pair unlike
-// ops by design, so groups that carry them are reported but not aligned.
+// collective sequence id (each group numbers its own collectives); at the
+// first id where the members disagree, the minority is named. Send/recv are
+// paired per stream in fr_p2p.cpp. Version 1 dumps number collectives and
+// send/recv together, so there a group carrying both is not aligned.
 #include <algorithm>
 #include <map>
 #include <set>
@@ -10,13 +11,27 @@
 
 namespace titan::cli::fr {
 
-namespace {
+namespace detail {
 
 std::string ranks_text(const std::vector<int>& ranks) {
   std::string text;
   for (size_t i = 0; i < ranks.size(); ++i) text += (i ? "," : "") + std::to_string(ranks[i]);
   return text;
 }
+
+std::string group_key(const std::string& name, const std::vector<int>& ranks) {
+  return name + "|" + ranks_text(ranks);
+}
+
+bool point_to_point(const std::string& op) { return op == "send" || op == "recv"; }
+
+}  // namespace detail
+
+namespace {
+
+using detail::group_key;
+using detail::point_to_point;
+using detail::ranks_text;
 
 std::string who(const std::vector<int>& ranks) { return (ranks.size() == 1 ? "rank " : "ranks ") + ranks_text(ranks); }
 
@@ -25,43 +40,49 @@ std::string describe(const Entry& entry) {
          (entry.call_site.empty() ? "" : " at '" + entry.call_site + "'") + " (" + entry.state + ")";
 }
 
-bool point_to_point(const std::string& op) { return op == "send" || op == "recv"; }
-
-// One rank's view of one group.
+// One rank's view of the collectives of one group.
 struct RankView {
-  std::map<uint64_t, const Entry*> by_sequence;
+  std::map<uint64_t, const Entry*> by_sequence;  // by collective sequence id
   int64_t last_enqueued = -1;
-  bool has_p2p = false;
 };
 
 struct GroupViews {
   std::string name;
   std::vector<int> ranks;
   std::map<int, RankView> views;  // ranks with a dump only
+  bool numbered_with_p2p = false;  // a version 1 dump whose sequence ids count send/recv too
 };
 
-std::string group_key(const std::string& name, const std::vector<int>& ranks) {
-  return name + "|" + ranks_text(ranks);
+// A version 2 collective carries its own id; in version 1 `sequence` is it.
+uint64_t collective_id(const Entry& entry) {
+  return entry.collective_sequence >= 0 ? static_cast<uint64_t>(entry.collective_sequence) : entry.sequence;
 }
 
 std::map<std::string, GroupViews> group_views(const std::vector<Dump>& dumps) {
   std::map<std::string, GroupViews> groups;
-  auto view_of = [&](const std::string& name, const std::vector<int>& ranks, int rank) -> RankView& {
+  auto group_of = [&](const std::string& name, const std::vector<int>& ranks) -> GroupViews& {
     GroupViews& group = groups[group_key(name, ranks)];
     group.name = name;
     group.ranks = ranks;
-    return group.views[rank];
+    return group;
+  };
+  auto view_of = [&](const std::string& name, const std::vector<int>& ranks, int rank) -> RankView& {
+    return group_of(name, ranks).views[rank];
   };
   for (const Dump& dump : dumps) {
     for (const GroupStatus& status : dump.groups) {
       RankView& view = view_of(status.name, status.ranks, dump.rank);
-      view.last_enqueued = std::max(view.last_enqueued, status.last_enqueued);
+      view.last_enqueued = std::max(view.last_enqueued, status.last_collective);
     }
     for (const Entry& entry : dump.entries) {
+      if (point_to_point(entry.op)) {
+        if (dump.version < 2) group_of(entry.group, entry.group_ranks).numbered_with_p2p = true;
+        continue;
+      }
       RankView& view = view_of(entry.group, entry.group_ranks, dump.rank);
-      view.by_sequence[entry.sequence] = &entry;  // oldest first: a reused id keeps the newest
-      view.last_enqueued = std::max(view.last_enqueued, static_cast<int64_t>(entry.sequence));
-      view.has_p2p |= point_to_point(entry.op);
+      const uint64_t id = collective_id(entry);
+      view.by_sequence[id] = &entry;  // oldest first: a reused id keeps the newest
+      view.last_enqueued = std::max(view.last_enqueued, static_cast<int64_t>(id));
     }
   }
   // Members with a dump but no trace of the group never entered it.
@@ -131,7 +152,9 @@ bool first_divergence(const GroupViews& group, Finding& finding) {
     finding.sequence = sequence;
     finding.op = expected.op;
     finding.time_s = earliest;
-    std::string where = " (seq " + std::to_string(sequence) + " on group '" + group.name + "')";
+    // In a group that also carries send/recv the two numberings differ: name the collective's.
+    const bool own_id = expected.collective_sequence >= 0 && expected.sequence != collective_id(expected);
+    std::string where = (own_id ? " (collective #" : " (seq ") + std::to_string(sequence) + " on group '" + group.name + "')";
     if (by_behaviour.size() > 1) {
       std::vector<int> odd;
       for (const auto& [key, ranks] : by_behaviour) {
@@ -214,6 +237,7 @@ Analysis analyze(const std::vector<Dump>& dumps) {
   }
   analysis.ranks_with_dumps.assign(dumped.begin(), dumped.end());
   auto groups = group_views(dumps);
+  detail::P2pResult p2p = detail::analyze_p2p(dumps, analysis);
   for (int rank = 0; rank < analysis.world_size; ++rank) {
     if (dumped.count(rank)) continue;
     analysis.missing_ranks.push_back(rank);
@@ -228,21 +252,26 @@ Analysis analyze(const std::vector<Dump>& dumps) {
       std::string waiting = waiting_in(group);
       if (!waiting.empty()) finding.variants.push_back({{}, "others at dump time, " + waiting});
     }
+    for (const auto& [ranks, waiting] : p2p.waiting) {
+      if (std::count(ranks.begin(), ranks.end(), rank)) finding.variants.push_back({{}, "others at dump time, " + waiting});
+    }
     analysis.findings.push_back(finding);
   }
   std::vector<Finding> divergences;
   for (const auto& [key, group] : groups) {
-    bool p2p = false;
-    for (const auto& [rank, view] : group.views) p2p |= view.has_p2p;
     std::string waiting = waiting_in(group);
     if (!waiting.empty()) analysis.waiting.push_back(waiting);
-    if (p2p) {
-      analysis.waiting.push_back("group '" + group.name + "' carries send/recv: not aligned by sequence id");
+    if (group.numbered_with_p2p) {
+      analysis.waiting.push_back("group '" + group.name +
+                                 "' carries send/recv in a version 1 dump: its collectives are not aligned by "
+                                 "sequence id");
       continue;
     }
     Finding finding;
     if (first_divergence(group, finding)) divergences.push_back(finding);
   }
+  divergences.insert(divergences.end(), p2p.findings.begin(), p2p.findings.end());
+  for (const auto& [ranks, line] : p2p.waiting) analysis.waiting.push_back(line);
   // Across groups the earliest divergence in time is the likeliest cause.
   std::stable_sort(divergences.begin(), divergences.end(), [](const Finding& a, const Finding& b) {
     if ((a.time_s == 0) != (b.time_s == 0)) return a.time_s != 0;

@@ -15,8 +15,10 @@ const char* kUsage =
     "  Reads every rank's flight recorder dump (DIR/flight_recorder/rank_*.json, or DIR/rank_*.json)\n"
     "  and reports the first divergence: ranks without a dump (dead), ranks that never entered a\n"
     "  collective the others wait in, and mismatched ops, sizes or call sites for one sequence id\n"
-    "  of a process group. --json prints the same as one JSON object. Exit status 0 when the dumps\n"
-    "  were read (whatever they show), 1 on unreadable input.\n";
+    "  of a process group. Sends and recvs are paired per stream (group, sender, receiver, tag):\n"
+    "  the n-th send of rank A to rank B matches the n-th recv of B from A; a recv nobody sent, a\n"
+    "  send nobody received and the rank stuck in it are named. --json prints the same as one JSON\n"
+    "  object. Exit status 0 when the dumps were read (whatever they show), 1 on unreadable input.\n";
 
 }  // namespace
 

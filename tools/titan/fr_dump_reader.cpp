@@ -51,6 +51,29 @@ T field(const nlohmann::json& object, const std::string& key, const std::string&
   }
 }
 
+// Version 2 counters: -1 (none yet) up to 2^62, so that counts and
+// differences of them cannot overflow in the analysis.
+constexpr int64_t kMaxCounter = int64_t{1} << 62;
+
+int64_t counter(const nlohmann::json& object, const std::string& key, const std::string& where) {
+  int64_t value = field<int64_t>(object, key, where);
+  if (value < -1 || value > kMaxCounter) {
+    throw Error(where + ": key '" + key + "' must be -1 (none) up to 2^62, got " + std::to_string(value));
+  }
+  return value;
+}
+
+int64_t counter_or(const nlohmann::json& object, const std::string& key, const std::string& where,
+                   int64_t fallback) {
+  return object.contains(key) ? counter(object, key, where) : fallback;
+}
+
+int rank_field(const nlohmann::json& object, const std::string& key, const std::string& where) {
+  int value = field<int>(object, key, where);
+  if (value < 0) throw Error(where + ": key '" + key + "' must be a rank (0 or more), got " + std::to_string(value));
+  return value;
+}
+
 double time_or_zero(const nlohmann::json& object, const std::string& key) {
   return object.contains(key) && object.at(key).is_number() ? object.at(key).get<double>() : 0;
 }
@@ -69,11 +92,15 @@ Dump read_dump(const fs::path& path) {
   if (field<std::string>(json, "format", where) != "titan-flight-recorder") {
     throw Error(where + ": key 'format' is not \"titan-flight-recorder\"");
   }
-  if (int version = field<int>(json, "version", where); version != 1) {
-    throw Error(where + ": dump version " + std::to_string(version) + " is not supported (this titan reads 1)");
+  // Version 2 added the send/recv streams (peer, tag, p2p_sequence, "p2p")
+  // and collective_sequence; a version 1 dump still reads, without them.
+  const int version = field<int>(json, "version", where);
+  if (version != 1 && version != 2) {
+    throw Error(where + ": dump version " + std::to_string(version) + " is not supported (this titan reads 1 and 2)");
   }
   Dump dump;
   dump.path = where;
+  dump.version = version;
   dump.rank = field<int>(json, "rank", where);
   dump.world_size = field<int>(json, "world_size", where);
   // The analysis lists every rank below world_size that left no dump.
@@ -101,6 +128,12 @@ Dump read_dump(const fs::path& path) {
     entry.call_site = field<std::string>(item, "call_site", at);
     entry.state = field<std::string>(item, "state", at);
     entry.enqueue_time_s = time_or_zero(item, "enqueue_time_s");
+    entry.collective_sequence = counter_or(item, "collective_sequence", at, -1);
+    if (item.contains("peer")) {
+      entry.peer = rank_field(item, "peer", at);
+      entry.tag = field<int>(item, "tag", at);
+      entry.p2p_sequence = counter_or(item, "p2p_sequence", at, -1);
+    }
     dump.entries.push_back(std::move(entry));
   }
   const auto& groups = field<nlohmann::json>(json, "groups", where);
@@ -112,7 +145,27 @@ Dump read_dump(const fs::path& path) {
     status.ranks = field<std::vector<int>>(groups[i], "ranks", at);
     status.last_enqueued = field<int64_t>(groups[i], "last_enqueued", at);
     status.last_completed = field<int64_t>(groups[i], "last_completed", at);
+    status.last_collective = counter_or(groups[i], "last_collective", at, status.last_enqueued);
     dump.groups.push_back(std::move(status));
+  }
+  if (json.contains("p2p")) {
+    const auto& streams = json.at("p2p");
+    if (!streams.is_array()) throw Error(where + ": key 'p2p' must be a list");
+    for (size_t i = 0; i < streams.size(); ++i) {
+      std::string at = where + ": p2p[" + std::to_string(i) + "]";
+      P2pStatus status;
+      status.group = field<std::string>(streams[i], "group", at);
+      status.group_ranks = field<std::vector<int>>(streams[i], "group_ranks", at);
+      status.op = field<std::string>(streams[i], "op", at);
+      if (status.op != "send" && status.op != "recv") {
+        throw Error(at + ": key 'op' must be \"send\" or \"recv\", got \"" + status.op.substr(0, 40) + "\"");
+      }
+      status.peer = rank_field(streams[i], "peer", at);
+      status.tag = field<int>(streams[i], "tag", at);
+      status.last_enqueued = counter(streams[i], "last_enqueued", at);
+      status.last_completed = counter(streams[i], "last_completed", at);
+      dump.p2p.push_back(std::move(status));
+    }
   }
   return dump;
 }

@@ -25,7 +25,8 @@ std::string render_text(const Analysis& analysis) {
     text += "  rank " + std::to_string(dump.rank) + ": " + dump.trigger + ": " + dump.reason + "\n";
   }
   if (analysis.findings.empty()) {
-    text += "no divergence found: every rank agrees on every collective still in the buffers\n";
+    text += std::string("no divergence found: every rank agrees on every collective still in the buffers") +
+            (analysis.streams.empty() ? "" : ", and every send has its recv") + "\n";
   }
   for (size_t i = 0; i < analysis.findings.size(); ++i) {
     const Finding& finding = analysis.findings[i];
@@ -36,6 +37,8 @@ std::string render_text(const Analysis& analysis) {
               variant.description + "\n";
     }
   }
+  if (!analysis.p2p.empty()) text += "send/recv, paired per stream (group, sender, receiver, tag):\n";
+  for (const auto& line : analysis.p2p) text += "  " + line + "\n";
   if (!analysis.waiting.empty()) text += "outstanding at dump time:\n";
   for (const auto& line : analysis.waiting) text += "  " + line + "\n";
   return text;
@@ -56,11 +59,30 @@ std::string render_json(const Analysis& analysis) {
       item["sequence"] = finding.sequence;
       item["op"] = finding.op;
     }
+    if (finding.from >= 0) {  // send/recv: `sequence` is the op's number in its stream
+      item["from"] = finding.from;
+      item["to"] = finding.to;
+      item["tag"] = finding.tag;
+      item["stuck_ranks"] = finding.stuck_ranks;
+    }
     findings.push_back(item);
   }
   nlohmann::json dumps = nlohmann::json::array();
   for (const Dump& dump : analysis.dumps) {
     dumps.push_back({{"rank", dump.rank}, {"path", dump.path}, {"trigger", dump.trigger}, {"reason", dump.reason}});
+  }
+  nlohmann::json streams = nlohmann::json::array();
+  for (const P2pStream& stream : analysis.streams) {
+    auto count = [](int64_t value) { return value < 0 ? nlohmann::json(nullptr) : nlohmann::json(value); };
+    streams.push_back({{"group", stream.group},
+                       {"group_ranks", stream.group_ranks},
+                       {"from", stream.from},
+                       {"to", stream.to},
+                       {"tag", stream.tag},
+                       {"sends", count(stream.sends)},
+                       {"recvs", count(stream.recvs)},
+                       {"matched", stream.matched},
+                       {"status", stream.status}});
   }
   nlohmann::json out = {{"world_size", analysis.world_size},
                         {"ranks_with_dumps", analysis.ranks_with_dumps},
@@ -68,7 +90,9 @@ std::string render_json(const Analysis& analysis) {
                         {"dumps", dumps},
                         {"first_divergence", findings.empty() ? nlohmann::json(nullptr) : findings[0]},
                         {"findings", findings},
-                        {"outstanding", analysis.waiting}};
+                        {"outstanding", analysis.waiting},
+                        {"p2p", analysis.p2p},
+                        {"p2p_streams", streams}};
   return out.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
 }
 

@@ -1,4 +1,5 @@
-// CommObserver: sees every collective the comm layer issues.
+// CommObserver: sees every collective and point-to-point op the comm layer
+// issues.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -16,6 +17,10 @@ struct CollectiveEvent {
   int64_t bytes = 0;
   std::string call_site;        // "step 12 / fsdp all_gather layers.3"
   double time_s = 0;            // monotonic seconds at the event
+  // send/recv only: the other end as a global rank and the message tag (a
+  // send and its recv use the same tag); -1 and 0 for collectives.
+  int peer = -1;
+  int tag = 0;
 };
 
 class CommObserver {

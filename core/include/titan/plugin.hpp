@@ -22,7 +22,8 @@ namespace titan {
 //    PipelineSchedule (pipeline_schedule.hpp), kind_pipeline_schedule, PluginRegistrar::pipeline_schedule (named, several per plugin)
 // 6: PipelineSplitter (pipeline.hpp: a Parallelizer of Stage::pipeline_split the trainer cuts stages by);
 //    TensorLayout::replication / is_first_copy never count pp
-constexpr int kPluginAbiVersion = 6;
+// 7: CollectiveEvent::peer / tag (send/recv: the other end as a global rank, the message tag)
+constexpr int kPluginAbiVersion = 7;
 
 enum PluginKind : uint32_t {
   kind_model = 1u << 0,

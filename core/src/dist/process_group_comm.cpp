@@ -140,25 +140,25 @@ class ProcessGroupComm : public Comm {
   void send(const at::Tensor& tensor, int peer) override {
     check_device(tensor, "send");
     check_peer(peer, "send");
-    run("send", {tensor}, [&] { compat::send(*group_, tensor, peer, timeout_); });
+    run("send", {tensor}, [&] { compat::send(*group_, tensor, peer, timeout_); }, Peer{peer, 0});
   }
 
   void recv(at::Tensor& tensor, int peer) override {
     check_device(tensor, "recv");
     check_peer(peer, "recv");
-    run("recv", {tensor}, [&] { compat::recv(*group_, tensor, peer, timeout_); });
+    run("recv", {tensor}, [&] { compat::recv(*group_, tensor, peer, timeout_); }, Peer{peer, 0});
   }
 
   std::unique_ptr<CommWork> send_async(const at::Tensor& tensor, int peer, int tag) override {
     check_device(tensor, "send");
     check_peer(peer, "send");
-    return start_p2p("send", tensor, [&] { return compat::start_send(*group_, tensor, peer, tag); });
+    return start_p2p("send", tensor, Peer{peer, tag}, [&] { return compat::start_send(*group_, tensor, peer, tag); });
   }
 
   std::unique_ptr<CommWork> recv_async(at::Tensor& tensor, int peer, int tag) override {
     check_device(tensor, "recv");
     check_peer(peer, "recv");
-    return start_p2p("recv", tensor, [&] { return compat::start_recv(*group_, tensor, peer, tag); });
+    return start_p2p("recv", tensor, Peer{peer, tag}, [&] { return compat::start_recv(*group_, tensor, peer, tag); });
   }
 
   void barrier() override {
@@ -169,6 +169,12 @@ class ProcessGroupComm : public Comm {
   }
 
  private:
+  // The other end of a send/recv (a rank of this group) and its tag, for the observers.
+  struct Peer {
+    int group_rank;  // -1: not a point-to-point op
+    int tag;
+  };
+
   // TEST-ONLY (TITAN_TEST_FAULT): a call the faulty rank never issued.
   class Skipped : public CommWork {
    public:
@@ -218,9 +224,9 @@ class ProcessGroupComm : public Comm {
   };
 
   template <typename Start>
-  std::unique_ptr<CommWork> start_p2p(const std::string& op, const at::Tensor& tensor, Start start) {
+  std::unique_ptr<CommWork> start_p2p(const std::string& op, const at::Tensor& tensor, Peer peer, Start start) {
     if (take_test_fault(op) == test_faults::Action::skip) return std::make_unique<Skipped>();
-    auto event = begin(op, {tensor});
+    auto event = begin(op, {tensor}, peer);
     try {
       return std::make_unique<Pending>(*this, start(), std::move(event));
     } catch (const c10::Error& error) {
@@ -257,12 +263,17 @@ class ProcessGroupComm : public Comm {
     if (peer < 0 || peer >= size()) fail(op, "peer rank " + std::to_string(peer) + " is outside the group");
   }
 
-  CollectiveEvent begin(const std::string& op, const std::vector<at::Tensor>& tensors) {
+  CollectiveEvent begin(const std::string& op, const std::vector<at::Tensor>& tensors, Peer peer = Peer{-1, 0}) {
     CollectiveEvent event;
     event.sequence = sequence_++;
     event.op = op;
     event.group = name_;
     event.group_ranks = ranks_;
+    if (peer.group_rank >= 0) {
+      const auto index = static_cast<size_t>(peer.group_rank);
+      event.peer = index < ranks_.size() ? ranks_[index] : peer.group_rank;
+      event.tag = peer.tag;
+    }
     for (const auto& tensor : tensors) {
       event.shapes.push_back(tensor.sizes().vec());
       event.dtype = c10::toString(tensor.scalar_type());
@@ -283,9 +294,9 @@ class ProcessGroupComm : public Comm {
   }
 
   template <typename Body>
-  void run(const std::string& op, const std::vector<at::Tensor>& tensors, Body body) {
+  void run(const std::string& op, const std::vector<at::Tensor>& tensors, Body body, Peer peer = Peer{-1, 0}) {
     if (take_test_fault(op) == test_faults::Action::skip) return;
-    auto event = begin(op, tensors);
+    auto event = begin(op, tensors, peer);
     try {
       body();
     } catch (const Error&) {
