@@ -11,6 +11,7 @@
 #include "optimizer_checks.h"
 #include "parallelizer_checks.h"
 #include "pipeline_schedule_checks.h"
+#include "pipeline_schedule_training.h"
 #include "precision_checks.h"
 #include "schedule_checks.h"
 #include "titan/config.hpp"
@@ -56,8 +57,10 @@ const std::vector<KindChecks>& all_kind_checks() {
        [](const KindCheckRequest& r) { return check_precision(r.plugin, r.declaration); }},
       {kind_lr_schedule, "lr_schedule", "options, training_steps",
        [](const KindCheckRequest& r) { return check_lr_schedule(r.plugin, r.declaration); }},
-      {kind_pipeline_schedule, nullptr, "ranks, microbatches, stages_per_rank",
-       [](const KindCheckRequest& r) { return check_pipeline_schedule(r.plugin, r.declaration); }},
+      {kind_pipeline_schedule, nullptr, "ranks, microbatches, stages_per_rank, training",
+       [](const KindCheckRequest& r) {
+         return check_pipeline_schedule(r.plugin, r.declaration_path, r.declaration, r.scratch);
+       }},
       {kind_metrics_sink, nullptr, "options, max_write_microseconds",
        [](const KindCheckRequest& r) { return check_metrics_sink(r.plugin, r.declaration, r.scratch); }},
   };
@@ -69,6 +72,7 @@ const std::vector<KindChecks>& all_kind_checks() {
 void register_workers() {
   register_parallelizer_worker();
   register_checkpointer_worker();
+  register_pipeline_training_worker();
 }
 
 CheckResults run_kind_checks(const KindCheckRequest& request, uint32_t kinds) {

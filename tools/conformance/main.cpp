@@ -30,6 +30,7 @@ using titan::conformance::CheckResults;
 const char* kUsage =
     "usage: titan-conformance --plugin PATH.so [--declare FILE.yaml] [--ranks 1,2,4] [--json] [--keep]\n"
     "  --ranks: the Gloo world sizes multi-rank kinds (parallelizer, checkpointer) are checked on\n"
+    "           (a pipeline split: the stage counts it is asked for)\n"
     "  --keep:  keep the scratch folder (workers' logs, checkpoints) even when every check passes\n";
 
 struct Args {

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "pipeline_split_checks.h"
 #include "training_fixture.h"
 #include "worker.h"
 #include "titan/device_mesh.hpp"
@@ -16,6 +17,7 @@
 #include "titan/grad_clip.hpp"
 #include "titan/parallelizer.hpp"
 #include "titan/peak_memory.hpp"
+#include "titan/pipeline.hpp"
 #include "titan/placement.hpp"
 #include "titan/plugin.hpp"
 #include "titan/registry.hpp"
@@ -309,13 +311,20 @@ CheckResults check_parallelizer(const std::string& plugin, const std::string& de
   // Bad input is reported before any rank starts: the factory reads (and
   // so validates) the plugin's options here too.
   const PluginInfo& info = PluginRegistry::instance().load(plugin);
-  load_fixture(declaration);
+  TrainingFixture fixture = load_fixture(declaration);
   CheckResults results;
   for (size_t variant = 0; variant < variant_count(declaration); ++variant) {
     ParallelizerDeclaration declared = read_declaration(declaration, variant);
     PluginContext context;
     context.options = declared.options;
-    PluginRegistry::instance().create_parallelizer(info.name, context);
+    auto make = [&] { return PluginRegistry::instance().create_parallelizer(info.name, context); };
+    // The trainer cuts a PipelineSplitter's stages itself and never calls
+    // its parallelize(): its split is checked instead, in this process.
+    if (dynamic_cast<PipelineSplitter*>(make().get())) {
+      CheckResults rows = check_pipeline_split(make, *fixture.spec, ranks, declared.variant);
+      results.insert(results.end(), rows.begin(), rows.end());
+      continue;
+    }
     for (const auto& companion : declared.with) {
       context.options = companion.options;
       PluginRegistry::instance().create_parallelizer(PluginRegistry::instance().load(companion.plugin).name, context);

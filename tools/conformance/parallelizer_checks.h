@@ -2,7 +2,9 @@
 // the plugin equals the single-process reference (loss, gradient norm,
 // parameters), parameters are sharded as the plugin declares, gradients
 // match their parameters, replicas agree, and no rank materializes the
-// whole model while it is built, parallelized and initialized.
+// whole model while it is built, parallelized and initialized. A
+// PipelineSplitter, whose parallelize() the trainer never calls, gets the
+// split checks instead (pipeline_split_checks.h).
 #pragma once
 #include <string>
 #include <vector>

@@ -1,8 +1,12 @@
 // Runs every schedule of a pipeline_schedule plugin over a grid of shapes
 // through the same calls the trainer makes (validate_pipeline_shape, then
-// compute_actions, lower_to_comm, check_pipeline).
+// compute_actions, lower_to_comm, check_pipeline), then trains with each
+// schedule whose lists pass.
 #include "pipeline_schedule_checks.h"
 
+#include <map>
+
+#include "pipeline_schedule_training.h"
 #include "titan/pipeline_plan.hpp"
 #include "titan/pipeline_schedule.hpp"
 #include "titan/plugin.hpp"
@@ -39,7 +43,8 @@ std::string one_line(std::string text) {
 
 }  // namespace
 
-CheckResults check_pipeline_schedule(const std::string& plugin, const ConfigNode& declaration) {
+CheckResults check_pipeline_schedule(const std::string& plugin, const std::string& declaration_path,
+                                     const ConfigNode& declaration, const std::string& scratch) {
   ConfigNode section = declaration.child("pipeline_schedule");
   const auto ranks = positive_list(section, "ranks", {2, 4}, "pipeline_parallel_degree values to check");
   const auto microbatches = positive_list(section, "microbatches", {1, 2, 4, 8}, "microbatch counts to check");
@@ -51,6 +56,7 @@ CheckResults check_pipeline_schedule(const std::string& plugin, const ConfigNode
 
   int64_t shapes = 0, accepted = 0, failed = 0, unnamed = 0, unstable = 0, idle = 0;
   std::string failures, unnamed_example, unstable_example, idle_names;
+  std::map<std::string, std::string> not_trained;  // the trainer would refuse their lists too
   for (const std::string& name : info.pipeline_schedules) {
     auto schedule = registry.create_pipeline_schedule(name, context);
     auto again = registry.create_pipeline_schedule(name, context);
@@ -85,7 +91,10 @@ CheckResults check_pipeline_schedule(const std::string& plugin, const ConfigNode
         }
       }
     }
-    if (!first_failure.empty()) failures += (failures.empty() ? "" : "; ") + first_failure;
+    if (!first_failure.empty()) {
+      failures += (failures.empty() ? "" : "; ") + first_failure;
+      not_trained[name] = "its lists fail pipeline_schedule.static_check";
+    }
     if (accepted_here == 0) {
       ++idle;
       idle_names += (idle_names.empty() ? "" : ", ") + name;
@@ -93,7 +102,7 @@ CheckResults check_pipeline_schedule(const std::string& plugin, const ConfigNode
   }
   const std::string grid = std::to_string(info.pipeline_schedules.size()) + " schedules x " +
                            std::to_string(shapes / std::max<int64_t>(1, static_cast<int64_t>(info.pipeline_schedules.size()))) + " shapes";
-  return {
+  CheckResults rows = {
       {"pipeline_schedule.static_check", failed == 0, false, static_cast<double>(failed), 0,
        failed == 0 ? "all " + std::to_string(accepted) + " accepted shapes of " + grid +
                          " pass the static check (matched sends, no deadlock, every F and B once)"
@@ -108,6 +117,10 @@ CheckResults check_pipeline_schedule(const std::string& plugin, const ConfigNode
        idle == 0 ? "every schedule accepts at least one shape of the grid"
                  : "schedules refusing every shape of the grid: " + idle_names},
   };
+  CheckResults trained =
+      check_pipeline_training(plugin, declaration_path, declaration, info.pipeline_schedules, not_trained, scratch);
+  rows.insert(rows.end(), trained.begin(), trained.end());
+  return rows;
 }
 
 }  // namespace titan::conformance
