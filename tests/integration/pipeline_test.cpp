@@ -198,10 +198,14 @@ TEST_CASE("pipeline: a pipeline rank killed mid-step leaves its peer's flight re
   auto analysis = run_command(titan::test::titan_binary() + " fr-analyze " + dump.string() + " 2>&1");
   INFO(analysis.output);
   CHECK(analysis.exit_code == 0);
-  // Rank 0's RECV_B of microbatch 0 (1F1B, 2 microbatches) on the pp group, by the action's name.
+  // Rank 0's point-to-point with rank 1 that never completed, named by its pp action: the RECV_B of
+  // microbatch 0, or (when rank 0 saw the closed connection first, as under load) a SEND_F before it.
   const std::string& text = analysis.output;
-  CHECK(text.find("unmatched_recv: group 'pp/") != std::string::npos);
-  CHECK(text.find("rank 0 posted recv #1 from rank 1 (tag 1)") != std::string::npos);
-  CHECK(text.find("at 'step 2 / pp 0RECV_B0'") != std::string::npos);
+  const bool recv = text.find("unmatched_recv: group 'pp/") != std::string::npos;
+  const bool send = text.find("unmatched_send: group 'pp/") != std::string::npos;
+  CHECK((recv || send));
+  const bool names_peer = text.find("from rank 1") != std::string::npos || text.find("to rank 1") != std::string::npos;
+  CHECK(names_peer);
+  CHECK(text.find("at 'step 2 / pp 0") != std::string::npos);
   CHECK(text.find("rank 1 left no dump") != std::string::npos);
 }
