@@ -116,36 +116,38 @@ int64_t device_peak_memory(const c10::Device& device) {
 
 }  // namespace titan::compat
 
-// peak_cpu_bytes_during (titan/peak_memory.hpp) lives here because its
-// allocator wrapper depends on the LibTorch version (copy_data below).
+// CpuMemoryTracker and peak_cpu_bytes_during (titan/peak_memory.hpp) live
+// here because their allocator wrapper depends on the LibTorch version
+// (copy_data below).
 namespace titan {
 
-namespace {
-
-class PeakTrackingAllocator : public c10::Allocator {
+class CpuMemoryTracker::Allocator : public c10::Allocator {
  public:
-  explicit PeakTrackingAllocator(c10::Allocator* base) : base_(base) {}
+  explicit Allocator(c10::Allocator* base) : base_(base) {}
   c10::DataPtr allocate(size_t bytes) const override {
     c10::DataPtr inner = base_->allocate(bytes);
     void* data = inner.get();
     int64_t now = live_ += static_cast<int64_t>(bytes);
     int64_t peak = peak_.load();
     while (now > peak && !peak_.compare_exchange_weak(peak, now)) {}
-    return {data, new Block{std::move(inner), bytes, this}, &PeakTrackingAllocator::release, c10::Device(c10::kCPU)};
+    return {data, new Block{std::move(inner), bytes, this}, &Allocator::release, c10::Device(c10::kCPU)};
   }
   // LibTorch 2.x makes this pure virtual; 1.13 has no such method (hence no `override`).
   void copy_data(void* dest, const void* src, std::size_t count) const { std::memcpy(dest, src, count); }
+  c10::Allocator* base() const { return base_; }
   int64_t peak() const { return peak_; }
   int64_t live() const { return live_; }
+  // An allocation racing with this may lose its part of the old window's peak.
+  int64_t take_peak() { return peak_.exchange(live_.load()); }
 
  private:
   struct Block {
     c10::DataPtr inner;
     size_t bytes;
-    const PeakTrackingAllocator* owner;
+    const Allocator* owner;
   };
-  // Blocks may outlive the body (a tensor kept after it): the tracker then
-  // must outlive them too, so trackers are never destroyed (see below).
+  // Blocks may outlive the tracker (a tensor kept after it): the allocator
+  // then must outlive them too, so allocators are never destroyed.
   static void release(void* context) {
     auto* block = static_cast<Block*>(context);
     block->owner->live_ -= static_cast<int64_t>(block->bytes);
@@ -155,21 +157,20 @@ class PeakTrackingAllocator : public c10::Allocator {
   mutable std::atomic<int64_t> live_{0}, peak_{0};
 };
 
-}  // namespace
+CpuMemoryTracker::CpuMemoryTracker() : allocator_(new Allocator(c10::GetCPUAllocator())) {
+  c10::SetCPUAllocator(allocator_, /*priority=*/255);
+}
+
+CpuMemoryTracker::~CpuMemoryTracker() { c10::SetCPUAllocator(allocator_->base(), 255); }
+
+int64_t CpuMemoryTracker::live() const { return allocator_->live(); }
+int64_t CpuMemoryTracker::peak() const { return allocator_->peak(); }
+int64_t CpuMemoryTracker::take_peak() { return allocator_->take_peak(); }
 
 CpuMemoryWindow cpu_memory_during(const std::function<void()>& body) {
-  c10::Allocator* original = c10::GetCPUAllocator();
-  // Leaked on purpose: tensors allocated during the body may be freed later.
-  auto* tracker = new PeakTrackingAllocator(original);
-  c10::SetCPUAllocator(tracker, /*priority=*/255);
-  try {
-    body();
-  } catch (...) {
-    c10::SetCPUAllocator(original, 255);
-    throw;
-  }
-  c10::SetCPUAllocator(original, 255);
-  return {tracker->peak(), tracker->live()};
+  CpuMemoryTracker tracker;
+  body();
+  return {tracker.peak(), tracker.live()};
 }
 
 int64_t peak_cpu_bytes_during(const std::function<void()>& body) { return cpu_memory_during(body).peak; }
