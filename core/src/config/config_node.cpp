@@ -1,6 +1,7 @@
 // ConfigNode over yaml-cpp: typed reads with file:line:col errors, a record
 // of the keys read (for unknown-key errors and `plugins inspect`), --set
 // overrides and the resolved dump.
+#include <c10/util/StringUtil.h>
 #include <yaml-cpp/yaml.h>
 
 #include <fstream>
@@ -136,12 +137,6 @@ size_t edit_distance(const std::string& a, const std::string& b) {
   return row[b.size()];
 }
 
-std::string list_text(const std::vector<std::string>& items) {
-  std::string out;
-  for (const auto& item : items) out += (out.empty() ? "" : ", ") + item;
-  return out;
-}
-
 }  // namespace
 
 std::string closest_match(const std::string& word, const std::vector<std::string>& candidates) {
@@ -257,11 +252,11 @@ TITAN_CONFIG_TYPE(std::vector<std::vector<std::string>>)
 
 std::string ConfigNode::choice(const std::string& key, const std::string& fallback,
                                const std::vector<std::string>& allowed, const std::string& doc) const {
-  std::string full_doc = doc + (doc.empty() ? "" : " ") + "{" + list_text(allowed) + "}";
+  std::string full_doc = doc + (doc.empty() ? "" : " ") + "{" + c10::Join(", ", allowed) + "}";
   std::string value = get<std::string>(key, fallback, full_doc);
   if (std::find(allowed.begin(), allowed.end(), value) == allowed.end()) {
     std::string hint = closest_match(value, allowed);
-    fail(key, "expected one of {" + list_text(allowed) + "}, got \"" + value + "\"" +
+    fail(key, "expected one of {" + c10::Join(", ", allowed) + "}, got \"" + value + "\"" +
                   (hint.empty() ? "" : "; did you mean \"" + hint + "\"?"));
   }
   return value;
@@ -380,7 +375,7 @@ void check_tree(const ConfigNode::State& state, const YAML::Node& node, const st
       std::string hint = closest_match(key, known);
       throw ConfigError(where + ": " + full + ": unknown key" +
                         (hint.empty() ? "" : "; did you mean '" + hint + "'?") +
-                        (known.empty() ? "" : " (known here: " + list_text(known) + ")"));
+                        (known.empty() ? "" : " (known here: " + c10::Join(", ", known) + ")"));
     }
     if (item.second.IsMap()) check_tree(state, item.second, full);
     if (item.second.IsSequence()) {

@@ -4,6 +4,7 @@
 #include "titan/registry.hpp"
 
 #include <boost/dll/shared_library.hpp>
+#include <c10/util/StringUtil.h>
 #include <dlfcn.h>
 
 #include <algorithm>
@@ -47,12 +48,6 @@ std::string plugin_name_of(const fs::path& file) {
   return stem.substr(prefix.size(), stem.size() - prefix.size() - std::string(kFileSuffix).size());
 }
 
-std::string join(const std::vector<std::string>& items) {
-  std::string out;
-  for (const auto& item : items) out += (out.empty() ? "" : ", ") + item;
-  return out;
-}
-
 std::string major_minor(const std::string& version) {
   auto first = version.find('.');
   auto second = version.find('.', first == std::string::npos ? 0 : first + 1);
@@ -85,7 +80,7 @@ std::string kinds_to_string(uint32_t kinds) {
   for (const auto& [bit, name] : names) {
     if (kinds & bit) out.push_back(name);
   }
-  return join(out);
+  return c10::Join(", ", out);
 }
 
 struct PluginRegistry::Impl : PluginRegistrar {
@@ -238,8 +233,8 @@ struct PluginRegistry::Impl : PluginRegistrar {
       std::vector<std::string> names;
       for (const auto& [name, path] : found) names.push_back(name);
       std::string hint = closest_match(name_or_path, names);
-      throw Error("plugin '" + name_or_path + "' not found in [" + join(dirs()) + "]" +
-                  (hint.empty() ? "" : "; did you mean '" + hint + "'?") + " (known: " + join(names) + ")");
+      throw Error("plugin '" + name_or_path + "' not found in [" + c10::Join(", ", dirs()) + "]" +
+                  (hint.empty() ? "" : "; did you mean '" + hint + "'?") + " (known: " + c10::Join(", ", names) + ")");
     }
     return load_file(file->second, name_or_path);
   }
@@ -357,7 +352,7 @@ std::unique_ptr<PipelineSchedule> PluginRegistry::create_pipeline_schedule(const
     }
     std::string hint = closest_match(name, names);
     throw Error("pipeline_parallel_schedule '" + name + "' is not provided by any loaded plugin" +
-                (hint.empty() ? "" : "; did you mean '" + hint + "'?") + " (known: " + join(names) +
+                (hint.empty() ? "" : "; did you mean '" + hint + "'?") + " (known: " + c10::Join(", ", names) +
                 "; load a third-party schedule's plugin first: list it under plugins: in the config, or give "
                 "--plugin NAME to titan pp-schedule)");
   }

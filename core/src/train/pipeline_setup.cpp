@@ -1,6 +1,7 @@
 // build_pipeline_model and the whole-model gather over pp.
 #include "pipeline_setup.hpp"
 
+#include <c10/util/StringUtil.h>
 #include <torch/torch.h>
 
 #include <cstring>
@@ -33,12 +34,6 @@ std::string trace_file(const std::string& prefix, int rank) {
   return stem + "_rank" + std::to_string(rank) + ".json";
 }
 
-std::string join(const std::vector<std::string>& items) {
-  std::string out;
-  for (const auto& item : items) out += (out.empty() ? "" : ", ") + item;
-  return out;
-}
-
 }  // namespace
 
 PipelineModel build_pipeline_model(const RunPlan& plan, const DeviceMesh* mesh, int global_rank,
@@ -51,7 +46,7 @@ PipelineModel build_pipeline_model(const RunPlan& plan, const DeviceMesh* mesh, 
   for (int64_t stage : stages) {
     std::shared_ptr<CausalLM> part = plan.model->build(c10::Device(c10::kMeta));
     cut_to_stage(*part, run.stage_modules.at(static_cast<size_t>(stage)));
-    spdlog::info("pipeline stage {} on pp rank {}: {}", stage, pp_rank, join(run.stage_modules[stage]));
+    spdlog::info("pipeline stage {} on pp rank {}: {}", stage, pp_rank, c10::Join(", ", run.stage_modules[stage]));
     transform(*part);
     parts.push_back(part);
   }
