@@ -1,9 +1,15 @@
-# Finds LibTorch (Debian's 1.13 CPU build or a PyTorch 2.x install through
-# CMAKE_PREFIX_PATH) and the other libraries, and builds the shared
+# Finds LibTorch (the torch 2.11 wheel's, through CMAKE_PREFIX_PATH; see
+# scripts/setup.sh) and the other libraries, and builds the shared
 # precompiled header target every LibTorch-using target reuses.
-find_package(Torch REQUIRED)
+# The GPUs Titan targets: H100/H200 (sm_90). One architecture keeps every
+# .cu compile in CI affordable; set TORCH_CUDA_ARCH_LIST for others.
+if(NOT DEFINED ENV{TORCH_CUDA_ARCH_LIST})
+  set(ENV{TORCH_CUDA_ARCH_LIST} "9.0")
+endif()
+find_package(Torch 2.11 REQUIRED)
 find_package(yaml-cpp REQUIRED)
 find_package(spdlog REQUIRED)
+find_package(fmt REQUIRED)
 find_package(nlohmann_json REQUIRED)
 find_package(Boost REQUIRED)
 find_package(ZLIB REQUIRED)
@@ -18,7 +24,16 @@ if(TITAN_WITH_CUDA STREQUAL "AUTO")
   endif()
 endif()
 if(TITAN_WITH_CUDA)
+  if(NOT CAFFE2_USE_CUDA)
+    message(FATAL_ERROR "TITAN_WITH_CUDA=ON needs a CUDA build of LibTorch; ${Torch_DIR} is CPU-only")
+  endif()
   enable_language(CUDA)
+  find_package(CUDAToolkit REQUIRED)
+  # LibTorch does not ship nccl.h: the CUDA toolkit's (CI machines) or the
+  # nvidia-nccl wheel's (GPU machines; scripts/gpu_check.sh passes it).
+  find_path(NCCL_INCLUDE_DIR nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS} REQUIRED)
+  find_library(NCCL_LIBRARY NAMES nccl libnccl.so.2 HINTS ${CUDAToolkit_LIBRARY_DIR} REQUIRED)
+  message(STATUS "Titan: NCCL ${NCCL_LIBRARY} (headers ${NCCL_INCLUDE_DIR})")
 endif()
 message(STATUS "Titan: LibTorch ${Torch_VERSION}, CUDA ${TITAN_WITH_CUDA}")
 
@@ -26,6 +41,18 @@ message(STATUS "Titan: LibTorch ${Torch_VERSION}, CUDA ${TITAN_WITH_CUDA}")
 add_library(titan_build_flags INTERFACE)
 target_compile_options(titan_build_flags INTERFACE
   $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wno-unused-parameter>)
+# LibTorch ships fmt 12's headers in its include folder; spdlog was built
+# against the system's fmt. Every <fmt/...> must be the system's (so spdlog's
+# inline code matches its library), so its folder is searched first.
+get_target_property(titan_fmt_include fmt::fmt INTERFACE_INCLUDE_DIRECTORIES)
+file(MAKE_DIRECTORY ${CMAKE_BINARY_DIR}/fmt_first)
+file(CREATE_LINK ${titan_fmt_include}/fmt ${CMAKE_BINARY_DIR}/fmt_first/fmt SYMBOLIC)
+target_include_directories(titan_build_flags SYSTEM BEFORE INTERFACE $<BUILD_INTERFACE:${CMAKE_BINARY_DIR}/fmt_first>)
+# The torch wheel's libtorch.so exports about 180 std:: symbols (its build's
+# static libstdc++ extras), among them a std::filesystem::remove_all that
+# crashes when called from here. Naming libstdc++ first among a program's
+# libraries makes the dynamic linker bind every std:: symbol to it.
+target_link_options(titan_build_flags INTERFACE "LINKER:--push-state,--no-as-needed,-lstdc++,--pop-state")
 target_compile_definitions(titan_build_flags INTERFACE BOOST_DLL_USE_STD_FS
   $<$<BOOL:${TITAN_WITH_CUDA}>:TITAN_WITH_CUDA=1>)
 

@@ -6,7 +6,9 @@
 # what titan trusts. CONFORMANCE: the plugin's declaration for
 # titan-conformance (e.g. the optimizer rule it implements), copied beside
 # the library as libtitan_plugin_<NAME>.conformance.yaml and installed with it.
-# Used in-tree and, installed with the SDK, out of tree.
+# Used in-tree and, installed with the SDK, out of tree. In-tree plugins join
+# the target titan_all_plugins (what training needs) unless the directory
+# sets TITAN_PLUGIN_NOT_IN_ALL (the test plugins).
 set(TITAN_PLUGIN_VERSION_SCRIPT ${CMAKE_CURRENT_LIST_DIR}/titan_plugin.map)
 set(TITAN_PLUGIN_KIND_NAMES model parallelizer schedule optimizer lr_schedule precision checkpointer
   comm_observer metrics_sink pipeline_schedule)
@@ -40,7 +42,7 @@ function(titan_add_plugin name)
     LIBRARY_OUTPUT_DIRECTORY ${TITAN_PLUGIN_OUTPUT_DIR}
     INSTALL_RPATH "$ORIGIN/../.."
     TITAN_PLUGIN_KINDS "${ARG_KINDS}")
-  if(TARGET titan_all_plugins)
+  if(TARGET titan_all_plugins AND NOT TITAN_PLUGIN_NOT_IN_ALL)
     add_dependencies(titan_all_plugins ${target})
   endif()
   if(COMMAND titan_use_pch)

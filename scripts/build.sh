@@ -9,7 +9,12 @@ export CCACHE_SLOPPINESS=pch_defines,time_macros,include_file_mtime,include_file
 export CCACHE_DIR=${CCACHE_DIR:-$HOME/.cache/titan-ccache}
 export CCACHE_MAXSIZE=${CCACHE_MAXSIZE:-5G}
 if [ ! -f "$build/build.ninja" ]; then
-  cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=${CMAKE_BUILD_TYPE:-Quick} "$@"
+  # LibTorch: the torch wheel scripts/setup.sh put in .venv/ (TITAN_PYTHON: another one).
+  python=${TITAN_PYTHON:-$root/.venv/bin/python}
+  torch_prefix=$("$python" -c 'import torch.utils; print(torch.utils.cmake_prefix_path)') ||
+    { echo "titan build: no torch in $python; run scripts/setup.sh first" >&2; exit 1; }
+  cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=${CMAKE_BUILD_TYPE:-Quick} \
+    -DCMAKE_PREFIX_PATH="$torch_prefix" "$@"
 fi
 targets=()
 for target in ${TITAN_BUILD_TARGETS:-}; do targets+=(--target "$target"); done

@@ -21,7 +21,9 @@ configure_and_build() {
   export CCACHE_DIR=${CCACHE_DIR:-$HOME/.cache/titan-ccache}
   export CCACHE_MAXSIZE=${CCACHE_MAXSIZE:-5G}
   if [ ! -f "$build/build.ninja" ]; then
-    cmake -S "$root/tests/fuzz" -B "$build" -G Ninja -DCMAKE_CXX_COMPILER="${TITAN_FUZZ_CXX:-clang++}" "$@" >/dev/null
+    torch_prefix=$("${TITAN_PYTHON:-$root/.venv/bin/python}" -c 'import torch.utils; print(torch.utils.cmake_prefix_path)')
+    cmake -S "$root/tests/fuzz" -B "$build" -G Ninja -DCMAKE_CXX_COMPILER="${TITAN_FUZZ_CXX:-clang++}" \
+      -DCMAKE_PREFIX_PATH="$torch_prefix" "$@" >/dev/null
   elif (($#)); then
     cmake "$build" "$@" >/dev/null
   fi

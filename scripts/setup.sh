@@ -1,9 +1,14 @@
 #!/usr/bin/env bash
-# Installs every Debian package Titan needs to build, test and train (idempotent).
+# Installs everything Titan needs to build, test and train (idempotent):
+# Debian packages, then LibTorch 2.11 (the torch wheel's, CUDA 13 build) in
+# the project-local Python environment .venv/ (git-ignored). The build finds
+# it through `.venv/bin/python -c 'import torch.utils; ...cmake_prefix_path'`
+# (scripts/build.sh). Choices and measured costs: docs/testing.md "Setup".
 set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
 packages=(
-  build-essential cmake ninja-build ccache git
-  libtorch-dev python3-torch libgloo-dev libopenblas0-pthread
+  build-essential cmake ninja-build ccache git python3 python3-venv
+  libgloo-dev libopenblas0-pthread  # Gloo's headers (LibTorch's c10d headers include them; the wheel has none)
   libyaml-cpp-dev libspdlog-dev libfmt-dev nlohmann-json3-dev doctest-dev
   libboost-dev libboost-filesystem-dev libpcre2-dev zlib1g-dev libsentencepiece-dev
   clang libclang-rt-14-dev  # the fuzz targets (tests/fuzz): clang 14 with libFuzzer and the sanitizer runtimes
@@ -18,3 +23,27 @@ if ((${#missing[@]})); then
   $SUDO apt-get update -q
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
 fi
+
+# LibTorch: the torch 2.11.0 wheel (built for CUDA 13.0, as the GPU machines
+# run). Its CUDA runtime wheels (about 3 GB) duplicate the CUDA 13 toolkit in
+# /usr/local/cuda, whose libraries the loader finds: only the three that the
+# toolkit lacks (cuSPARSELt, NVSHMEM, cuFile; 230 MB) are installed here.
+torch_version=2.11.0
+venv=$root/.venv
+if ! "$venv/bin/python" -c "import torch, sys; sys.exit(torch.__version__.split('+')[0] != '$torch_version')" \
+     >/dev/null 2>&1; then
+  echo "titan setup: installing torch==$torch_version (LibTorch) into $venv"
+  python3 -m venv "$venv"
+  pip=("$venv/bin/python" -m pip install -q --disable-pip-version-check)
+  if [ -d /usr/local/cuda/lib64 ] || ldconfig -p | grep -q libcudart.so.13; then
+    "${pip[@]}" --no-deps "torch==$torch_version" nvidia-cusparselt-cu13==0.8.0 nvidia-nvshmem-cu13==3.4.5 \
+      "nvidia-cufile==1.15.1.6.*"
+    # torch's own Python dependencies (for the Python test references).
+    "${pip[@]}" filelock "typing-extensions>=4.10.0" "setuptools<82" "sympy>=1.13.3" "networkx>=2.5.1" jinja2 \
+      "fsspec>=0.8.5" numpy
+  else
+    # No CUDA toolkit here: the wheel's own CUDA runtime packages.
+    "${pip[@]}" "torch==$torch_version" numpy
+  fi
+fi
+"$venv/bin/python" -c "import torch; print('titan setup: LibTorch', torch.__version__, 'CUDA', torch.version.cuda)"

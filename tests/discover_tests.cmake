@@ -4,6 +4,8 @@
 # (dcp_test -> dcp), so `ctest -L dcp` runs one area and ctest's closing
 # "Label Time Summary" says what each area costs. doctest's own discovery
 # runs the binary once more per case to label it (a second each).
+# A case that prints "TITAN_SKIPPED: <reason>" (a CUDA test without a GPU)
+# is reported by ctest as skipped, never as passed.
 # Inputs: TEST_EXECUTABLE, WORKING_DIR, TIMEOUT, CTEST_FILE.
 cmake_policy(VERSION 3.22)
 execute_process(COMMAND "${TEST_EXECUTABLE}" --list-test-cases --reporters=xml
@@ -47,7 +49,7 @@ foreach(case IN LISTS cases)
   string(APPEND script
     "add_test([==[${name}]==] \"${TEST_EXECUTABLE}\" [==[--test-case=${filter}]==])\n"
     "set_tests_properties([==[${name}]==] PROPERTIES WORKING_DIRECTORY \"${WORKING_DIR}\""
-    " TIMEOUT ${TIMEOUT} LABELS \"${tier};${area}\")\n")
+    " TIMEOUT ${TIMEOUT} LABELS \"${tier};${area}\" SKIP_REGULAR_EXPRESSION \"TITAN_SKIPPED:\")\n")
   math(EXPR count "${count} + 1")
 endforeach()
 # Every case doctest counts must have become one test, or some would never run.

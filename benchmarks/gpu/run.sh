@@ -2,45 +2,83 @@
 # Single-GPU benchmark (issue 8): Titan vs PyTorch's TorchTitan recipe, same
 # model shapes, batch and machine, in one call; prints tokens/s, MFU
 # (TorchTitan's FLOPs formula, 989.5 TFLOP/s peak), peak memory and the
-# Titan/PyTorch ratio. Needs a CUDA machine with PyTorch 2.x (the LibTorch
-# Titan builds against); never run on CPU.
-# Usage: benchmarks/gpu/run.sh [STEPS]
-#   TITAN_CUDA_BUILD   build folder (default build-cuda; configured here if absent)
-#   TITAN_LLAMA3_TOKENIZER  a Llama 3 tokenizer (128256 tokens) for the 1B/8B shapes
-#   PYTORCH_MODE       compile (default: per-block torch.compile) or eager
+# Titan/PyTorch ratios against PyTorch eager, per-block torch.compile and
+# (debug model only) the whole step in one CUDA graph. Needs a CUDA machine
+# with PyTorch 2.x (the LibTorch Titan builds against); never run on CPU.
+# On a lent GPU machine run it through `scripts/gpu_check.sh OUT bench`,
+# which builds build-cuda/ with the carried C++ dependencies first.
+# Usage: benchmarks/gpu/run.sh [STEPS]          (default 30 timed steps)
+#   TITAN_CUDA_BUILD        build folder (default build-cuda; configured by
+#                           scripts/gpu_check.sh's `configure` if absent)
+#   TITAN_BENCH_CONFIGS     shapes to run, by name (default: all four below)
+#   PYTORCH_MODES           references: eager, compile (per-block
+#                           torch.compile), graph (compile + the whole step in
+#                           one CUDA graph; debug model only). Default: all.
+#   TITAN_LLAMA3_TOKENIZER  a Llama 3 tokenizer for the 1B/8B shapes; without
+#                           one, a synthetic tiktoken file with the same
+#                           vocabulary size (128,256; synthetic_tokenizer.py)
+#   TITAN_BENCH_TABLE       also write the markdown table to this file
+#   TITAN_PYTHON            the Python with torch (default .venv/bin/python if
+#                           present, else python3)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 steps=${1:-30}
 build=${TITAN_CUDA_BUILD:-$root/build-cuda}
-mode=${PYTORCH_MODE:-compile}
+modes=${PYTORCH_MODES:-eager compile graph}
 out=$root/outputs/bench_gpu
-mkdir -p "$out"
-python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else "benchmarks/gpu: no CUDA device")'
-
-if [ ! -f "$build/build.ninja" ]; then  # the CUDA build recipe (LibTorch of the PyTorch install)
-  prefix=$(python3 -c 'import torch.utils; print(torch.utils.cmake_prefix_path)')
-  nccl=$(python3 -c 'import nvidia.nccl, os; print(os.path.dirname(nvidia.nccl.__file__))')
-  TORCH_CUDA_ARCH_LIST=9.0 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
-    -DTITAN_BUILD_TESTS=OFF -DCMAKE_PREFIX_PATH="$prefix" \
-    -DNCCL_INCLUDE_DIR="$nccl/include" -DNCCL_LIBRARY="$nccl/lib/libnccl.so.2"
+table=${TITAN_BENCH_TABLE:-}
+python=${TITAN_PYTHON:-}
+if [ -z "$python" ]; then
+  python=python3
+  [ -x "$root/.venv/bin/python" ] && python=$root/.venv/bin/python
 fi
+mkdir -p "$out"
+"$python" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else "benchmarks/gpu: no CUDA device")'
+
+if [ ! -f "$build/build.ninja" ]; then  # the CUDA build recipe lives in one place
+  TITAN_CUDA_BUILD=$build TITAN_PYTHON=$python bash "$root/scripts/gpu_check.sh" "$out/gpu_check" configure
+fi
+# LD_LIBRARY_PATH for the carried libraries, TORCH_CUDA_ARCH_LIST (gpu_check.sh).
+if [ -f "$build/gpu_check/env.sh" ]; then source "$build/gpu_check/env.sh"; fi
 cmake --build "$build" -j "$(nproc)" --target titan titan_all_plugins
 
-# name flavor n_layers seq batch; the debug model is compared with PyTorch's
-# whole step in one CUDA graph, the others with per-block compile.
-configs=(
+# name flavor n_layers seq batch: the shapes of the project's GPU notes.
+all_configs=(
   "debugmodel_s2048_b8 debugmodel 6 2048 8"
   "1B_s2048_b8 1B 16 2048 8"
   "1B_s8192_b2 1B 16 8192 2"
   "8B_4layers_s8192_b2 8B 4 8192 2"
 )
+configs=()
+for config in "${all_configs[@]}"; do
+  name=${config%% *}
+  if [ -z "${TITAN_BENCH_CONFIGS:-}" ] || [[ " $TITAN_BENCH_CONFIGS " == *" $name "* ]]; then configs+=("$config"); fi
+done
+((${#configs[@]})) || { echo "benchmarks/gpu: no config matches TITAN_BENCH_CONFIGS='$TITAN_BENCH_CONFIGS'"; exit 2; }
 
-run_titan() {  # name flavor layers seq batch -> metrics.jsonl in $out/titan_<name>
-  local name=$1 flavor=$2 layers=$3 seq=$4 batch=$5 dir=$out/titan_$1
-  local tokenizer=assets/tokenizer/stories_bpe.json
-  if [ "$flavor" != debugmodel ]; then
-    tokenizer=${TITAN_LLAMA3_TOKENIZER:?set TITAN_LLAMA3_TOKENIZER to a Llama 3 tokenizer for the $flavor shape}
-  fi
+llama3_tokenizer() {  # a Llama 3 tokenizer, or the synthetic stand-in of its size
+  if [ -n "${TITAN_LLAMA3_TOKENIZER:-}" ]; then echo "$TITAN_LLAMA3_TOKENIZER"; return; fi
+  local synthetic=$out/synthetic_llama3_tokenizer.model
+  [ -s "$synthetic" ] || "$python" "$root/benchmarks/gpu/synthetic_tokenizer.py" "$synthetic"
+  echo "$synthetic"
+}
+
+vocab_of() {  # the vocabulary size Titan reads from a tokenizer file
+  "$python" - "$1" <<'PY'
+import json, sys
+path = sys.argv[1]
+text = open(path, encoding="utf-8", errors="replace").read()
+if text.lstrip().startswith("{"):  # Hugging Face tokenizer.json: the highest id + 1
+    d = json.loads(text)
+    ids = list(d["model"]["vocab"].values()) + [t["id"] for t in d.get("added_tokens", [])]
+    print(max(ids) + 1)
+else:  # tiktoken: the highest rank + 1, then Llama 3's 256 special tokens
+    print(max(int(line.split()[1]) for line in text.splitlines() if line.strip()) + 1 + 256)
+PY
+}
+
+run_titan() {  # name flavor layers seq batch tokenizer -> metrics.jsonl in $out/titan_<name>
+  local name=$1 flavor=$2 layers=$3 seq=$4 batch=$5 tokenizer=$6 dir=$out/titan_$1
   rm -rf "$dir"
   (cd "$root" && "$build/bin/titan" train configs/llama3_debugmodel.yaml \
     --set job.dump_folder="$dir" --set model.flavor="$flavor" --set model.n_layers="$layers" \
@@ -51,34 +89,93 @@ run_titan() {  # name flavor layers seq batch -> metrics.jsonl in $out/titan_<na
     { tail -20 "$dir.log"; echo "titan failed on $name (log: $dir.log)"; return 1; }
 }
 
-run_reference() {  # name flavor layers seq batch -> one JSON line in $out/pytorch_<name>.json
-  local name=$1 flavor=$2 layers=$3 seq=$4 batch=$5 extra=(--compile)
-  if [ "$flavor" = debugmodel ] && [ "$mode" = compile ]; then extra=(--compile --cuda-graph); fi
-  if [ "$mode" = eager ]; then extra=(); fi
-  python3 "$root/benchmarks/gpu/pytorch_reference.py" --flavor "$flavor" --n-layers "$layers" --seq "$seq" \
-    --batch "$batch" --steps "$steps" "${extra[@]}" | tail -1 > "$out/pytorch_$name.json"
+run_reference() {  # name flavor layers seq batch vocab mode -> one JSON line in $out/pytorch_<mode>_<name>.json
+  local name=$1 flavor=$2 layers=$3 seq=$4 batch=$5 vocab=$6 mode=$7 extra=()
+  case $mode in
+    eager) ;;
+    compile) extra=(--compile) ;;
+    graph) extra=(--compile --cuda-graph) ;;
+    *) echo "unknown PYTORCH_MODES entry '$mode' (eager, compile, graph)"; return 1 ;;
+  esac
+  local result=$out/pytorch_${mode}_$name.json log=$out/pytorch_${mode}_$name.log
+  # stdout alone holds the JSON line (warnings at exit go to stderr, the log).
+  PYTHONUNBUFFERED=1 "$python" "$root/benchmarks/gpu/pytorch_reference.py" --flavor "$flavor" --n-layers "$layers" \
+    --seq "$seq" --batch "$batch" --vocab "$vocab" --steps "$steps" "${extra[@]}" > "$result.out" 2> "$log" ||
+    { tail -20 "$log"; echo "pytorch ($mode) failed on $name (log: $log)"; return 1; }
+  grep '^{' "$result.out" | tail -1 > "$result"
 }
 
+# The shapes of this run and any measured earlier into $out (a lent machine
+# keeps outputs/ while warm, so shapes can be split across calls), as
+# markdown, to stdout and $table.
+write_table() {
+  "$python" - "$out" "$steps" "$modes" "${configs[*]%% *}" "${all_configs[@]}" <<'PY' > "$out/gpu_bench.md"
+import glob, json, os, sys
+out, steps, modes, selected, configs = sys.argv[1], sys.argv[2], sys.argv[3].split(), sys.argv[4].split(), sys.argv[5:]
+def load(path):
+    try:
+        with open(path) as f:
+            return json.loads(f.read().strip().splitlines()[-1])
+    except (OSError, ValueError, IndexError):
+        return None
+def cell(tps, mfu, mem):
+    return f"{tps:,.0f} ({100 * mfu:.1f}%, {mem:.1f} GiB)"
+head = ["shape", "Titan tok/s (MFU, peak)"]
+for m in modes:
+    head += [f"PyTorch {m}", f"Titan / {m} (tok/s, mem)"]
+rows = []
+for config in configs:
+    name, flavor = config.split()[:2]
+    if name not in selected and not glob.glob(f"{out}/*_{name}.json") + glob.glob(f"{out}/titan_{name}/metrics.jsonl"):
+        continue
+    row = [name]
+    metrics = f"{out}/titan_{name}/metrics.jsonl"
+    titan = None
+    if os.path.exists(metrics):
+        steps_seen = [json.loads(l) for l in open(metrics) if l.strip()]
+        steady = steps_seen[len(steps_seen) // 3:]  # drop warm-up steps, as the reference does
+        if steady:
+            titan = (sum(s["tokens_per_sec"] for s in steady) / len(steady),
+                     sum(s["mfu"] for s in steady) / len(steady),
+                     max(s["memory_bytes"] for s in steps_seen) / 2**30)
+    row.append(cell(*titan) if titan else ("failed" if os.path.exists(f"{out}/titan_{name}.log") else "not run"))
+    for m in modes:
+        if m == "graph" and flavor != "debugmodel":
+            row += ["-", "-"]
+            continue
+        ref = load(f"{out}/pytorch_{m}_{name}.json")
+        if not ref:
+            row += ["failed" if os.path.exists(f"{out}/pytorch_{m}_{name}.log") else "not run", "-"]
+            continue
+        mem = ref["peak_memory_bytes"] / 2**30
+        row.append(cell(ref["tokens_per_sec"], ref["mfu"], mem))
+        row.append(f"{titan[0] / ref['tokens_per_sec']:.2f}x, {titan[2] / mem:.2f}x" if titan else "-")
+    rows.append(row)
+print(f"{steps} timed steps each; tokens/s and MFU (989.5 TFLOP/s) over the steady steps; peak = most memory allocated.")
+print()
+print("| " + " | ".join(head) + " |")
+print("|" + "---|" * len(head))
+for row in rows:
+    print("| " + " | ".join(row) + " |")
+PY
+  cat "$out/gpu_bench.md"
+  if [ -n "$table" ]; then cp "$out/gpu_bench.md" "$table"; fi
+}
+
+status=0
 for config in "${configs[@]}"; do
   read -r name flavor layers seq batch <<< "$config"
   echo "== $name"
-  run_titan "$name" "$flavor" "$layers" "$seq" "$batch"
-  run_reference "$name" "$flavor" "$layers" "$seq" "$batch"
+  tokenizer=assets/tokenizer/stories_bpe.json
+  [ "$flavor" = debugmodel ] || tokenizer=$(llama3_tokenizer)
+  case $tokenizer in /*) vocab=$(vocab_of "$tokenizer") ;; *) vocab=$(vocab_of "$root/$tokenizer") ;; esac
+  rm -rf "$out/titan_$name" "$out/titan_$name.log" "$out/pytorch_"*"_$name".*
+  run_titan "$name" "$flavor" "$layers" "$seq" "$batch" "$tokenizer" || status=1
+  for mode in $modes; do
+    if [ "$mode" = graph ] && [ "$flavor" != debugmodel ]; then continue; fi
+    run_reference "$name" "$flavor" "$layers" "$seq" "$batch" "$vocab" "$mode" || status=1
+  done
+  write_table > /dev/null  # after each shape, so a run cut short keeps what it measured
 done
-
-python3 - "$out" "${configs[@]}" <<'PY'
-import json, sys
-out, configs = sys.argv[1], sys.argv[2:]
-print(f"{'config':22} {'Titan tok/s':>12} {'MFU':>6} {'peak GiB':>9} | {'PyTorch tok/s':>13} {'MFU':>6} {'peak GiB':>9} | {'ratio':>6} {'mem':>5}")
-for config in configs:
-    name = config.split()[0]
-    steps = [json.loads(l) for l in open(f"{out}/titan_{name}/metrics.jsonl")]
-    steady = steps[len(steps) // 3:]  # drop warm-up steps, as the reference does
-    t_tps = sum(s["tokens_per_sec"] for s in steady) / len(steady)
-    t_mfu = sum(s["mfu"] for s in steady) / len(steady)
-    t_mem = max(s["memory_bytes"] for s in steps) / 2**30
-    ref = json.load(open(f"{out}/pytorch_{name}.json"))
-    r_mem = ref["peak_memory_bytes"] / 2**30
-    print(f"{name:22} {t_tps:12.0f} {100*t_mfu:5.1f}% {t_mem:9.1f} | {ref['tokens_per_sec']:13.0f} "
-          f"{100*ref['mfu']:5.1f}% {r_mem:9.1f} | {t_tps/ref['tokens_per_sec']:5.2f}x {t_mem/r_mem:4.2f}x")
-PY
+write_table
+exit "$status"

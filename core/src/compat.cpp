@@ -16,8 +16,11 @@
 #include "titan/peak_memory.hpp"
 
 #ifdef TITAN_WITH_CUDA
+#include <ATen/cuda/CUDAContext.h>
 #include <ATen/native/cuda/Resize.h>
 #include <c10/cuda/CUDACachingAllocator.h>
+#include <cuda_runtime_api.h>
+#include <nccl.h>
 #endif
 
 namespace titan::compat {
@@ -94,6 +97,19 @@ std::shared_ptr<void> on_gradient_accumulated(const at::Tensor& param, std::func
 
 bool cuda_available() { return torch::cuda::is_available(); }
 
+std::string cuda_summary() {
+#ifdef TITAN_WITH_CUDA
+  std::string text = "CUDA " + std::to_string(CUDART_VERSION / 1000) + "." + std::to_string(CUDART_VERSION % 1000 / 10) +
+                     " compiled in (NCCL " + std::to_string(NCCL_MAJOR) + "." + std::to_string(NCCL_MINOR) + "." +
+                     std::to_string(NCCL_PATCH) + "); available: ";
+  if (!torch::cuda::is_available()) return text + "no (no CUDA device)";
+  const int64_t count = static_cast<int64_t>(torch::cuda::device_count());
+  return text + "yes, " + std::to_string(count) + " device(s), " + at::cuda::getDeviceProperties(0)->name;
+#else
+  return "CUDA not compiled in (TITAN_WITH_CUDA off)";
+#endif
+}
+
 int64_t device_memory_allocated(const c10::Device& device) {
 #ifdef TITAN_WITH_CUDA
   if (device.is_cuda()) {
@@ -124,7 +140,7 @@ namespace titan {
 class CpuMemoryTracker::Allocator : public c10::Allocator {
  public:
   explicit Allocator(c10::Allocator* base) : base_(base) {}
-  c10::DataPtr allocate(size_t bytes) const override {
+  c10::DataPtr allocate(size_t bytes) override {
     c10::DataPtr inner = base_->allocate(bytes);
     void* data = inner.get();
     int64_t now = live_ += static_cast<int64_t>(bytes);
@@ -132,8 +148,7 @@ class CpuMemoryTracker::Allocator : public c10::Allocator {
     while (now > peak && !peak_.compare_exchange_weak(peak, now)) {}
     return {data, new Block{std::move(inner), bytes, this}, &Allocator::release, c10::Device(c10::kCPU)};
   }
-  // LibTorch 2.x makes this pure virtual; 1.13 has no such method (hence no `override`).
-  void copy_data(void* dest, const void* src, std::size_t count) const { std::memcpy(dest, src, count); }
+  void copy_data(void* dest, const void* src, std::size_t count) const override { std::memcpy(dest, src, count); }
   c10::Allocator* base() const { return base_; }
   int64_t peak() const { return peak_; }
   int64_t live() const { return live_; }

@@ -1,20 +1,57 @@
-// Float8 support by LibTorch version. LibTorch 1.13 (Debian's, CPU) has no
-// float8 dtypes and no `_scaled_mm`, so both answers are "not here"; a 2.x
-// CUDA build adds the real path here (view the uint8 codes as
-// at::kFloat8_e4m3fn / kFloat8_e5m2, pass 1 / scale to at::_scaled_mm).
+// Float8 GEMMs through LibTorch's `_scaled_mm` (CUDA, sm_89+). Titan keeps
+// float8 codes as uint8 tensors (the float8 plugin's exact codec makes
+// them); here they are viewed as LibTorch's native float8 dtypes.
 #include "titan/compat_float8.hpp"
+
+#include <ATen/ATen.h>
+#include <torch/cuda.h>
 
 #include "titan/error.hpp"
 #include "titan/compat.hpp"
 
+#ifdef TITAN_WITH_CUDA
+#include <ATen/cuda/CUDAContext.h>
+#endif
+
 namespace titan::compat {
 
-bool float8_scaled_mm_available() { return false; }
+bool float8_scaled_mm_available() {
+#ifdef TITAN_WITH_CUDA
+  if (!torch::cuda::is_available()) return false;
+  const cudaDeviceProp* properties = at::cuda::getCurrentDeviceProperties();
+  return properties->major * 10 + properties->minor >= 89;
+#else
+  return false;
+#endif
+}
 
-at::Tensor scaled_mm(const at::Tensor&, bool, const at::Tensor&, const at::Tensor&, bool, const at::Tensor&,
-                     c10::ScalarType) {
-  throw Error(std::string("float8: _scaled_mm is not available in LibTorch ") + torch_version_string() +
-              " (no float8 dtypes); use the float8 plugin's emulation (emulate: true, forced on CPU)");
+namespace {
+
+// `_scaled_mm` multiplies by the factors that turn codes back into values:
+// the reciprocal of the scale the codes were made with, as [M, 1] / [1, N]
+// for rowwise scales or a 0-dim tensor for tensorwise ones.
+at::Tensor dequantize_factor(const at::Tensor& scale) { return scale.to(at::kFloat).reciprocal(); }
+
+}  // namespace
+
+at::Tensor scaled_mm(const at::Tensor& a_codes, bool a_e5m2, const at::Tensor& a_scale, const at::Tensor& b_codes,
+                     bool b_e5m2, const at::Tensor& b_scale, c10::ScalarType out_dtype) {
+  if (!float8_scaled_mm_available()) {
+    throw Error(std::string("float8: _scaled_mm needs a CUDA device of compute capability 8.9 or newer (LibTorch ") +
+                torch_version_string() + ", " + cuda_summary() + "); use the float8 plugin's emulation (emulate: true)");
+  }
+  if (a_codes.dim() != 2 || b_codes.dim() != 2 || a_codes.size(1) != b_codes.size(1)) {
+    throw Error("float8 scaled_mm: expected a [M, K] and b [N, K], got " + std::to_string(a_codes.dim()) + "-d and " +
+                std::to_string(b_codes.dim()) + "-d operands with mismatched K");
+  }
+  // Row-major a, column-major b (b [N, K] row-major is b^T column-major).
+  at::Tensor a = a_codes.contiguous().view(a_e5m2 ? at::kFloat8_e5m2 : at::kFloat8_e4m3fn);
+  at::Tensor b = b_codes.contiguous().view(b_e5m2 ? at::kFloat8_e5m2 : at::kFloat8_e4m3fn).t();
+  at::Tensor scale_a = dequantize_factor(a_scale);
+  at::Tensor scale_b = dequantize_factor(b_scale);
+  if (scale_b.dim() == 2) scale_b = scale_b.reshape({1, -1}).contiguous();  // [N, 1] -> [1, N]
+  if (scale_a.dim() == 2) scale_a = scale_a.reshape({-1, 1}).contiguous();
+  return at::_scaled_mm(a, b, scale_a, scale_b, std::nullopt, std::nullopt, out_dtype, /*use_fast_accum=*/false);
 }
 
 }  // namespace titan::compat

@@ -94,7 +94,24 @@ uint8_t encode(float value, Format format, bool saturate) {
 
 float decode(uint8_t code, Format format) { return table(format).values[code]; }
 
+at::ScalarType native_dtype(Format format) {
+  return format == Format::e4m3fn ? at::kFloat8_e4m3fn : at::kFloat8_e5m2;
+}
+
+// LibTorch's float8 casts round to nearest even, keep subnormals and map
+// NaN to S.1111.111 as encode() does (checked code for code in
+// tests/plugins/float8_test.cpp); they run on any device, and vectorized.
 at::Tensor encode(const at::Tensor& values, Format format, bool saturate) {
+  at::Tensor input = values.to(at::kFloat);
+  if (saturate) input = input.clamp(-info(format).max, info(format).max);  // NaN stays NaN
+  return input.to(native_dtype(format)).view(at::kByte);
+}
+
+at::Tensor decode(const at::Tensor& codes, Format format) {
+  return codes.contiguous().view(native_dtype(format)).to(at::kFloat);
+}
+
+at::Tensor encode_exactly(const at::Tensor& values, Format format, bool saturate) {
   at::Tensor input = values.to(at::kFloat).contiguous();
   at::Tensor codes = at::empty(input.sizes(), input.options().dtype(at::kByte));
   const float* in = input.data_ptr<float>();
@@ -103,18 +120,6 @@ at::Tensor encode(const at::Tensor& values, Format format, bool saturate) {
     for (int64_t i = begin; i < end; ++i) out[i] = encode(in[i], format, saturate);
   });
   return codes;
-}
-
-at::Tensor decode(const at::Tensor& codes, Format format) {
-  at::Tensor input = codes.contiguous();
-  at::Tensor values = at::empty(input.sizes(), input.options().dtype(at::kFloat));
-  const uint8_t* in = input.data_ptr<uint8_t>();
-  float* out = values.data_ptr<float>();
-  const auto& lookup = table(format).values;
-  at::parallel_for(0, input.numel(), 16384, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) out[i] = lookup[in[i]];
-  });
-  return values;
 }
 
 }  // namespace titan::float8

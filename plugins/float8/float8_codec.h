@@ -29,8 +29,15 @@ const char* name(Format format);
 uint8_t encode(float value, Format format, bool saturate = true);
 float decode(uint8_t code, Format format);
 
-// Elementwise over a float32 tensor (any shape) -> uint8 codes, and back.
+// LibTorch's native dtype of the format (at::kFloat8_e4m3fn / kFloat8_e5m2).
+at::ScalarType native_dtype(Format format);
+
+// Elementwise over a tensor (any shape, any device) -> uint8 codes, and
+// back to float32, through LibTorch's native float8 casts.
 at::Tensor encode(const at::Tensor& values, Format format, bool saturate = true);
 at::Tensor decode(const at::Tensor& codes, Format format);
+// The same as encode(), value by value through the scalar encode() above:
+// the written-out reference the native casts are checked against.
+at::Tensor encode_exactly(const at::Tensor& values, Format format, bool saturate = true);
 
 }  // namespace titan::float8

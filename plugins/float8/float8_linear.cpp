@@ -29,6 +29,31 @@ at::Tensor operand(const at::Tensor& x, const CastSpec& spec, int64_t contractio
   return dequantize(cast(x, spec, contraction_dim, recipe));
 }
 
+// On a GPU that runs `_scaled_mm` (and unless `emulate`), the three matmuls
+// multiply the codes there; the casts are the same as the emulation's.
+bool on_scaled_mm(const at::Tensor& x) { return x.is_cuda() && compat::float8_scaled_mm_available(); }
+
+Quantized transposed(const Quantized& q) {
+  return {q.codes.t(), q.scale.dim() == 0 ? q.scale : q.scale.t(), q.format};
+}
+
+// a [M, K] @ b [N, K]^T, both cast along K, by `_scaled_mm`.
+at::Tensor scaled_mm_of(const Quantized& a, const Quantized& b, c10::ScalarType out_dtype) {
+  return compat::scaled_mm(a.codes, a.format == Format::e5m2, a.scale, b.codes, b.format == Format::e5m2, b.scale,
+                           out_dtype);
+}
+
+// x [M, K] @ y [K, N]: x cast along dim 1 and y along dim 0 (the contraction
+// dim), multiplied by `_scaled_mm`, or in float32 where an operand stays in
+// high precision.
+at::Tensor gpu_matmul(const at::Tensor& x, const CastSpec& x_spec, const at::Tensor& y, const CastSpec& y_spec,
+                      const Recipe& recipe, c10::ScalarType out_dtype) {
+  if (x_spec.high_precision || y_spec.high_precision) {
+    return at::mm(operand(x, x_spec, 1, recipe), operand(y, y_spec, 0, recipe)).to(out_dtype);
+  }
+  return scaled_mm_of(cast(x, x_spec, 1, recipe), transposed(cast(y, y_spec, 0, recipe)), out_dtype);
+}
+
 const Recipe& recipe_of(AutogradContext* ctx) {
   return *reinterpret_cast<const Recipe*>(ctx->saved_data["recipe"].toInt());
 }
@@ -37,14 +62,16 @@ struct Float8MatmulFunction : torch::autograd::Function<Float8MatmulFunction> {
   // x2 [M, K], weight [N, K]; `gathered`: the weight already cast (a
   // Quantized*, or 0). Autograd takes only defined tensors as inputs.
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x2, const at::Tensor& weight,
-                            int64_t recipe_handle, int64_t gathered_handle) {
+                            int64_t recipe_handle, int64_t gathered_handle, bool gpu) {
     const Recipe& recipe = *reinterpret_cast<const Recipe*>(recipe_handle);
     const auto* gathered = reinterpret_cast<const Quantized*>(gathered_handle);
     ctx->saved_data["recipe"] = recipe_handle;
     const bool pre_cast = gathered && gathered->codes.defined() && !recipe.weight.high_precision &&
                           recipe.weight.granularity == Granularity::tensorwise;
     Quantized w = pre_cast ? *gathered : cast(weight, recipe.weight, 1, recipe);
-    at::Tensor out = at::mm(operand(x2, recipe.input, 1, recipe), dequantize(w).t());
+    ctx->saved_data["gpu"] = gpu;
+    at::Tensor out = gpu ? scaled_mm_of(cast(x2, recipe.input, 1, recipe), w, x2.scalar_type())
+                         : at::mm(operand(x2, recipe.input, 1, recipe), dequantize(w).t());
     // The weight as cast for grad_input, when that is the forward's cast
     // (tensorwise): reused, as torchao reuses a float8 weight.
     if (recipe.weight_for_grad_input.granularity == Granularity::tensorwise &&
@@ -63,6 +90,19 @@ struct Float8MatmulFunction : torch::autograd::Function<Float8MatmulFunction> {
     const at::Tensor& x2 = saved[0];
     const at::Tensor& weight = saved[1];
     at::Tensor grad_out = grads[0].contiguous();
+    if (ctx->saved_data["gpu"].toBool()) {
+      at::Tensor grad_x =
+          ctx->saved_data.count("weight_codes")
+              ? scaled_mm_of(cast(grad_out, recipe.grad_output, 1, recipe),
+                             transposed({ctx->saved_data["weight_codes"].toTensor(),
+                                         ctx->saved_data["weight_scale"].toTensor(), recipe.weight_for_grad_input.format}),
+                             x2.scalar_type())
+              : gpu_matmul(grad_out, recipe.grad_output, weight, recipe.weight_for_grad_input, recipe,
+                           x2.scalar_type());
+      at::Tensor grad_w = gpu_matmul(grad_out.t(), recipe.grad_output_for_grad_weight, x2, recipe.input_for_grad_weight,
+                                     recipe, weight.scalar_type());
+      return {grad_x, grad_w, at::Tensor(), at::Tensor(), at::Tensor()};
+    }
     at::Tensor weight_for_input =
         ctx->saved_data.count("weight_codes")
             ? dequantize({ctx->saved_data["weight_codes"].toTensor(), ctx->saved_data["weight_scale"].toTensor(),
@@ -71,19 +111,20 @@ struct Float8MatmulFunction : torch::autograd::Function<Float8MatmulFunction> {
     at::Tensor grad_x = at::mm(operand(grad_out, recipe.grad_output, 1, recipe), weight_for_input);
     at::Tensor grad_w = at::mm(operand(grad_out, recipe.grad_output_for_grad_weight, 0, recipe).t(),
                                operand(x2, recipe.input_for_grad_weight, 0, recipe));
-    return {grad_x.to(x2.scalar_type()), grad_w.to(weight.scalar_type()), at::Tensor(), at::Tensor()};
+    return {grad_x.to(x2.scalar_type()), grad_w.to(weight.scalar_type()), at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
 }  // namespace
 
 at::Tensor float8_linear(const at::Tensor& x, const at::Tensor& weight, const Recipe& recipe,
-                         const Quantized& gathered_weight) {
+                         const Quantized& gathered_weight, bool emulate) {
   const int64_t in_features = x.size(-1);
   std::vector<int64_t> out_shape = x.sizes().vec();
   out_shape.back() = weight.size(0);
   at::Tensor out = Float8MatmulFunction::apply(x.reshape({-1, in_features}), weight, reinterpret_cast<int64_t>(&recipe),
-                                               reinterpret_cast<int64_t>(&gathered_weight));
+                                               reinterpret_cast<int64_t>(&gathered_weight),
+                                               !emulate && on_scaled_mm(x));
   return out.reshape(out_shape);
 }
 
@@ -109,14 +150,9 @@ Float8Linear::Float8Linear(std::shared_ptr<Linear> inner, std::shared_ptr<const 
 
 at::Tensor Float8Linear::forward(const at::Tensor& input) {
   const at::Tensor& weight = linear_->weight;
-  if (!settings_->emulate && input.is_cuda() && compat::float8_scaled_mm_available()) {
-    // The GPU path (a 2.x CUDA LibTorch) goes through compat::scaled_mm;
-    // it needs its own autograd function and parity tests on a GPU.
-    throw Error("float8: the _scaled_mm path is not wired yet (" + path_ + "); set emulate: true");
-  }
   // After FSDP's float8 all-gather the codes of exactly this weight are at hand.
   const bool gathered = gathered_.codes.defined() && gathered_.codes.sizes() == weight.sizes();
-  return float8_linear(input, weight, settings_->recipe, gathered ? gathered_ : Quantized{});
+  return float8_linear(input, weight, settings_->recipe, gathered ? gathered_ : Quantized{}, settings_->emulate);
 }
 
 at::Tensor Float8Linear::extended_parameter() const {

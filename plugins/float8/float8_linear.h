@@ -44,9 +44,11 @@ struct Float8Settings {
 // The three matmuls of a linear on x [M, K] and weight [N, K] (autograd:
 // gradients for both). `gathered_weight`, when its codes are defined, is
 // the weight already cast (FSDP's float8 all-gather): used as is for every
-// matmul whose weight cast is tensorwise.
+// matmul whose weight cast is tensorwise. `emulate` false: on a CUDA device
+// that runs `_scaled_mm` the matmuls multiply the codes there (the same
+// casts); elsewhere, and with `emulate`, in float32 on their values.
 at::Tensor float8_linear(const at::Tensor& x, const at::Tensor& weight, const Recipe& recipe,
-                         const Quantized& gathered_weight = {});
+                         const Quantized& gathered_weight = {}, bool emulate = true);
 
 class Float8Linear : public LayerWrapper, public AllGatherExtension {
  public:

@@ -1,8 +1,8 @@
 // The `float8` plugin: a PrecisionPolicy whose convert() swaps the model's
 // linear layers for float8 ones (TorchTitan's float8 model converter, with
 // torchao's recipes), before tensor parallelism as TorchTitan orders it.
-// Options are TorchTitan's [float8] knobs; on a LibTorch without float8
-// dtypes (1.13, CPU) the exact emulation is forced and logged.
+// Options are TorchTitan's [float8] knobs; where no CUDA device runs
+// `_scaled_mm` (CPU, GPUs before sm_89) the exact emulation is forced and logged.
 #include <ATen/ATen.h>
 
 #include <string>
@@ -82,9 +82,9 @@ class Float8Policy : public titan::PrecisionPolicy {
     settings->recipe = titan::float8::recipe_from_name(options_.recipe_name);
     settings->emulate = options_.emulate;
     if (!settings->emulate && !titan::compat::float8_scaled_mm_available()) {
-      spdlog::info("float8: emulate forced on: LibTorch {} has no float8 dtypes or _scaled_mm here; the emulation "
-                   "casts exactly as the GPU does and multiplies in float32",
-                   titan::torch_version_string());
+      spdlog::info("float8: emulate forced on: no CUDA device here runs _scaled_mm ({}); the emulation casts "
+                   "exactly as the GPU does and multiplies in float32",
+                   titan::compat::cuda_summary());
       settings->emulate = true;
     }
     settings->fsdp_float8_all_gather = options_.enable_fsdp_float8_all_gather;
@@ -133,8 +133,8 @@ Float8Options read_options(const titan::ConfigNode& node) {
       "auto_filter_small_kn", options.auto_filter_small_kn,
       "also keep layers below torchao's size thresholds (where float8 is slower on H100) in high precision");
   options.emulate = node.get<bool>("emulate", options.emulate,
-                                   "cast exactly but multiply in float32 instead of _scaled_mm (forced where this "
-                                   "LibTorch has no float8, e.g. 1.13 on CPU)");
+                                   "cast exactly but multiply in float32 instead of _scaled_mm (forced where no "
+                                   "CUDA device of compute capability 8.9+ is present, e.g. on CPU)");
   options.enable_fsdp_float8_all_gather = node.get<bool>(
       "enable_fsdp_float8_all_gather", options.enable_fsdp_float8_all_gather,
       "FSDP gathers the float8 weights as e4m3 codes + a scale instead of high-precision rows (tensorwise only)");

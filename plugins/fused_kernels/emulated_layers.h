@@ -2,9 +2,9 @@
 // (option `emulate`): RMSNorm, rotary embedding and SwiGLU whose forward and
 // backward are the kernels' algorithms, and the output head deferred into a
 // chunked linear + cross-entropy loss, so the [tokens, vocab] logits are
-// never built. The
-// wiring a CUDA build will use with the kernels themselves; on CPU it is
-// slower than ATen and exists to test that wiring. Plugin-private header.
+// never built. cuda_layers.h has the same layers over the kernels
+// themselves; these are slower than ATen and exist to test the wiring.
+// Plugin-private header.
 #pragma once
 #include <memory>
 

@@ -1,16 +1,20 @@
 // The `fused_kernels` plugin (kernel_optimization stage): chooses which of
 // RMSNorm, RoPE, SwiGLU and the chunked cross-entropy run as fused CUDA
-// kernels. Off = the model's ATen path. The kernels exist only in CUDA
-// builds; elsewhere asking for one is refused, since a CPU emulation would
-// be slower than ATen, unless `emulate` asks for the emulations on purpose
-// (to test the wiring).
+// kernels. Off = the model's ATen path. The kernels run only in CUDA builds
+// on a CUDA device; elsewhere asking for one is refused, since a CPU
+// emulation would be slower than ATen, unless `emulate` asks for the
+// emulations on purpose (to test the wiring). Both go in the same way.
 #include <ATen/ATen.h>
 
+#include <memory>
 #include <string>
 #include <typeinfo>
 #include <vector>
 
 #include "emulated_layers.h"
+#ifdef TITAN_WITH_CUDA
+#include "cuda_layers.h"
+#endif
 #include "titan/error.hpp"
 #include "titan/module_path.hpp"
 #include "titan/logging.hpp"
@@ -43,6 +47,40 @@ std::string joined(const std::vector<std::string>& names) {
   return text;
 }
 
+// What the wiring puts in place of the model's layers: the kernels' CPU
+// emulations or the CUDA kernels themselves.
+struct FusedLayers {
+  std::string name;  // for the log
+  std::shared_ptr<torch::nn::Module> (*rmsnorm)(std::shared_ptr<titan::RMSNorm> norm);
+  std::shared_ptr<torch::nn::Module> (*rotary)();
+  std::shared_ptr<torch::nn::Module> (*swiglu)();
+  titan::LossFn (*linear_cross_entropy)(at::Tensor weight, int64_t chunk);
+};
+
+template <class Norm, class Rope, class Glu>
+FusedLayers fused_layers(std::string name, titan::LossFn (*linear_cross_entropy)(at::Tensor, int64_t)) {
+  return {std::move(name),
+          [](std::shared_ptr<titan::RMSNorm> norm) -> std::shared_ptr<torch::nn::Module> {
+            return std::make_shared<Norm>(std::move(norm));
+          },
+          []() -> std::shared_ptr<torch::nn::Module> { return std::make_shared<Rope>(); },
+          []() -> std::shared_ptr<torch::nn::Module> { return std::make_shared<Glu>(); }, linear_cross_entropy};
+}
+
+FusedLayers emulated_layers() {
+  namespace fused = titan::fused;
+  return fused_layers<fused::EmulatedRMSNorm, fused::EmulatedRotary, fused::EmulatedSwiGLU>(
+      "CPU emulations", &fused::chunked_linear_cross_entropy);
+}
+
+#ifdef TITAN_WITH_CUDA
+FusedLayers cuda_layers() {
+  namespace fused = titan::fused;
+  return fused_layers<fused::CudaRMSNorm, fused::CudaRotary, fused::CudaSwiGLU>(
+      "CUDA kernels", &fused::cuda_chunked_linear_cross_entropy);
+}
+#endif
+
 class FusedKernelsParallelizer : public titan::Parallelizer {
  public:
   explicit FusedKernelsParallelizer(FusedKernelsOptions options) : options_(options) {}
@@ -55,7 +93,7 @@ class FusedKernelsParallelizer : public titan::Parallelizer {
       return;
     }
     if (options_.emulate) {
-      wire_emulations(model);
+      wire(model, emulated_layers());
       return;
     }
 #ifndef TITAN_WITH_CUDA
@@ -65,36 +103,30 @@ class FusedKernelsParallelizer : public titan::Parallelizer {
                        "the ATen path");
 #else
     if (!context.device.is_cuda()) {
-      throw titan::Error("fused_kernels: " + joined(names) + " need a CUDA device, but the model is on " +
-                         context.device.str() + "; set those options to false or drop the plugin");
+      throw titan::Error("fused_kernels: " + joined(names) + " need CUDA, but the model is on " +
+                         context.device.str() +
+                         " (training.device); set those options to false or drop the plugin to use the ATen path");
     }
-    // The kernels and their autograd glue are built (cuda/, cuda_functions.cpp),
-    // but the llama3 model offers no core-level hook to swap its RMSNorm,
-    // rotary, SwiGLU and loss for them yet: see this plugin's README, "Wiring".
-    throw titan::Error("fused_kernels: " + joined(names) +
-                       ": the CUDA kernels are built but not yet wired into the model (needs the core hooks listed "
-                       "in plugins/fused_kernels/README.md); set the options to false for now");
+    wire(model, cuda_layers());
 #endif
   }
 
  private:
-  // RMSNorm, rotary and SwiGLU layers and the output head swapped by path
-  // for the emulations.
-  void wire_emulations(titan::CausalLM& model) const {
+  // RMSNorm, rotary and SwiGLU layers and the output head swapped by path.
+  void wire(titan::CausalLM& model, const FusedLayers& layers) const {
     // The model's own core modules only: a layer another plugin wrapped
     // (TP's norms) keeps its path.
     int norms = 0, rotaries = 0, swiglus = 0;
     for (const auto& item : model.named_modules("", /*include_self=*/false)) {
       const auto& type = typeid(*item.value());
       if (options_.rmsnorm && type == typeid(titan::RMSNorm)) {
-        titan::swap_module(model, item.key(), std::make_shared<titan::fused::EmulatedRMSNorm>(
-                                                  std::dynamic_pointer_cast<titan::RMSNorm>(item.value())));
+        titan::swap_module(model, item.key(), layers.rmsnorm(std::dynamic_pointer_cast<titan::RMSNorm>(item.value())));
         ++norms;
       } else if (options_.rope && type == typeid(titan::Rotary)) {
-        titan::swap_module(model, item.key(), std::make_shared<titan::fused::EmulatedRotary>());
+        titan::swap_module(model, item.key(), layers.rotary());
         ++rotaries;
       } else if (options_.swiglu && type == typeid(titan::SwiGLU)) {
-        titan::swap_module(model, item.key(), std::make_shared<titan::fused::EmulatedSwiGLU>());
+        titan::swap_module(model, item.key(), layers.swiglu());
         ++swiglus;
       }
     }
@@ -106,11 +138,11 @@ class FusedKernelsParallelizer : public titan::Parallelizer {
                            "(not split by tensor parallelism); set cross_entropy: false with tensor_parallel");
       }
       titan::swap_module(model, "output", std::make_shared<titan::fused::DeferredOutputHead>(output));
-      model.set_loss(titan::fused::chunked_linear_cross_entropy(output->weight, options_.cross_entropy_chunk));
+      model.set_loss(layers.linear_cross_entropy(output->weight, options_.cross_entropy_chunk));
       head = true;
     }
-    spdlog::info("fused_kernels: CPU emulations wired in: {} RMSNorm, {} rotary, {} SwiGLU layers{}", norms, rotaries,
-                 swiglus,
+    spdlog::info("fused_kernels: {} wired in: {} RMSNorm, {} rotary, {} SwiGLU layers{}", layers.name, norms,
+                 rotaries, swiglus,
                  head ? ", the output head + loss as chunked linear cross-entropy (chunk " +
                             std::to_string(options_.cross_entropy_chunk) + ")"
                       : "");

@@ -8,6 +8,7 @@
 #include "doctest_torch.hpp"
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <string>
 #include <vector>
@@ -207,6 +208,57 @@ TEST_CASE("float8 codec: all 256 codes of e4m3fn and e5m2 decode to the OCP FP8 
   CHECK(std::isnan(f8::decode(0x7D, Format::e5m2)));
   CHECK(f8::info(Format::e4m3fn).max == 448.0f);
   CHECK(f8::info(Format::e5m2).max == 57344.0f);
+}
+
+TEST_CASE("float8 codec: LibTorch's native float8 casts give the written-out encoder's codes, value for value") {
+  // Every bfloat16 value (every exponent, NaNs and infinities included),
+  // every midpoint between two neighbouring codes' values (ties), and
+  // random float32 values across both formats' ranges.
+  std::vector<float> values;
+  for (uint32_t bits = 0; bits < 65536; ++bits) {
+    uint32_t word = bits << 16;
+    float value;
+    std::memcpy(&value, &word, sizeof value);
+    values.push_back(value);
+  }
+  for (Format format : {Format::e4m3fn, Format::e5m2}) {
+    for (int code = 0; code < 127; ++code) {
+      const float low = f8::decode(static_cast<uint8_t>(code), format);
+      const float high = f8::decode(static_cast<uint8_t>(code + 1), format);
+      if (std::isfinite(low) && std::isfinite(high)) {
+        values.push_back((low + high) / 2);
+        values.push_back(-(low + high) / 2);
+      }
+    }
+  }
+  at::Tensor input = at::cat({at::tensor(values), at::randn({200000}) * 3000, at::randn({100000}) * 1e-3});
+  for (Format format : {Format::e4m3fn, Format::e5m2}) {
+    for (bool saturate : {true, false}) {
+      const std::string what = std::string(f8::name(format)) + (saturate ? " saturating" : " overflowing");
+      INFO(what);
+      at::Tensor native = f8::encode(input, format, saturate);
+      at::Tensor exact = f8::encode_exactly(input, format, saturate);
+      at::Tensor differ = native.ne(exact);
+      const int64_t mismatches = differ.sum().item<int64_t>();
+      if (mismatches > 0) {
+        const int64_t first = differ.nonzero()[0][0].item<int64_t>();
+        const std::string mismatch = "first mismatch at " + std::to_string(input[first].item<float>()) +
+                                     ": native " + std::to_string(native[first].item<uint8_t>()) + ", exact " +
+                                     std::to_string(exact[first].item<uint8_t>());
+        INFO(mismatch);
+        CHECK(mismatches == 0);
+      }
+      CHECK((native.scalar_type() == at::kByte));
+      // decode() (native) is the exact table, code for code.
+      at::Tensor codes = at::arange(256, at::kInt).to(at::kByte);
+      at::Tensor decoded = f8::decode(codes, format);
+      for (int code = 0; code < 256; ++code) {
+        const float expected = f8::decode(static_cast<uint8_t>(code), format);
+        const float actual = decoded[code].item<float>();
+        CHECK((std::isnan(expected) ? std::isnan(actual) : actual == expected));
+      }
+    }
+  }
 }
 
 TEST_CASE("float8 codec: encoding rounds to nearest even, keeps subnormals, saturates or overflows, maps NaN") {

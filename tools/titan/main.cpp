@@ -5,13 +5,19 @@
 #include <iostream>
 
 #include "commands.h"
+#include "titan/compat.hpp"
 #include "titan/error.hpp"
+
+namespace titan::build_info {
+const char* version();
+}
 
 namespace {
 
 const char* kUsage = R"(titan: LLM pre-training in C++ on LibTorch
 
 usage: titan <command> [options]
+       titan --version                 Titan, LibTorch and CUDA versions; whether a GPU is here
 
 commands:
   train CONFIG [--set key=value ...]   train as the YAML config says
@@ -33,6 +39,11 @@ int dispatch(const titan::cli::Args& args) {
   if (args.empty() || args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
     std::cout << kUsage;
     return args.empty() ? 2 : 0;
+  }
+  if (args[0] == "--version") {
+    std::cout << "titan " << titan::build_info::version() << "\nLibTorch " << titan::torch_version_string() << "\n"
+              << titan::compat::cuda_summary() << "\n";
+    return 0;
   }
   titan::cli::Args rest(args.begin() + 1, args.end());
   const std::string& command = args[0];

@@ -4,6 +4,7 @@
 
 #include "commands.h"
 #include "titan/checkpointer.hpp"
+#include "titan/compat.hpp"
 #include "titan/comm_observer.hpp"
 #include "titan/error.hpp"
 #include "titan/metrics_sink.hpp"
@@ -44,6 +45,7 @@ void inspect(const std::string& name) {
             << "  kinds:        " << kinds_to_string(info.kinds) << "\n"
             << "  plugin ABI:   " << kPluginAbiVersion << "\n"
             << "  LibTorch:     " << info.torch_version << "\n"
+            << "  CUDA:         " << compat::cuda_summary() << "\n"
             << "  file:         " << info.path << "\n";
   auto show = [&](uint32_t kind, auto create) {
     if (!(info.kinds & kind)) return;

@@ -8,6 +8,7 @@
 
 #include <functional>
 #include <memory>
+#include <string>
 
 namespace titan {
 
@@ -43,6 +44,10 @@ std::shared_ptr<void> on_gradient_accumulated(const at::Tensor& param, std::func
 
 // True when this LibTorch was built with CUDA and a device is present.
 bool cuda_available();
+// What `titan --version` says of CUDA: compiled in or not (CUDA and NCCL
+// versions), and the devices present, e.g. "CUDA 13.0 compiled in (NCCL
+// 2.28.9); available: no (no CUDA device)".
+std::string cuda_summary();
 
 // Bytes currently allocated on a device (CUDA caching allocator), 0 on CPU.
 int64_t device_memory_allocated(const c10::Device& device);

@@ -1,13 +1,12 @@
-// Float8 across LibTorch versions (the float8 plugin's compat seam): which
-// builds have float8 dtypes and the `_scaled_mm` kernel. Codes travel as
+// Float8 GEMMs (the float8 plugin's seam to `_scaled_mm`). Codes travel as
 // uint8 tensors everywhere, so callers never name a float8 dtype.
 #pragma once
 #include <ATen/core/Tensor.h>
 
 namespace titan::compat {
 
-// True when this LibTorch has float8 dtypes and `_scaled_mm` on a CUDA
-// device that supports it (sm_89+). LibTorch 1.13: always false.
+// True when Titan was built with CUDA and the current CUDA device runs
+// `_scaled_mm` (sm_89+).
 bool float8_scaled_mm_available();
 
 // out = (a @ b^T) scaled, computed by `_scaled_mm` on the GPU: `a_codes`

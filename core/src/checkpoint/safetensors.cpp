@@ -40,10 +40,11 @@ struct DtypeName {
 constexpr DtypeName kDtypes[] = {{"F64", at::kDouble}, {"F32", at::kFloat},   {"F16", at::kHalf},
                                  {"BF16", at::kBFloat16}, {"I64", at::kLong}, {"I32", at::kInt},
                                  {"I16", at::kShort},  {"I8", at::kChar},     {"U8", at::kByte},
+                                 {"U16", at::kUInt16}, {"U32", at::kUInt32}, {"U64", at::kUInt64},
+                                 {"F8_E4M3", at::kFloat8_e4m3fn}, {"F8_E5M2", at::kFloat8_e5m2},
                                  {"BOOL", at::kBool}};
-// In the spec but without a LibTorch 1.13 type.
-constexpr const char* kUnsupported[] = {"U16", "U32", "U64", "F8_E4M3", "F8_E5M2", "F8_E8M0", "F6_E2M3",
-                                        "F6_E3M2", "F4", "C64"};
+// In the spec but not read by Titan (sub-byte or scale-only types).
+constexpr const char* kUnsupported[] = {"F8_E8M0", "F6_E2M3", "F6_E3M2", "F4", "C64"};
 
 [[noreturn]] void fail(const std::string& path, const std::string& message) {
   throw Error("safetensors file '" + path + "': " + message);
@@ -167,9 +168,9 @@ at::ScalarType dtype_from_name(const std::string& name) {
     if (name == known.name) return known.dtype;
   }
   for (const char* spec_only : kUnsupported) {
-    if (name == spec_only) throw Error("dtype " + name + " is not supported (no such type in this LibTorch)");
+    if (name == spec_only) throw Error("dtype " + name + " is not supported by Titan");
   }
-  throw Error("unknown dtype \"" + name + "\" (known: F64, F32, F16, BF16, I64, I32, I16, I8, U8, BOOL)");
+  throw Error("unknown dtype \"" + name + "\" (known: F64, F32, F16, BF16, I64, I32, I16, I8, U8, U16, U32, U64, F8_E4M3, F8_E5M2, BOOL)");
 }
 
 std::string dtype_name(at::ScalarType dtype) {

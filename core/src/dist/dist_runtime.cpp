@@ -1,12 +1,17 @@
 // DistRuntime: TCPStore rendezvous (rank 0 hosts it unless torchrun's agent
-// does), then Gloo groups whose keys live under a per-attempt prefix so a
-// restarted job never reads a previous attempt's keys.
+// does), then process groups whose keys live under a per-attempt prefix so a
+// restarted job never reads a previous attempt's keys. Every group has a
+// Gloo backend for CPU tensors; with backend "nccl" (CUDA runs) it also has
+// an NCCL backend for CUDA tensors, as PyTorch's "cpu:gloo,cuda:nccl".
 #include "titan/dist_runtime.hpp"
 
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#ifdef TITAN_WITH_CUDA
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#endif
 
 #include <cstdlib>
 #include <map>
@@ -44,10 +49,14 @@ DistRuntime::DistRuntime(const World& world, const DistTimeouts& timeouts, const
     : world_(world), impl_(std::make_unique<Impl>()) {
   impl_->timeouts = timeouts;
   impl_->backend = backend;
-  if (backend != "gloo") {
-    throw Error("comm backend '" + backend + "' is not available in this build (LibTorch " +
-                std::string(TORCH_VERSION) + "); CPU training uses gloo");
+  if (backend != "gloo" && backend != "nccl") {
+    throw Error("comm backend '" + backend + "' is unknown; use gloo (CPU tensors) or nccl (CUDA tensors)");
   }
+#ifndef TITAN_WITH_CUDA
+  if (backend == "nccl") {
+    throw Error("comm backend 'nccl' needs a CUDA build of Titan (TITAN_WITH_CUDA is off); CPU training uses gloo");
+  }
+#endif
   if (!world.distributed()) {
     // One process (e.g. FSDP on one GPU): real groups of size 1, no network.
     impl_->store = c10::make_intrusive<c10d::HashStore>();
@@ -94,19 +103,33 @@ std::unique_ptr<Comm> DistRuntime::new_group(const std::string& name, const std:
     if (ranks[i] == world_.rank) index = static_cast<int>(i);
   }
   if (index < 0) throw Error("process group '" + name + "' does not contain this rank");
-  auto options = c10d::ProcessGroupGloo::Options::create(impl_->timeouts.collective);
-  options->devices.push_back(impl_->device);
-  options->threads = 2;
   // The key names the members too, and members create their groups in the
   // same order, so every member counts the same instance.
   std::string key = name + "/ranks";
   for (int rank : ranks) key += "_" + std::to_string(rank);
   int instance = impl_->groups_named[key]++;
   auto store = c10::make_intrusive<c10d::PrefixStore>("group/" + key + "#" + std::to_string(instance), impl_->store);
-  c10::intrusive_ptr<c10d::ProcessGroup> group;
+  const int size = static_cast<int>(ranks.size());
+  auto group = c10::make_intrusive<c10d::ProcessGroup>(store, index, size);
   try {
     // Connecting waits on the store with the store's (init) timeout.
-    group = c10::make_intrusive<c10d::ProcessGroupGloo>(store, index, static_cast<int>(ranks.size()), options);
+    auto options = c10d::ProcessGroupGloo::Options::create(impl_->timeouts.collective);
+    options->devices.push_back(impl_->device);
+    options->threads = 2;
+    auto gloo = c10::make_intrusive<c10d::ProcessGroupGloo>(store, index, size, options);
+    group->setBackend(c10::DeviceType::CPU, c10d::ProcessGroup::BackendType::GLOO, gloo);
+    group->setDefaultBackend(c10d::ProcessGroup::BackendType::GLOO);
+#ifdef TITAN_WITH_CUDA
+    if (impl_->backend == "nccl") {
+      // NCCL connects lazily, at the group's first CUDA collective, on the
+      // current CUDA device (the trainer sets it from LOCAL_RANK).
+      auto nccl_options = c10d::ProcessGroupNCCL::Options::create();
+      nccl_options->timeout = impl_->timeouts.collective;
+      auto nccl = c10::make_intrusive<c10d::ProcessGroupNCCL>(store, index, size, nccl_options);
+      group->setBackend(c10::DeviceType::CUDA, c10d::ProcessGroup::BackendType::NCCL, nccl);
+      group->setDefaultBackend(c10d::ProcessGroup::BackendType::NCCL);
+    }
+#endif
   } catch (const c10::Error& error) {
     throw Error("could not create process group '" + name + "': " + error.what_without_backtrace() +
                 " (every member rank must create it; check that all ranks are alive)");

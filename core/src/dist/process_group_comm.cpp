@@ -245,10 +245,10 @@ class ProcessGroupComm : public Comm {
 
   void check_device(const at::Tensor& tensor, const std::string& op) const {
     if (!tensor.defined()) fail(op, "undefined tensor");
-    bool gpu_backend = group_->getBackendName() == "nccl";
-    if (tensor.is_cuda() != gpu_backend) {
-      fail(op, "a " + std::string(tensor.is_cuda() ? "CUDA" : "CPU") + " tensor on a " + group_->getBackendName() +
-                   " group; use training.device to match the backend");
+    // CPU tensors always go through Gloo; CUDA tensors need the NCCL backend.
+    if (tensor.is_cuda() && group_->getBackendName() != "nccl") {
+      fail(op, "a CUDA tensor on a group without an NCCL backend; set training.device: cuda so that the "
+               "groups get one, or keep the tensor on the CPU");
     }
   }
 

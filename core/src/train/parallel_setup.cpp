@@ -29,7 +29,8 @@ ParallelSetup::ParallelSetup(const World& world, const RunPlan& plan) : world_(w
   timeouts.init = std::chrono::seconds(plan.core.comm.init_timeout_seconds);
   timeouts.collective = std::chrono::seconds(plan.core.comm.train_timeout_seconds);
   test_signal_point("startup", 0);  // test-only: a rank lost before the rendezvous
-  runtime_ = std::make_unique<DistRuntime>(world, timeouts);
+  const bool cuda = c10::Device(plan.core.training.device).is_cuda();
+  runtime_ = std::make_unique<DistRuntime>(world, timeouts, cuda ? "nccl" : "gloo");
   mesh_ = std::make_unique<DeviceMesh>(*runtime_, degrees);
   if (!world.distributed()) return;
   spdlog::info("device mesh: {}", mesh_->describe());
