@@ -7,9 +7,11 @@ if(NOT DEFINED ENV{TORCH_CUDA_ARCH_LIST})
   set(ENV{TORCH_CUDA_ARCH_LIST} "9.0")
 endif()
 find_package(Torch 2.11 REQUIRED)
+# .venv lies inside the source tree, so CMake leaves its torch/lib out of
+# installed RPATHs: installed programs and plugins name it themselves.
+get_filename_component(TITAN_TORCH_LIBRARY_DIR "${TORCH_LIBRARY}" DIRECTORY)
 find_package(yaml-cpp REQUIRED)
 find_package(spdlog REQUIRED)
-find_package(fmt REQUIRED)
 find_package(nlohmann_json REQUIRED)
 find_package(Boost REQUIRED)
 find_package(ZLIB REQUIRED)
@@ -41,18 +43,8 @@ message(STATUS "Titan: LibTorch ${Torch_VERSION}, CUDA ${TITAN_WITH_CUDA}")
 add_library(titan_build_flags INTERFACE)
 target_compile_options(titan_build_flags INTERFACE
   $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wno-unused-parameter>)
-# LibTorch ships fmt 12's headers in its include folder; spdlog was built
-# against the system's fmt. Every <fmt/...> must be the system's (so spdlog's
-# inline code matches its library), so its folder is searched first.
-get_target_property(titan_fmt_include fmt::fmt INTERFACE_INCLUDE_DIRECTORIES)
-file(MAKE_DIRECTORY ${CMAKE_BINARY_DIR}/fmt_first)
-file(CREATE_LINK ${titan_fmt_include}/fmt ${CMAKE_BINARY_DIR}/fmt_first/fmt SYMBOLIC)
-target_include_directories(titan_build_flags SYSTEM BEFORE INTERFACE $<BUILD_INTERFACE:${CMAKE_BINARY_DIR}/fmt_first>)
-# The torch wheel's libtorch.so exports about 180 std:: symbols (its build's
-# static libstdc++ extras), among them a std::filesystem::remove_all that
-# crashes when called from here. Naming libstdc++ first among a program's
-# libraries makes the dynamic linker bind every std:: symbol to it.
-target_link_options(titan_build_flags INTERFACE "LINKER:--push-state,--no-as-needed,-lstdc++,--pop-state")
+include(TitanTorchWheel)
+titan_use_torch_wheel_fixes(titan_build_flags INTERFACE)
 target_compile_definitions(titan_build_flags INTERFACE BOOST_DLL_USE_STD_FS
   $<$<BOOL:${TITAN_WITH_CUDA}>:TITAN_WITH_CUDA=1>)
 

@@ -40,7 +40,7 @@ function(titan_add_plugin name)
   set_target_properties(${target} PROPERTIES
     PREFIX "lib"
     LIBRARY_OUTPUT_DIRECTORY ${TITAN_PLUGIN_OUTPUT_DIR}
-    INSTALL_RPATH "$ORIGIN/../.."
+    INSTALL_RPATH "$ORIGIN/../..;${TITAN_TORCH_LIBRARY_DIR}"
     TITAN_PLUGIN_KINDS "${ARG_KINDS}")
   if(TARGET titan_all_plugins AND NOT TITAN_PLUGIN_NOT_IN_ALL)
     add_dependencies(titan_all_plugins ${target})

@@ -26,29 +26,15 @@
 namespace titan::compat {
 
 at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
-#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 5)
-  bool gqa = q.size(1) != k.size(1);
+  // enable_gqa: fewer kv heads without repeating them (and, on CUDA, not
+  // the slow math path; gpu-facts.md).
+  const bool gqa = q.size(1) != k.size(1);
   return at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true, std::nullopt, gqa);
-#else
-  at::Tensor key = k, value = v;
-  if (q.size(1) != k.size(1)) {
-    int64_t repeats = q.size(1) / k.size(1);
-    key = k.repeat_interleave(repeats, 1);
-    value = v.repeat_interleave(repeats, 1);
-  }
-#if TORCH_VERSION_MAJOR >= 2
-  return at::scaled_dot_product_attention(q, key, value, {}, 0.0, /*is_causal=*/true);
-#else
-  // 1.13 has only the private entry point; it returns (output, weights).
-  return std::get<0>(at::_scaled_dot_product_attention(q, key, value, {}, 0.0, false, true));
-#endif
-#endif
 }
 
 std::pair<at::Tensor, at::Tensor> causal_attention_with_weights(const at::Tensor& q, const at::Tensor& k,
                                                                 const at::Tensor& v) {
-  // The math path written out: no LibTorch version's SDPA returns the
-  // weights in a layout every version agrees on.
+  // The math path written out: SDPA does not return the weights.
   const int64_t seq = q.size(2), keys = k.size(2);
   at::Tensor scores = at::matmul(q, k.transpose(-2, -1)) / std::sqrt(static_cast<double>(q.size(-1)));
   at::Tensor future = at::ones({seq, keys}, q.options().dtype(at::kBool)).triu(1);
@@ -133,8 +119,8 @@ int64_t device_peak_memory(const c10::Device& device) {
 }  // namespace titan::compat
 
 // CpuMemoryTracker and peak_cpu_bytes_during (titan/peak_memory.hpp) live
-// here because their allocator wrapper depends on the LibTorch version
-// (copy_data below).
+// here because their allocator wrapper follows c10::Allocator's interface,
+// which changes between LibTorch versions.
 namespace titan {
 
 class CpuMemoryTracker::Allocator : public c10::Allocator {

@@ -49,9 +49,23 @@ at::Tensor scaled_mm(const at::Tensor& a_codes, bool a_e5m2, const at::Tensor& a
   at::Tensor b = b_codes.contiguous().view(b_e5m2 ? at::kFloat8_e5m2 : at::kFloat8_e4m3fn).t();
   at::Tensor scale_a = dequantize_factor(a_scale);
   at::Tensor scale_b = dequantize_factor(b_scale);
-  if (scale_b.dim() == 2) scale_b = scale_b.reshape({1, -1}).contiguous();  // [N, 1] -> [1, N]
-  if (scale_a.dim() == 2) scale_a = scale_a.reshape({-1, 1}).contiguous();
-  return at::_scaled_mm(a, b, scale_a, scale_b, std::nullopt, std::nullopt, out_dtype, /*use_fast_accum=*/false);
+  // _scaled_mm takes tensorwise x tensorwise or rowwise x rowwise: a
+  // tensorwise scale beside a rowwise one (rowwise_with_gw_hp's
+  // grad_input) is repeated per row.
+  const bool rowwise = scale_a.dim() == 2 || scale_b.dim() == 2;
+  if (rowwise) {
+    scale_a = scale_a.reshape({-1, 1}).expand({a.size(0), 1}).contiguous();
+    scale_b = scale_b.reshape({1, -1}).expand({1, b.size(1)}).contiguous();  // [N, 1] -> [1, N]
+  }
+  try {
+    return at::_scaled_mm(a, b, scale_a, scale_b, std::nullopt, std::nullopt, out_dtype, /*use_fast_accum=*/false);
+  } catch (const c10::Error& error) {
+    throw Error("float8 scaled_mm of [" + std::to_string(a.size(0)) + ", " + std::to_string(a.size(1)) + "] x [" +
+                std::to_string(b.size(0)) + ", " + std::to_string(b.size(1)) + "] (" +
+                (rowwise ? "rowwise" : "tensorwise") + " scales): " + error.what_without_backtrace() +
+                " (_scaled_mm needs every dim a multiple of 16; set emulate: true or filter the layer with "
+                "filter_fqns)");
+  }
 }
 
 }  // namespace titan::compat

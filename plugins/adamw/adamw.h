@@ -14,7 +14,10 @@ struct AdamWOptions {
   double beta2 = 0.95;
   double eps = 1e-8;
   double weight_decay = 0.1;
-  bool foreach = true;  // ATen _foreach_* ops per (device, dtype) group; else one tensor at a time
+  // foreach: ATen _foreach_* ops per (device, dtype) group; for_loop: one
+  // tensor at a time; fused: ATen's _fused_adamw_ kernel (one pass per group).
+  enum class Implementation { foreach, for_loop, fused };
+  Implementation implementation = Implementation::foreach;
 };
 
 class AdamW : public Optimizer {
@@ -44,6 +47,7 @@ class AdamW : public Optimizer {
   };
   void apply_for_loop(const std::vector<Update>& updates, double lr) const;
   void apply_foreach(const std::vector<Update>& updates, double lr) const;
+  void apply_fused(const std::vector<Update>& updates, double lr) const;
 
   AdamWOptions options_;
   std::vector<ParamState> states_;

@@ -14,23 +14,18 @@ namespace {
 // torchao's EPS: an all-zero tensor gets a large finite scale, not inf.
 constexpr double kMinAmax = 1e-12;
 
-float floor_to_power_of_2(float scale) {
-  if (!std::isfinite(scale) || scale <= 0) return scale;
-  int exponent = 0;
-  std::frexp(scale, &exponent);  // scale = f * 2^exponent, f in [0.5, 1)
-  return std::ldexp(1.0f, exponent - 1);
+// On the scale's own device (a GPU's scales never visit the host).
+at::Tensor floor_to_power_of_2(const at::Tensor& scale) {
+  at::Tensor exponent = std::get<1>(at::frexp(scale));  // scale = f * 2^exponent, f in [0.5, 1)
+  at::Tensor floored = at::ldexp(at::ones_like(scale), exponent - 1);
+  return at::where(at::isfinite(scale) & (scale > 0), floored, scale);
 }
 
 }  // namespace
 
 at::Tensor amax_to_scale(const at::Tensor& amax, Format format, bool round_to_power_of_2) {
   at::Tensor scale = (static_cast<double>(info(format).max) / amax.to(at::kDouble).clamp_min(kMinAmax)).to(at::kFloat);
-  if (round_to_power_of_2) {
-    scale = scale.contiguous();
-    float* data = scale.data_ptr<float>();
-    for (int64_t i = 0; i < scale.numel(); ++i) data[i] = floor_to_power_of_2(data[i]);
-  }
-  return scale;
+  return round_to_power_of_2 ? floor_to_power_of_2(scale) : scale;
 }
 
 at::Tensor amax_of(const at::Tensor& x, Granularity granularity, int64_t reduce_dim) {

@@ -2,7 +2,6 @@
 // only path through which Titan issues collectives. Every call is checked
 // locally before it reaches the backend (a size mismatch inside Gloo kills
 // the process), shown to the CommObservers and bounded by a timeout.
-// Collectives Gloo lacks in LibTorch 1.13 are built from ops it has.
 #pragma once
 #include <chrono>
 #include <memory>

@@ -1,6 +1,8 @@
-// Every difference between LibTorch versions (Debian's 1.13 CPU build and
-// PyTorch 2.x CUDA builds) lives here and in compat.cpp, never in #ifs
-// scattered over the code.
+// What Titan needs from LibTorch beyond its public API (internals that change
+// between versions: storage resizing, grad-accumulator hooks, allocator
+// statistics) and what differs between its CPU and CUDA builds lives here and
+// in compat.cpp, never in #ifs scattered over the code. Titan supports one
+// LibTorch: 2.11 (the torch wheel's).
 #pragma once
 #include <torch/version.h>
 
@@ -17,8 +19,7 @@ inline const char* torch_version_string() { return TORCH_VERSION; }
 namespace compat {
 
 // Causal scaled-dot-product attention on [batch, heads, seq, head_dim]
-// tensors; kv heads may be fewer than q heads (GQA, repeated here when the
-// LibTorch version has no native GQA).
+// tensors; kv heads may be fewer than q heads (GQA).
 at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v);
 // The same on equal head counts, also returning the attention weights
 // (softmax probabilities [batch, heads, seq, seq]) a replaying backward needs.

@@ -17,6 +17,7 @@
 #include <map>
 
 #include "process_group_comm.hpp"
+#include "titan/compat.hpp"
 #include "titan/error.hpp"
 #include "titan/logging.hpp"
 
@@ -57,6 +58,10 @@ DistRuntime::DistRuntime(const World& world, const DistTimeouts& timeouts, const
     throw Error("comm backend 'nccl' needs a CUDA build of Titan (TITAN_WITH_CUDA is off); CPU training uses gloo");
   }
 #endif
+  if (backend == "nccl" && !compat::cuda_available()) {
+    throw Error("comm backend 'nccl' needs a CUDA device, and " + compat::cuda_summary() +
+                "; set training.device: cpu to train on the CPU with gloo");
+  }
   if (!world.distributed()) {
     // One process (e.g. FSDP on one GPU): real groups of size 1, no network.
     impl_->store = c10::make_intrusive<c10d::HashStore>();

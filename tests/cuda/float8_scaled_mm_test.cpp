@@ -1,0 +1,217 @@
+// Float8 on the GPU against the exact emulation: compat::scaled_mm
+// (`_scaled_mm`) on codes made by the float8 plugin's codec equals a float32
+// matmul of their dequantized values, tensorwise and rowwise; the float8
+// linear on `_scaled_mm` (emulate: false) equals its emulation on the same
+// CUDA tensors, forward and backward, for every recipe. Every case is skipped
+// without a CUDA device of compute capability 8.9 or newer.
+#include "cuda_skip.hpp"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "float8_codec.h"
+#include "float8_linear.h"
+#include "float8_scaling.h"
+#include "titan/compat_float8.hpp"
+#include "titan/error.hpp"
+
+// `_scaled_mm` needs sm_89+: an older GPU says so and stops the case.
+#define TITAN_REQUIRE_SCALED_MM(needs)                                                                \
+  do {                                                                                                \
+    TITAN_REQUIRE_CUDA(needs);                                                                        \
+    if (!titan::compat::float8_scaled_mm_available()) {                                               \
+      MESSAGE("TITAN_SKIPPED: the CUDA device is older than compute capability 8.9, which _scaled_mm " \
+              "needs ("                                                                               \
+              << (needs) << ")");                                                                     \
+      return;                                                                                         \
+    }                                                                                                 \
+  } while (false)
+
+namespace {
+
+namespace f8 = titan::float8;
+using f8::Format;
+using f8::Granularity;
+
+// max |actual - expected| / max |expected|: a matmul's error relative to its size.
+double relative_error(const at::Tensor& actual, const at::Tensor& expected) {
+  at::Tensor a = actual.detach().cpu().to(at::kDouble), e = expected.detach().cpu().to(at::kDouble);
+  return (a - e).abs().max().item<double>() / e.abs().max().item<double>();
+}
+
+// [rows, k] values whose rows differ in size by three orders of magnitude,
+// so that rowwise scales differ from row to row. Drawn on the CPU.
+at::Tensor operand_values(int64_t rows, int64_t k, uint64_t seed) {
+  at::manual_seed(seed);
+  return at::randn({rows, k}) * at::logspace(-2, 1, rows).unsqueeze(1);
+}
+
+struct Operand {
+  f8::Format format;
+  Granularity granularity;  // axiswise: one scale per row (over K)
+};
+
+const char* granularity_name(Granularity granularity) {
+  return granularity == Granularity::tensorwise ? "tensorwise" : "rowwise";
+}
+
+// The scales as compat::scaled_mm documents them: 0-dim, or [rows, 1].
+std::vector<int64_t> scale_shape(Granularity granularity, int64_t rows) {
+  return granularity == Granularity::tensorwise ? std::vector<int64_t>{} : std::vector<int64_t>{rows, 1};
+}
+
+// a [M, K] @ b [N, K]^T by compat::scaled_mm on codes the plugin's codec made
+// (on the CPU) against at::mm of their dequantized values in float32.
+void check_scaled_mm(int64_t m, int64_t n, int64_t k, Operand a_spec, Operand b_spec, c10::ScalarType out_dtype,
+                     double tolerance) {
+  INFO("[" << m << ", " << k << "] " << f8::name(a_spec.format) << " " << granularity_name(a_spec.granularity)
+           << " @ [" << n << ", " << k << "]^T " << f8::name(b_spec.format) << " "
+           << granularity_name(b_spec.granularity) << " -> " << c10::toString(out_dtype));
+  at::Tensor a = operand_values(m, k, static_cast<uint64_t>(m * 1000 + k));
+  at::Tensor b = operand_values(n, k, static_cast<uint64_t>(n * 1000 + k + 1));
+  f8::Quantized qa = f8::quantize(a, {false, a_spec.format, a_spec.granularity}, /*reduce_dim=*/1, false);
+  f8::Quantized qb = f8::quantize(b, {false, b_spec.format, b_spec.granularity}, /*reduce_dim=*/1, false);
+  CHECK(qa.scale.sizes().vec() == scale_shape(a_spec.granularity, m));
+  CHECK(qb.scale.sizes().vec() == scale_shape(b_spec.granularity, n));
+  at::Tensor expected = at::mm(f8::dequantize(qa), f8::dequantize(qb).t());
+
+  at::Tensor out = titan::compat::scaled_mm(qa.codes.cuda(), qa.format == Format::e5m2, qa.scale.cuda(),
+                                            qb.codes.cuda(), qb.format == Format::e5m2, qb.scale.cuda(), out_dtype);
+  REQUIRE(out.is_cuda());
+  CHECK(std::string(c10::toString(out.scalar_type())) == c10::toString(out_dtype));
+  REQUIRE(out.sizes() == at::IntArrayRef({m, n}));
+  const double error = relative_error(out, expected);
+  INFO("max error / max |expected| = " << error);
+  CHECK(error <= tolerance);
+}
+
+// bf16 output: the float32 result rounded to bf16 (8 mantissa bits).
+constexpr double kBf16Tolerance = 1e-2;
+// fp32 output: the same exact products summed in another order.
+constexpr double kFp32Tolerance = 1e-5;
+
+struct Shape {
+  int64_t m, n, k;
+};
+// Multiples of 16 (`_scaled_mm` needs K and N so); one with M = 16.
+const Shape kShapes[] = {{64, 96, 128}, {16, 96, 128}, {48, 32, 16}};
+
+const Operand e4m3_tensorwise{Format::e4m3fn, Granularity::tensorwise};
+const Operand e5m2_tensorwise{Format::e5m2, Granularity::tensorwise};
+const Operand e4m3_rowwise{Format::e4m3fn, Granularity::axiswise};
+
+struct LinearRun {
+  at::Tensor out, grad_x, grad_w;
+};
+
+// x [2, 32, 128] (64 rows: grad_weight contracts over them, so a multiple
+// of 16) through a [96, 128] weight, bf16, forward and backward.
+LinearRun run_linear(const f8::Recipe& recipe, bool emulate, at::Device device) {
+  at::manual_seed(11);
+  at::Tensor x = (at::randn({2, 32, 128}) * at::linspace(0.01, 4.0, 128)).to(at::kBFloat16);
+  at::Tensor w = (at::randn({96, 128}) * 0.2).to(at::kBFloat16);
+  at::Tensor g = (at::randn({2, 32, 96}) * at::linspace(1e-3, 2.0, 96)).to(at::kBFloat16);
+  at::Tensor xi = x.to(device).requires_grad_(true), wi = w.to(device).requires_grad_(true);
+  at::Tensor out = f8::float8_linear(xi, wi, recipe, f8::Quantized{}, emulate);
+  out.backward(g.to(device));
+  return {out.detach(), xi.grad(), wi.grad()};
+}
+
+void check_linear_run(const LinearRun& actual, const LinearRun& expected, const std::string& what) {
+  INFO(what);
+  struct Result {
+    const char* name;
+    at::Tensor actual, expected;
+  };
+  const Result results[] = {{"output", actual.out, expected.out},
+                            {"grad_input", actual.grad_x, expected.grad_x},
+                            {"grad_weight", actual.grad_w, expected.grad_w}};
+  for (const Result& result : results) {
+    INFO(result.name);
+    REQUIRE(result.actual.defined());
+    CHECK(std::string(c10::toString(result.actual.scalar_type())) == "BFloat16");
+    REQUIRE(result.actual.sizes() == result.expected.sizes());
+    const double error = relative_error(result.actual, result.expected);
+    INFO("max error / max |expected| = " << error);
+    CHECK(error <= kBf16Tolerance);
+  }
+}
+
+// The float8 linear by `_scaled_mm` (emulate: false) against its emulation
+// on the same CUDA tensors (the same casts, the matmuls in float32), and
+// that emulation against the CPU's (the casts made on the GPU are the CPU's).
+void check_linear_on_gpu(const std::string& recipe_name) {
+  const f8::Recipe recipe = f8::recipe_from_name(recipe_name);
+  LinearRun emulated_on_cpu = run_linear(recipe, /*emulate=*/true, at::kCPU);
+  LinearRun emulated = run_linear(recipe, /*emulate=*/true, at::kCUDA);
+  LinearRun scaled_mm = run_linear(recipe, /*emulate=*/false, at::kCUDA);
+  REQUIRE(emulated.out.is_cuda());
+  REQUIRE(scaled_mm.out.is_cuda());
+  REQUIRE(scaled_mm.grad_x.is_cuda());
+  REQUIRE(scaled_mm.grad_w.is_cuda());
+  check_linear_run(emulated, emulated_on_cpu, recipe_name + ": emulation on CUDA vs on the CPU");
+  check_linear_run(scaled_mm, emulated, recipe_name + ": _scaled_mm vs emulation, both on CUDA");
+}
+
+}  // namespace
+
+TEST_CASE("float8 CUDA: scaled_mm with tensorwise scales equals the float32 matmul of the dequantized codes") {
+  TITAN_REQUIRE_SCALED_MM("to run _scaled_mm with tensorwise scales");
+  for (const Shape& s : kShapes) {
+    check_scaled_mm(s.m, s.n, s.k, e4m3_tensorwise, e4m3_tensorwise, at::kBFloat16, kBf16Tolerance);
+    check_scaled_mm(s.m, s.n, s.k, e4m3_tensorwise, e4m3_tensorwise, at::kFloat, kFp32Tolerance);
+    // The tensorwise recipe's gradient matmuls: e5m2 gradients times e4m3.
+    check_scaled_mm(s.m, s.n, s.k, e5m2_tensorwise, e4m3_tensorwise, at::kBFloat16, kBf16Tolerance);
+    check_scaled_mm(s.m, s.n, s.k, e5m2_tensorwise, e4m3_tensorwise, at::kFloat, kFp32Tolerance);
+  }
+}
+
+TEST_CASE("float8 CUDA: scaled_mm with rowwise scales ([M, 1] and [N, 1]) equals the float32 matmul of the "
+          "dequantized codes") {
+  TITAN_REQUIRE_SCALED_MM("to run _scaled_mm with rowwise scales");
+  for (const Shape& s : kShapes) {
+    check_scaled_mm(s.m, s.n, s.k, e4m3_rowwise, e4m3_rowwise, at::kBFloat16, kBf16Tolerance);
+  }
+  // Float32 output with rowwise scales: LibTorch versions differ on whether
+  // `_scaled_mm` takes it; where it does, the result must be exact.
+  const Shape& s = kShapes[0];
+  try {
+    check_scaled_mm(s.m, s.n, s.k, e4m3_rowwise, e4m3_rowwise, at::kFloat, kFp32Tolerance);
+  } catch (const c10::Error& error) {
+    MESSAGE("_scaled_mm refuses float32 output with rowwise scales here: " << error.what_without_backtrace());
+  }
+}
+
+TEST_CASE("float8 CUDA: scaled_mm with a rowwise a and a tensorwise b (rowwise_with_gw_hp's grad_input) equals the "
+          "float32 matmul of the dequantized codes") {
+  TITAN_REQUIRE_SCALED_MM("to run _scaled_mm on mixed scales");
+  for (const Shape& s : kShapes) {
+    check_scaled_mm(s.m, s.n, s.k, e4m3_rowwise, e4m3_tensorwise, at::kBFloat16, kBf16Tolerance);
+  }
+}
+
+TEST_CASE("float8 CUDA: scaled_mm says what it needs when the operands do not fit") {
+  TITAN_REQUIRE_SCALED_MM("to call scaled_mm with CUDA operands");
+  at::Tensor codes = at::zeros({16, 32}, at::TensorOptions().dtype(at::kByte).device(at::kCUDA));
+  at::Tensor other = at::zeros({16, 48}, codes.options());
+  at::Tensor scale = at::ones({}, at::TensorOptions().device(at::kCUDA));
+  CHECK_THROWS_WITH_AS(titan::compat::scaled_mm(codes, false, scale, other, false, scale, at::kBFloat16),
+                       doctest::Contains("expected a [M, K] and b [N, K]"), titan::Error);
+}
+
+TEST_CASE("float8 CUDA: the tensorwise float8 linear on _scaled_mm equals its emulation, forward and backward") {
+  TITAN_REQUIRE_SCALED_MM("to run the float8 linear's matmuls on _scaled_mm");
+  check_linear_on_gpu("tensorwise");
+}
+
+TEST_CASE("float8 CUDA: the rowwise float8 linear on _scaled_mm equals its emulation, forward and backward") {
+  TITAN_REQUIRE_SCALED_MM("to run the float8 linear's matmuls on _scaled_mm");
+  check_linear_on_gpu("rowwise");
+}
+
+TEST_CASE("float8 CUDA: the rowwise_with_gw_hp float8 linear on _scaled_mm equals its emulation, forward and "
+          "backward") {
+  TITAN_REQUIRE_SCALED_MM("to run the float8 linear's matmuls on _scaled_mm");
+  check_linear_on_gpu("rowwise_with_gw_hp");
+}

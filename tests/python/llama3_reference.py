@@ -1,0 +1,226 @@
+#!/usr/bin/env python3
+"""Titan's training steps replayed in plain PyTorch eager, as an independent reference.
+
+Loads an HF Llama folder (config.json + *.safetensors, as `titan checkpoint
+export` writes it), cuts the batches from a raw token shard as Titan's
+TokenWindowLoader does (disjoint windows of seq + 1 tokens, in order), and
+trains with PyTorch's own pieces: the model of benchmarks/gpu/pytorch_reference.py
+(F.scaled_dot_product_attention, nn.functional) with the rotary tables of
+config.json (Llama 3.1 rope scaling, which that file leaves out), F.cross_entropy,
+torch.nn.utils.clip_grad_norm_, torch.optim.AdamW and a LambdaLR with
+TorchTitan's warmup-stable-decay. Prints one JSON line: per step loss, grad
+norm and lr, the tokens/s after the warm-up steps, and with --titan-final the
+relative difference of each final parameter to Titan's.
+Used by tests/integration/pytorch_reference_test.cpp and benchmarks/cpu_vs_pytorch.sh.
+"""
+import argparse
+import json
+import math
+import pathlib
+import struct
+import sys
+import time
+
+import torch
+import torch.jit._pickle
+import torch.nn.functional as F
+
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "benchmarks" / "gpu"))
+import pytorch_reference as ref  # noqa: E402
+
+SAFETENSORS_DTYPES = {"F32": torch.float32, "BF16": torch.bfloat16, "F16": torch.float16}
+
+
+def read_safetensors(path):
+    # The format: u64 little-endian header size, a JSON header, raw bytes.
+    data = path.read_bytes()
+    (header_size,) = struct.unpack("<Q", data[:8])
+    header = json.loads(data[8:8 + header_size])
+    body = bytearray(data[8 + header_size:])
+    tensors = {}
+    for name, entry in header.items():
+        if name == "__metadata__":
+            continue
+        begin, end = entry["data_offsets"]
+        flat = torch.frombuffer(body[begin:end], dtype=SAFETENSORS_DTYPES[entry["dtype"]]) if end > begin else \
+            torch.empty(0, dtype=SAFETENSORS_DTYPES[entry["dtype"]])
+        tensors[name] = flat.reshape(entry["shape"]).float()
+    return tensors
+
+
+def llama3_rope(head_dim, positions, theta, scaling):
+    # Meta's llama3 precompute_freqs_cis with apply_scaling (models/llama3_1/model.py).
+    freqs = 1.0 / (theta ** (torch.arange(0, head_dim, 2)[: head_dim // 2].float() / head_dim))
+    if scaling:
+        factor, low, high = scaling["factor"], scaling["low_freq_factor"], scaling["high_freq_factor"]
+        old_context = scaling["original_max_position_embeddings"]
+        low_freq_wavelen, high_freq_wavelen = old_context / low, old_context / high
+        scaled = []
+        for freq in freqs.tolist():
+            wavelen = 2 * math.pi / freq
+            if wavelen < high_freq_wavelen:
+                scaled.append(freq)
+            elif wavelen > low_freq_wavelen:
+                scaled.append(freq / factor)
+            else:
+                smooth = (old_context / wavelen - low) / (high - low)
+                scaled.append((1 - smooth) * freq / factor + smooth * freq)
+        freqs = torch.tensor(scaled, dtype=torch.float32)
+    angles = torch.outer(torch.arange(positions).float(), freqs)
+    return angles.cos(), angles.sin()
+
+
+class Llama3(ref.Transformer):
+    """The benchmark's Transformer with the rotary tables an HF config.json describes."""
+
+    def __init__(self, config):
+        dim, heads = config["hidden_size"], config["num_attention_heads"]
+        args = argparse.Namespace(dim=dim, n_layers=config["num_hidden_layers"], n_heads=heads,
+                                  n_kv_heads=config["num_key_value_heads"], ffn_dim=config["intermediate_size"],
+                                  norm_eps=config["rms_norm_eps"], rope_theta=config["rope_theta"],
+                                  vocab=config["vocab_size"])
+        super().__init__(args)
+        self.cos, self.sin = llama3_rope(dim // heads, config["max_position_embeddings"], config["rope_theta"],
+                                         config.get("rope_scaling"))
+
+    def forward(self, tokens):
+        h = self.tok_embeddings(tokens)
+        for layer in self.layers:
+            h = layer(h, self.cos, self.sin)
+        return self.output(self.norm(h))
+
+
+def hf_to_reference(hf, config):
+    """HF names and q/k row order -> the reference's (Meta's interleaved rotary pairs)."""
+    def unpermute(w, heads):  # inverse of convert_llama_weights_to_hf.py's permute
+        return w.view(heads, 2, w.shape[0] // heads // 2, w.shape[1]).transpose(1, 2).reshape(w.shape)
+
+    block = {"self_attn.q_proj": "wq", "self_attn.k_proj": "wk", "self_attn.v_proj": "wv", "self_attn.o_proj": "wo",
+             "mlp.gate_proj": "w1", "mlp.down_proj": "w2", "mlp.up_proj": "w3",
+             "input_layernorm": "attention_norm", "post_attention_layernorm": "ffn_norm"}
+    out = {"tok_embeddings.weight": hf["model.embed_tokens.weight"], "norm.weight": hf["model.norm.weight"],
+           "output.weight": hf["lm_head.weight"]}
+    for i in range(config["num_hidden_layers"]):
+        for hf_part, part in block.items():
+            w = hf[f"model.layers.{i}.{hf_part}.weight"]
+            if part == "wq":
+                w = unpermute(w, config["num_attention_heads"])
+            elif part == "wk":
+                w = unpermute(w, config["num_key_value_heads"])
+            out[f"layers.{i}.{part}.weight"] = w
+    return out
+
+
+def titan_name(name):
+    """layers.0.wq.weight -> layers.0.attention.wq.weight (Titan's module tree)."""
+    parts = name.split(".")
+    if parts[0] == "layers" and parts[2] in ("wq", "wk", "wv", "wo"):
+        parts.insert(2, "attention")
+    elif parts[0] == "layers" and parts[2] in ("w1", "w2", "w3"):
+        parts.insert(2, "feed_forward")
+    return ".".join(parts)
+
+
+def warmup_stable_decay(steps, warmup_steps, decay_type, min_lr_factor):
+    """TorchTitan's build_lr_schedulers + linear_warmup_stable_decay (decay_ratio None), as a LambdaLR lambda."""
+    warmup_steps = min(warmup_steps, steps)
+    decay_steps = steps - warmup_steps
+    stable_steps = steps + 1 - warmup_steps - decay_steps  # TorchTitan's virtual last step
+
+    def factor(current_step):  # 0-based
+        if current_step < warmup_steps:
+            return float((current_step + 1) / warmup_steps)
+        if current_step < warmup_steps + stable_steps:
+            return 1.0
+        progress = float(current_step + 1 - warmup_steps - stable_steps) / decay_steps
+        curve = {"linear": lambda: 1 - progress, "sqrt": lambda: 1 - math.sqrt(progress),
+                 "cosine": lambda: 0.5 * (1.0 + math.cos(math.pi * progress))}[decay_type]()
+        return min_lr_factor + (1 - min_lr_factor) * curve
+
+    return factor
+
+
+def read_tokens(path, count):
+    dtype = torch.int32 if str(path).endswith(".u32") else torch.int16
+    raw = bytearray(pathlib.Path(path).read_bytes())
+    tokens = torch.frombuffer(raw, dtype=dtype).long()
+    if dtype == torch.int16:
+        tokens &= 0xFFFF  # uint16 ids
+    if tokens.numel() < count:  # Titan's stream repeats the shard by epochs
+        tokens = tokens.repeat(-(-count // tokens.numel()))
+    return tokens[:count]
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--hf", required=True, type=pathlib.Path, help="HF folder: config.json + *.safetensors")
+    p.add_argument("--tokens", required=True, help="raw token shard (.u16 or .u32), the run's training.dataset_path")
+    p.add_argument("--batch", type=int, required=True)
+    p.add_argument("--seq", type=int, required=True)
+    p.add_argument("--steps", type=int, required=True)
+    p.add_argument("--lr", type=float, default=8e-4)
+    p.add_argument("--beta1", type=float, default=0.9)
+    p.add_argument("--beta2", type=float, default=0.95)
+    p.add_argument("--eps", type=float, default=1e-8)
+    p.add_argument("--weight-decay", type=float, default=0.1)
+    p.add_argument("--warmup-steps", type=int, default=200)
+    p.add_argument("--decay-type", choices=["linear", "sqrt", "cosine"], default="linear")
+    p.add_argument("--min-lr-factor", type=float, default=0.0)
+    p.add_argument("--max-norm", type=float, default=1.0)
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--timing-warmup", type=int, default=0, help="steps left out of tokens_per_sec")
+    p.add_argument("--titan-final", help="Titan's debug.save_final_model file, to compare the final parameters")
+    args = p.parse_args()
+
+    torch.set_num_threads(args.threads)
+    config = json.loads((args.hf / "config.json").read_text())
+    hf = {}
+    for path in sorted(args.hf.glob("*.safetensors")):
+        hf.update(read_safetensors(path))
+    model = Llama3(config)
+    model.load_state_dict(hf_to_reference(hf, config), strict=True)
+    model.train()
+
+    params = list(model.parameters())
+    optimizer = torch.optim.AdamW(params, lr=args.lr, betas=(args.beta1, args.beta2), eps=args.eps,
+                                  weight_decay=args.weight_decay, foreach=True)
+    schedule = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, warmup_stable_decay(args.steps, args.warmup_steps, args.decay_type, args.min_lr_factor))
+    window = args.seq + 1
+    tokens = read_tokens(args.tokens, args.steps * args.batch * window).view(args.steps, args.batch, window)
+
+    records, step_seconds = [], []
+    for step in range(1, args.steps + 1):
+        start = time.perf_counter()
+        batch = tokens[step - 1]
+        logits = model(batch[:, :-1])
+        loss = F.cross_entropy(logits.flatten(0, 1).float(), batch[:, 1:].flatten())
+        loss.backward()
+        grad_norm = torch.nn.utils.clip_grad_norm_(params, args.max_norm if args.max_norm > 0 else math.inf)
+        lr = optimizer.param_groups[0]["lr"]
+        optimizer.step()
+        schedule.step()
+        optimizer.zero_grad(set_to_none=True)
+        records.append({"step": step, "loss": loss.item(), "grad_norm": grad_norm.item(), "lr": lr})
+        step_seconds.append(time.perf_counter() - start)
+
+    result = {"torch": torch.__version__, "threads": torch.get_num_threads(), "steps": records}
+    timed = step_seconds[args.timing_warmup:]
+    if timed:
+        result["tokens_per_sec"] = len(timed) * args.batch * args.seq / sum(timed)
+    if args.titan_final:
+        # Titan's file is a LibTorch pickle of a name -> tensor dict; its one
+        # non-tensor global is the type tag LibTorch writes for the dict.
+        with torch.serialization.safe_globals([torch.jit._pickle.restore_type_tag]):
+            titan = torch.load(args.titan_final)
+        diffs = {}
+        for name, value in model.state_dict().items():
+            other = titan[titan_name(name)]
+            diffs[name] = ((other - value).norm() / value.norm()).item()
+        result["final_param_rel_diff"] = diffs
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
