@@ -36,11 +36,12 @@ if ! "$venv/bin/python" -c "import torch, sys; sys.exit(torch.__version__.split(
   python3 -m venv "$venv"
   pip=("$venv/bin/python" -m pip install -q --disable-pip-version-check)
   if [ -d /usr/local/cuda/lib64 ] || ldconfig -p | grep -q libcudart.so.13; then
-    "${pip[@]}" --no-deps "torch==$torch_version" nvidia-cusparselt-cu13==0.8.0 nvidia-nvshmem-cu13==3.4.5 \
-      "nvidia-cufile==1.15.1.6.*"
-    # torch's own Python dependencies (for the Python test references).
+    # torch's own Python dependencies first (the Python test references
+    # import torch), then torch without the CUDA wheels it names.
     "${pip[@]}" filelock "typing-extensions>=4.10.0" "setuptools<82" "sympy>=1.13.3" "networkx>=2.5.1" jinja2 \
       "fsspec>=0.8.5" numpy
+    "${pip[@]}" --no-deps "torch==$torch_version" nvidia-cusparselt-cu13==0.8.0 nvidia-nvshmem-cu13==3.4.5 \
+      "nvidia-cufile==1.15.1.6.*"
   else
     # No CUDA toolkit here: the wheel's own CUDA runtime packages.
     "${pip[@]}" "torch==$torch_version" numpy

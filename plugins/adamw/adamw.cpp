@@ -24,6 +24,20 @@ std::string shape_text(at::IntArrayRef sizes) {
   return out.str();
 }
 
+// _foreach_* lists and _fused_adamw_ need tensors of one device and dtype.
+template <typename Update>
+std::vector<std::vector<const Update*>> by_device_and_dtype(const std::vector<Update>& updates) {
+  std::map<std::tuple<int, int, int>, std::vector<const Update*>> groups;
+  for (const auto& update : updates) {
+    const at::Tensor& p = update.state->param;
+    groups[{static_cast<int>(p.device().type()), p.device().index(), static_cast<int>(p.scalar_type())}]
+        .push_back(&update);
+  }
+  std::vector<std::vector<const Update*>> lists;
+  for (auto& entry : groups) lists.push_back(std::move(entry.second));
+  return lists;
+}
+
 }  // namespace
 
 AdamW::AdamW(const std::vector<NamedParameter>& params, const AdamWOptions& options) : options_(options) {
@@ -92,14 +106,7 @@ void AdamW::apply_for_loop(const std::vector<Update>& updates, double lr) const 
 
 void AdamW::apply_foreach(const std::vector<Update>& updates, double lr) const {
   const auto& o = options_;
-  // _foreach_* lists must share a device and a dtype (CUDA's fused path).
-  std::map<std::tuple<int, int, int>, std::vector<const Update*>> groups;
-  for (const auto& update : updates) {
-    const at::Tensor& p = update.state->param;
-    groups[{static_cast<int>(p.device().type()), p.device().index(), static_cast<int>(p.scalar_type())}]
-        .push_back(&update);
-  }
-  for (const auto& [key, group] : groups) {
+  for (const auto& group : by_device_and_dtype(updates)) {
     std::vector<at::Tensor> params, grads, exp_avgs, exp_avg_sqs;
     std::vector<at::Scalar> bias_correction2_sqrts, neg_step_sizes;
     for (const Update* update : group) {
@@ -124,15 +131,9 @@ void AdamW::apply_foreach(const std::vector<Update>& updates, double lr) const {
 
 void AdamW::apply_fused(const std::vector<Update>& updates, double lr) const {
   const auto& o = options_;
-  // One kernel call per (device, dtype) group, as _foreach_*. The kernel
-  // reads the already advanced step counts, on the parameters' device.
-  std::map<std::tuple<int, int, int>, std::vector<const Update*>> groups;
-  for (const auto& update : updates) {
-    const at::Tensor& p = update.state->param;
-    groups[{static_cast<int>(p.device().type()), p.device().index(), static_cast<int>(p.scalar_type())}]
-        .push_back(&update);
-  }
-  for (const auto& [key, group] : groups) {
+  // One kernel call per group. The kernel reads the already advanced step
+  // counts, on the parameters' device.
+  for (const auto& group : by_device_and_dtype(updates)) {
     std::vector<at::Tensor> params, grads, exp_avgs, exp_avg_sqs, steps;
     for (const Update* update : group) {
       params.push_back(update->state->param);
