@@ -17,6 +17,10 @@
 
 #ifdef TITAN_WITH_CUDA
 #include <ATen/cuda/CUDAContext.h>
+#include <ATen/cuda/CUDAEvent.h>
+#include <ATen/cuda/CUDAGraph.h>
+#include <c10/cuda/CUDAFunctions.h>
+#include <c10/cuda/CUDAGuard.h>
 #include <ATen/native/cuda/Resize.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <cuda_runtime_api.h>
@@ -95,6 +99,79 @@ std::string cuda_summary() {
   return "CUDA not compiled in (TITAN_WITH_CUDA off)";
 #endif
 }
+
+#ifdef TITAN_WITH_CUDA
+struct DeviceGraph::Graph {
+  c10::DeviceIndex index = 0;
+  at::cuda::CUDAGraph graph;
+};
+
+namespace {
+
+// `body` on `side`, ordered after `current`'s queued work and before its next.
+void on_stream(c10::cuda::CUDAStream current, c10::cuda::CUDAStream side, const std::function<void()>& body) {
+  at::cuda::CUDAEvent queued;
+  queued.record(current);
+  queued.block(side);
+  {
+    c10::cuda::CUDAStreamGuard guard(side);
+    body();
+  }
+  at::cuda::CUDAEvent done;
+  done.record(side);
+  done.block(current);
+}
+
+}  // namespace
+
+DeviceGraph::DeviceGraph(const c10::Device& device) : graph_(std::make_unique<Graph>()) {
+  if (!device.is_cuda()) throw std::runtime_error("a CUDA graph needs a CUDA device, not " + device.str());
+  graph_->index = device.has_index() ? device.index() : c10::cuda::current_device();
+}
+
+DeviceGraph::~DeviceGraph() = default;
+
+void DeviceGraph::capture(const std::function<void()>& body) {
+  // Capture may not overlap work still queued elsewhere (PyTorch's
+  // torch.cuda.graph synchronizes the same way).
+  c10::cuda::device_synchronize();
+  const c10::DeviceIndex index = graph_->index;
+  on_stream(c10::cuda::getCurrentCUDAStream(index), c10::cuda::getStreamFromPool(false, index), [&] {
+    graph_->graph.capture_begin();
+    try {
+      body();
+    } catch (...) {
+      try {
+        graph_->graph.capture_end();  // leave the stream out of capture mode
+      } catch (...) {
+      }
+      throw;
+    }
+    graph_->graph.capture_end();
+  });
+}
+
+void DeviceGraph::replay() { graph_->graph.replay(); }
+
+void run_on_side_stream(const c10::Device& device, const std::function<void()>& body) {
+  if (!device.is_cuda()) return body();
+  const c10::DeviceIndex index = device.has_index() ? device.index() : c10::cuda::current_device();
+  on_stream(c10::cuda::getCurrentCUDAStream(index), c10::cuda::getStreamFromPool(false, index), body);
+}
+#else
+struct DeviceGraph::Graph {};
+
+DeviceGraph::DeviceGraph(const c10::Device& device) {
+  throw std::runtime_error("a CUDA graph on " + device.str() +
+                           " needs a CUDA build of Titan (TITAN_WITH_CUDA is off)");
+}
+
+DeviceGraph::~DeviceGraph() = default;
+void DeviceGraph::capture(const std::function<void()>& /*body*/) {}
+void DeviceGraph::replay() {}
+
+void run_on_side_stream(const c10::Device& /*device*/, const std::function<void()>& body) { body(); }
+#endif
 
 int64_t device_memory_allocated(const c10::Device& device) {
 #ifdef TITAN_WITH_CUDA

@@ -50,6 +50,31 @@ bool cuda_available();
 // 2.28.9); available: no (no CUDA device)".
 std::string cuda_summary();
 
+// A CUDA graph of the kernels a function launches. capture() records them
+// on a side stream (nothing runs; memory comes from the graph's own pool
+// and stays reserved while the graph lives); replay() launches them again on
+// the current stream, on the same memory. Constructing one on a CPU device
+// or in a CPU-only build throws.
+class DeviceGraph {
+ public:
+  explicit DeviceGraph(const c10::Device& device);
+  ~DeviceGraph();
+  DeviceGraph(const DeviceGraph&) = delete;
+  DeviceGraph& operator=(const DeviceGraph&) = delete;
+  void capture(const std::function<void()>& body);
+  void replay();
+
+ private:
+  struct Graph;
+  std::unique_ptr<Graph> graph_;
+};
+
+// Runs `body` on a side stream of a CUDA `device`, after the current
+// stream's work and before its next: the warm-up a capture needs, so that
+// lazily made handles and workspaces exist outside the graph. On CPU it
+// just runs `body`.
+void run_on_side_stream(const c10::Device& device, const std::function<void()>& body);
+
 // Bytes currently allocated on a device (CUDA caching allocator), 0 on CPU.
 int64_t device_memory_allocated(const c10::Device& device);
 int64_t device_peak_memory(const c10::Device& device);

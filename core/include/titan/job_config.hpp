@@ -31,6 +31,8 @@ struct TrainingConfig {
   std::string mixed_precision_param = "float32";
   std::string mixed_precision_reduce = "float32";
   std::string on_nonfinite_loss = "error";  // or "skip"
+  bool cuda_graph = false;  // forward + backward replayed from a CUDA graph
+  int64_t cuda_graph_warmup_steps = 3;
 };
 
 struct MetricsConfig {

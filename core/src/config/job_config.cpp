@@ -45,6 +45,21 @@ CoreConfig read_core_config(const ConfigNode& root) {
                                              "dtype of gradient reduction (FSDP)");
   t.on_nonfinite_loss = training.choice("on_nonfinite_loss", "error", {"error", "skip"},
                                         "NaN/inf loss: stop with an error, or skip the optimizer step");
+  t.cuda_graph = training.get<bool>("cuda_graph", false,
+                                    "capture the forward and backward passes into a CUDA graph after "
+                                    "cuda_graph_warmup_steps eager steps and replay it every step (device cuda, one "
+                                    "rank, no pipeline, fixed shapes)");
+  t.cuda_graph_warmup_steps = training.get<int64_t>("cuda_graph_warmup_steps", 3,
+                                                    "eager steps before the CUDA graph is captured");
+  if (t.cuda_graph_warmup_steps < 1) {
+    training.fail("cuda_graph_warmup_steps",
+                  "expected >= 1 (cuBLAS and autograd set up lazily outside the graph), got " +
+                      std::to_string(t.cuda_graph_warmup_steps));
+  }
+  if (t.cuda_graph && t.device != "cuda") {
+    training.fail("cuda_graph", "a CUDA graph needs training.device=cuda (device is '" + t.device +
+                                    "'); set training.cuda_graph=false to train on " + t.device);
+  }
 
   ConfigNode metrics = root.child("metrics");
   auto& m = config.metrics;

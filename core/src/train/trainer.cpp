@@ -12,6 +12,7 @@
 
 #include "accumulation_schedule.hpp"
 #include "collective_verifier.hpp"
+#include "graphed_step.hpp"
 #include "initial_load.hpp"
 #include "parallel_setup.hpp"
 #include "pipeline_setup.hpp"
@@ -126,12 +127,27 @@ void add_test_signal_hooks(CausalLM& model, const std::shared_ptr<int64_t>& step
   });
 }
 
+// What a replayed CUDA graph cannot hold: host-driven pipeline actions and
+// collectives across processes (not verified under capture yet).
+void check_cuda_graph_plan(const RunPlan& plan, const World& world) {
+  if (!plan.core.training.cuda_graph) return;
+  if (plan.pipeline) {
+    throw Error("training.cuda_graph: the pipeline's schedule runs from the host step by step and cannot be "
+                "captured; remove the pipeline plugin or set training.cuda_graph=false");
+  }
+  if (world.distributed()) {
+    throw Error("training.cuda_graph: supported on one rank only (world size is " +
+                std::to_string(world.world_size) + "); set training.cuda_graph=false for multi-rank runs");
+  }
+}
+
 }  // namespace
 
 TrainResult train(RunPlan& plan, const World& world) {
   const CoreConfig& core = plan.core;
   const TrainingConfig& training = core.training;
   if (world.rank == 0) write_resolved_config(plan);
+  check_cuda_graph_plan(plan, world);
   // LibTorch starts with one intra-op thread here; use the machine unless told.
   int threads = training.threads > 0 ? static_cast<int>(training.threads)
                                      : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
@@ -216,6 +232,11 @@ TrainResult train(RunPlan& plan, const World& world) {
   std::unique_ptr<Optimizer> optimizer = plan.optimizer->build(parameters);
   AccumulationSchedule default_schedule;
   Schedule& schedule = plan.schedule ? *plan.schedule : default_schedule;
+  auto forward_backward = [&](const std::vector<Microbatch>& microbatches) {
+    return schedule.step(*model, microbatches, model->loss());
+  };
+  std::unique_ptr<GraphedStep> graphed;
+  if (training.cuda_graph) graphed = std::make_unique<GraphedStep>(device, training.cuda_graph_warmup_steps, parameter_tensors);
 
   TrainStateView state(*model, *optimizer, loader);
   int64_t step = 0;
@@ -266,7 +287,9 @@ TrainResult train(RunPlan& plan, const World& world) {
       int64_t length = windows.size(1) - 1;
       microbatches.push_back({windows.narrow(1, 0, length), windows.narrow(1, 1, length)});
     }
-    at::Tensor loss = pipeline ? pipeline->step(microbatches) : schedule.step(*model, microbatches, model->loss());
+    at::Tensor loss = pipeline  ? pipeline->step(microbatches)
+                      : graphed ? graphed->run(microbatches, forward_backward)
+                                : forward_backward(microbatches);
     model->finalize_gradients();
     double loss_value = parallel.mean_over_batch(loss.item<double>());
     if (step == debug_nan_step) loss_value = std::nan("");
