@@ -60,7 +60,7 @@ StartedCollective start_all_gather_into(c10d::ProcessGroup& group, at::Tensor& o
     started.works.push_back(group._allgather_base(output, in));
     return started;
   }
-  // Gloo: one broadcast per rank into views of the output, 3.4x faster than
+  // Gloo: one broadcast per rank into views of the output, 2.8x faster than
   // its _allgather_base (64 MiB on 2 ranks, LibTorch 2.11; docs/testing.md).
   at::Tensor& out = output;
   const at::Tensor& own = in;
