@@ -3,7 +3,7 @@
 # job with bf16 mixed precision and with each float8 recipe (bf16 params
 # too, as TorchTitan runs float8) and prints each run's final loss and its
 # gap to bf16. Not part of the test suite (minutes of CPU); the suite runs
-# a short version (tests/integration/float8_test.cpp).
+# a short version (tests/integration/float8_e2e_test.cpp).
 # Usage: benchmarks/float8_loss_gap.sh [STEPS] [BUILD_DIR]   (default 200, build);
 # TITAN_BENCH_LOCK=FILE runs each job under `flock FILE` (a shared machine).
 set -euo pipefail

@@ -6,10 +6,13 @@
 # what titan trusts. CONFORMANCE: the plugin's declaration for
 # titan-conformance (e.g. the optimizer rule it implements), copied beside
 # the library as libtitan_plugin_<NAME>.conformance.yaml and installed with it.
+# The sources see TITAN_PLUGIN_NAME defined as "<NAME>", for
+# TITAN_PLUGIN(TITAN_PLUGIN_NAME, ...): the descriptor's name is the file's.
 # Used in-tree and, installed with the SDK, out of tree. In-tree plugins join
 # the target titan_all_plugins (what training needs) unless the directory
 # sets TITAN_PLUGIN_NOT_IN_ALL (the test plugins).
 set(TITAN_PLUGIN_VERSION_SCRIPT ${CMAKE_CURRENT_LIST_DIR}/titan_plugin.map)
+# The kinds of titan/plugin.hpp (TITAN_SINGLE_FACTORY_KINDS, then pipeline_schedule).
 set(TITAN_PLUGIN_KIND_NAMES model parallelizer schedule optimizer lr_schedule precision checkpointer
   comm_observer metrics_sink pipeline_schedule)
 
@@ -26,6 +29,8 @@ function(titan_add_plugin name)
   endforeach()
   set(target titan_plugin_${name})
   add_library(${target} MODULE ${ARG_SOURCES})
+  # One source can then build under several names (tests/test_plugins' mutants).
+  target_compile_definitions(${target} PRIVATE TITAN_PLUGIN_NAME="${name}")
   if(TARGET titan_core)
     target_link_libraries(${target} PRIVATE titan_core)
   else()  # out of tree, against the installed SDK

@@ -1,9 +1,11 @@
 # Run after titan_tests links (cmake -P): lists its doctest cases once, with
 # their source files, and writes one CTest test per case labelled by where the
-# case lives: its folder (unit, plugins, integration) and its file's stem
-# (dcp_test -> dcp), so `ctest -L dcp` runs one area and ctest's closing
-# "Label Time Summary" says what each area costs. doctest's own discovery
-# runs the binary once more per case to label it (a second each).
+# case lives: its folder (unit, plugins, integration, cuda) and its file's
+# stem (plugins/dcp_test -> dcp, integration/dcp_e2e_test -> dcp_e2e; two
+# files of one stem are refused), so `ctest -L dcp` (a regular expression:
+# both) runs one area and ctest's closing "Label Time Summary" says what each
+# area costs. doctest's own discovery runs the binary once more per case to
+# label it (a second each).
 # A case that prints "TITAN_SKIPPED: <reason>" (a CUDA test without a GPU)
 # is reported by ctest as skipped, never as passed.
 # Inputs: TEST_EXECUTABLE, WORKING_DIR, TIMEOUT, CTEST_FILE.
@@ -44,6 +46,13 @@ foreach(case IN LISTS cases)
   string(REGEX REPLACE "_test$" "" area "${stem}")
   get_filename_component(folder "${file}" DIRECTORY)
   get_filename_component(tier "${folder}" NAME)
+  # One file per label: tests/plugins/x_test.cpp and tests/integration/x_test.cpp
+  # would mix a fast area and an end-to-end one under `x`.
+  if(DEFINED file_of_${area} AND NOT "${file_of_${area}}" STREQUAL "${file}")
+    message(FATAL_ERROR "${file} and ${file_of_${area}} share the test label '${area}': rename one "
+      "(docs/testing.md, \"Where a feature's tests live\")")
+  endif()
+  set(file_of_${area} "${file}")
   # doctest reads commas in --test-case as separators unless escaped.
   string(REPLACE "," "\\," filter "${name}")
   string(APPEND script

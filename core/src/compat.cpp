@@ -173,6 +173,13 @@ void DeviceGraph::replay() {}
 void run_on_side_stream(const c10::Device& /*device*/, const std::function<void()>& body) { body(); }
 #endif
 
+std::string device_name(const c10::Device& device) {
+#ifdef TITAN_WITH_CUDA
+  if (device.is_cuda()) return at::cuda::getDeviceProperties(device.has_index() ? device.index() : 0)->name;
+#endif
+  return device.str();
+}
+
 int64_t device_memory_allocated(const c10::Device& device) {
 #ifdef TITAN_WITH_CUDA
   if (device.is_cuda()) {

@@ -51,8 +51,7 @@ Gpt2Args flavor_args(const std::string& flavor) {
   return args;  // "tiny": the defaults, for tests and CPU runs
 }
 
-std::unique_ptr<titan::ModelSpec> make_spec(const titan::PluginContext& context) {
-  const titan::ConfigNode& options = context.options;
+Gpt2Spec read_spec(const titan::ConfigNode& options) {
   std::string flavor = options.choice("flavor", "tiny", {"tiny", "small"}, "model size: tiny, small");
   Gpt2Args args = flavor_args(flavor);
   // Shape overrides for experiments and tests; 0 keeps the flavor's value.
@@ -69,12 +68,10 @@ std::unique_ptr<titan::ModelSpec> make_spec(const titan::PluginContext& context)
     options.fail("n_heads", "dim " + std::to_string(args.dim) + " is not divisible by n_heads " +
                                 std::to_string(args.n_heads));
   }
-  return std::make_unique<Gpt2Spec>(flavor, args);
+  return Gpt2Spec(flavor, args);
 }
-
-void register_gpt2(titan::PluginRegistrar& registrar) { registrar.model(make_spec); }
 
 }  // namespace
 
-TITAN_PLUGIN("gpt2", "1.0", titan::kind_model,
-             "GPT-2-style decoder: learned positions, LayerNorm, GELU MLP (flavors tiny, small)", register_gpt2)
+TITAN_PLUGIN_OF(model, Gpt2Spec, "1.0",
+                "GPT-2-style decoder: learned positions, LayerNorm, GELU MLP (flavors tiny, small)", read_spec)

@@ -76,12 +76,6 @@ at::Tensor FeedForward::forward(const at::Tensor& x) {
   at::Tensor gate = child_layer(*this, "w1")->forward(x);
   at::Tensor up = child_layer(*this, "w3")->forward(x);
   at::Tensor hidden = swiglu->forward(gate, up);
-#ifdef TITAN_LLAMA3_TEST_DROPOUT
-  // Test-only variant (tests/test_plugins builds it as `dropout_llama3`): a
-  // forward that draws random numbers, so checks can tell whether activation
-  // checkpointing replays the generator in its recompute.
-  if (is_training()) hidden = at::dropout(hidden, 0.1, /*train=*/true);
-#endif
   return child_layer(*this, "w2")->forward(hidden);
 }
 

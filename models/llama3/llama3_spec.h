@@ -6,6 +6,10 @@
 #include "llama3_args.h"
 #include "titan/model.hpp"
 
+namespace titan {
+class ConfigNode;
+}
+
 namespace titan::llama3 {
 
 class Llama3Spec : public ModelSpec {
@@ -32,5 +36,9 @@ class Llama3Spec : public ModelSpec {
   std::string flavor_;
   Llama3Args args_;
 };
+
+// The `model:` options (flavor, shape overrides), read and checked
+// (llama3_options.cpp).
+Llama3Spec read_llama3_spec(const ConfigNode& options);
 
 }  // namespace titan::llama3

@@ -11,7 +11,8 @@ namespace titan::activation_checkpoint {
 class AcParallelizer : public Parallelizer {
  public:
   explicit AcParallelizer(AcOptions options) : options_(std::move(options)) {}
-  Stage stage() const override { return Stage::activation_checkpoint; }
+  ApplyOrder apply_order() const override { return ApplyOrder::activation_checkpoint; }
+  bool allows_split_backward() const override { return false; }  // recomputes when backward reaches a block
   void parallelize(CausalLM& model, const ParallelizeContext& context) override;
 
  private:

@@ -23,8 +23,8 @@ AcOptions read_options(const titan::ConfigNode& node) {
   options.per_op_sac_force_recompute_mm_shapes_by_fqns = node.get<std::vector<std::string>>(
       "per_op_sac_force_recompute_mm_shapes_by_fqns", options.per_op_sac_force_recompute_mm_shapes_by_fqns,
       "per-op mode: block-relative paths of linears always recomputed (e.g. feed_forward.w2)");
-  options.memory_budget = node.get<double>(
-      "memory_budget", options.memory_budget,
+  options.memory_budget = node.number(
+      "memory_budget", options.memory_budget, titan::NumberRange::closed(0, 1),
       "memory_budget mode: activation bytes kept / bytes without checkpointing, in [0, 1]");
   if (options.selective_ac_option != "op") {
     bool number = !options.selective_ac_option.empty() &&
@@ -34,24 +34,10 @@ AcOptions read_options(const titan::ConfigNode& node) {
                                            options.selective_ac_option + "\"");
     }
   }
-  if (!(options.memory_budget >= 0 && options.memory_budget <= 1)) {
-    node.fail("memory_budget", "expected a fraction in [0, 1], got " + std::to_string(options.memory_budget));
-  }
   return options;
-}
-
-void register_activation_checkpoint(titan::PluginRegistrar& registrar) {
-  registrar.parallelizer([](const titan::PluginContext& context) {
-    return std::make_unique<titan::activation_checkpoint::AcParallelizer>(read_options(context.options));
-  });
 }
 
 }  // namespace
 
-#ifndef TITAN_AC_PLUGIN_NAME
-#define TITAN_AC_PLUGIN_NAME "activation_checkpoint"  // test mutants are built under other names
-#endif
-
-TITAN_PLUGIN(TITAN_AC_PLUGIN_NAME, "1.0", titan::kind_parallelizer,
-             "activation checkpointing: full, every N-th block, or planned to a memory budget",
-             register_activation_checkpoint)
+TITAN_PLUGIN_OF(parallelizer, titan::activation_checkpoint::AcParallelizer, "1.0",
+                "activation checkpointing: full, every N-th block, or planned to a memory budget", read_options)

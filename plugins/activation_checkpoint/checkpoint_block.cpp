@@ -7,11 +7,9 @@
 #include <torch/csrc/autograd/custom_function.h>
 
 #include <ATen/ATen.h>
-#include <ATen/CPUGeneratorImpl.h>
 #include <ATen/core/grad_mode.h>
 
-#include <mutex>
-
+#include "checkpoint_rng.h"
 #include "per_op_sac.h"
 #include "titan/error.hpp"
 
@@ -32,13 +30,6 @@ struct Recompute : torch::CustomClassHolder {
   at::Tensor output;     // the original output, for determinism_check: values
   std::unique_ptr<OpCache> ops;  // per-op mode: the outputs kept for replay
 };
-
-at::Tensor rng_state() { return at::detail::getDefaultCPUGenerator().get_state(); }
-void set_rng_state(const at::Tensor& state) {
-  at::Generator generator = at::detail::getDefaultCPUGenerator();  // a handle on the one generator
-  std::lock_guard<std::mutex> lock(generator.mutex());
-  generator.set_state(state);
-}
 
 void check_determinism(const Recompute& call, const at::Tensor& recomputed) {
   const std::string& mode = call.settings.determinism_check;
@@ -62,7 +53,7 @@ void check_determinism(const Recompute& call, const at::Tensor& recomputed) {
 
 struct Checkpoint : torch::autograd::Function<Checkpoint> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& hidden, c10::intrusive_ptr<Recompute> call) {
-    if (call->settings.preserve_rng_state) call->rng_state = rng_state();
+    if (call->settings.preserve_rng_state) call->rng_state = cpu_rng_state();
     if (call->settings.per_op) call->ops = std::make_unique<OpCache>();
     at::Tensor output;
     {
@@ -84,15 +75,8 @@ struct Checkpoint : torch::autograd::Function<Checkpoint> {
     call->input = at::Tensor();
     at::Tensor current_rng;
     if (call->settings.preserve_rng_state) {
-      current_rng = rng_state();
-#ifdef TITAN_AC_MUTANT_FRESH_RNG
-      // Test-only mutant (tests/test_plugins builds it as `fresh_rng_ac`):
-      // the recompute draws from a freshly seeded generator instead of the
-      // forward's state; titan-conformance must fail it on a model with dropout.
-      at::manual_seed(static_cast<uint64_t>(call->rng_state.sum().item<int64_t>()) + 1);
-#else
-      set_rng_state(call->rng_state);
-#endif
+      current_rng = cpu_rng_state();
+      replay_forward_rng(call->rng_state);
     }
     at::Tensor output;
     if (call->ops) {  // the recompute meets the same ops in the same order
@@ -111,7 +95,7 @@ struct Checkpoint : torch::autograd::Function<Checkpoint> {
                   " outputs its forward kept; the block's ops ran in another order");
     }
     call->ops.reset();
-    if (current_rng.defined()) set_rng_state(current_rng);
+    if (current_rng.defined()) set_cpu_rng_state(current_rng);
     check_determinism(*call, output);
     call->output = at::Tensor();
     // Parameters' gradients accumulate here, before this block's input
@@ -124,12 +108,6 @@ struct Checkpoint : torch::autograd::Function<Checkpoint> {
 }  // namespace
 
 at::Tensor checkpoint_block(const at::Tensor& hidden, const BlockBody& body, const CheckpointSettings& settings) {
-#ifdef TITAN_AC_MUTANT_KEEP_ACTIVATIONS
-  // Test-only mutant (tests/test_plugins builds it as `keeping_ac`): the
-  // block runs as without checkpointing, keeping every activation; exact,
-  // but titan-conformance's activation_memory check must fail it.
-  return body(hidden);
-#endif
   if (!hidden.requires_grad()) {
     throw Error("activation_checkpoint: the input of " + settings.label +
                 " needs no gradient, so its recomputing backward would never run and its parameters would get no "

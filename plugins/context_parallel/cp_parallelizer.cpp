@@ -3,6 +3,8 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
+
 #include "ring_attention.h"
 #include "titan/device_mesh.hpp"
 #include "titan/error.hpp"
@@ -29,6 +31,15 @@ void CpParallelizer::validate(const ValidateContext& context) const {
     throw Error("context_parallel: context_parallel_degree = " + std::to_string(cp) +
                 " with pipeline_parallel_degree = " + std::to_string(pp) +
                 " is not supported yet (stage boundaries would pass sequence shards); use one or the other");
+  }
+  // Each cp rank's gradients come from its piece of the sequence: a
+  // data-parallel plugin averages them over cp too (FSDP over dp_shard x cp,
+  // as TorchTitan always applies it with context parallelism).
+  if (std::find(context.apply_orders.begin(), context.apply_orders.end(), ApplyOrder::data_parallel) ==
+      context.apply_orders.end()) {
+    throw Error("mesh dim cp=" + std::to_string(cp) +
+                " needs a data-parallel plugin to average gradients over the sequence pieces; add {name: fsdp} to "
+                "plugins (it shards over dp_shard x cp; dp_shard may be 1)");
   }
   const int64_t tp = degree_of(context, "tp");
   const bool head_tail = options_.load_balancer == "headtail" && options_.method == "ring";

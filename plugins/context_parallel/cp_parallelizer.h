@@ -13,7 +13,7 @@ namespace titan::context_parallel {
 class CpParallelizer : public Parallelizer {
  public:
   explicit CpParallelizer(CpOptions options) : options_(std::move(options)) {}
-  Stage stage() const override { return Stage::context_parallel; }
+  ApplyOrder apply_order() const override { return ApplyOrder::context_parallel; }
   std::vector<MeshDimRequest> mesh_dims() const override { return {{"cp", options_.degree}}; }
   void validate(const ValidateContext& context) const override;
   void parallelize(CausalLM& model, const ParallelizeContext& context) override;

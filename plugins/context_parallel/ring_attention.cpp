@@ -36,19 +36,6 @@ at::Tensor fold_heads(const at::Tensor& grad, int64_t kv_heads) {
   return grad.view({grad.size(0), kv_heads, heads / kv_heads, grad.size(2), grad.size(3)}).sum(2);
 }
 
-// [queries, keys]: true where the causal mask lets a query see a key.
-at::Tensor visible(const at::Tensor& query_positions, const at::Tensor& key_positions) {
-#ifdef TITAN_CP_MUTANT_LOCAL_MASK
-  // Test-only mutant (tests/test_plugins builds it as `local_mask_cp`): the
-  // causal mask of local indices, blind to where each chunk sits in the
-  // whole sequence; titan-conformance must catch it on 2 ranks.
-  return at::arange(query_positions.size(0), at::kLong).unsqueeze(1) >=
-         at::arange(key_positions.size(0), at::kLong).unsqueeze(0);
-#else
-  return query_positions.unsqueeze(1) >= key_positions.unsqueeze(0);
-#endif
-}
-
 // `mask` undefined: every key is visible.
 at::Tensor masked_scores(const at::Tensor& q, const at::Tensor& k, const at::Tensor& mask, double scale) {
   at::Tensor scores = at::matmul(q, k.transpose(-2, -1)).mul_(scale);
@@ -77,8 +64,8 @@ std::vector<Segment> segments_of(const at::Tensor& positions) {
 // is what head-tail balancing evens out).
 std::optional<at::Tensor> pair_mask(const at::Tensor& query_positions, const Segment& queries,
                                     const at::Tensor& key_positions, const Segment& keys, const c10::Device& device) {
-  at::Tensor mask = visible(query_positions.narrow(0, queries.begin, queries.length),
-                            key_positions.narrow(0, keys.begin, keys.length));
+  at::Tensor mask = causally_visible(query_positions.narrow(0, queries.begin, queries.length),
+                                     key_positions.narrow(0, keys.begin, keys.length));
   if (!mask.any().item<bool>()) return std::nullopt;
   if (mask.all().item<bool>()) return at::Tensor();
   return mask.to(device);

@@ -20,6 +20,10 @@ struct RingSetup {
   bool point_to_point = false;  // rotate K/V around the ring instead of all-gathering them
 };
 
+// [queries, keys]: true where the causal mask lets a query see a key, by
+// their positions in the whole sequence (causal_mask.cpp).
+at::Tensor causally_visible(const at::Tensor& query_positions, const at::Tensor& key_positions);
+
 class RingAttention : public AttentionCore {
  public:
   explicit RingAttention(std::shared_ptr<const RingSetup> setup) : setup_(std::move(setup)) {}

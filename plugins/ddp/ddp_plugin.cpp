@@ -20,7 +20,8 @@ struct DdpOptions {
 class DdpParallelizer : public titan::Parallelizer {
  public:
   explicit DdpParallelizer(DdpOptions options) : options_(options) {}
-  titan::Stage stage() const override { return titan::Stage::data_parallel; }
+  titan::ApplyOrder apply_order() const override { return titan::ApplyOrder::data_parallel; }
+  bool allows_split_backward() const override { return false; }  // buckets fill as gradients accumulate
   std::vector<titan::MeshDimRequest> mesh_dims() const override { return {{"dp_replicate", options_.dp_replicate}}; }
 
   void parallelize(titan::CausalLM& model, const titan::ParallelizeContext& context) override {
@@ -65,23 +66,14 @@ class DdpParallelizer : public titan::Parallelizer {
 
 DdpOptions read_options(const titan::ConfigNode& node) {
   DdpOptions options;
-  options.dp_replicate = node.get<int64_t>("dp_replicate", options.dp_replicate,
-                                           "replicas (-1: the rest of the world)");
-  options.bucket_cap_mb = node.get<double>("bucket_cap_mb", options.bucket_cap_mb,
-                                           "gradient bucket size; a bucket's all-reduce starts when it is full");
-  if (options.dp_replicate == 0 || options.dp_replicate < -1) node.fail("dp_replicate", "expected >= 1 or -1");
-  if (!(options.bucket_cap_mb > 0)) node.fail("bucket_cap_mb", "expected a size > 0");
+  options.dp_replicate = node.degree("dp_replicate", options.dp_replicate, "replicas (-1: the rest of the world)");
+  options.bucket_cap_mb = node.number("bucket_cap_mb", options.bucket_cap_mb, titan::NumberRange::above(0),
+                                      "gradient bucket size; a bucket's all-reduce starts when it is full");
   return options;
-}
-
-void register_ddp(titan::PluginRegistrar& registrar) {
-  registrar.parallelizer([](const titan::PluginContext& context) {
-    return std::make_unique<DdpParallelizer>(read_options(context.options));
-  });
 }
 
 }  // namespace
 
-TITAN_PLUGIN("ddp", "1.0", titan::kind_parallelizer,
-             "distributed data parallel: replicated parameters, bucketed gradient all-reduce overlapped with backward",
-             register_ddp)
+TITAN_PLUGIN_OF(parallelizer, DdpParallelizer, "1.0",
+                "distributed data parallel: replicated parameters, bucketed gradient all-reduce overlapped with "
+                "backward", read_options)

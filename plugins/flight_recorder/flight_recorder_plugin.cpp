@@ -26,6 +26,8 @@ titan::flight_recorder::Options read_options(const titan::ConfigNode& node) {
   return options;
 }
 
+// Not titan::make_factory: the recorder also takes the job's rank, world
+// size and dump folder.
 void register_flight_recorder(titan::PluginRegistrar& registrar) {
   registrar.comm_observer([](const titan::PluginContext& context) {
     return std::make_unique<titan::flight_recorder::Recorder>(read_options(context.options), context.rank,
@@ -35,6 +37,6 @@ void register_flight_recorder(titan::PluginRegistrar& registrar) {
 
 }  // namespace
 
-TITAN_PLUGIN("flight_recorder", "1.0", titan::kind_comm_observer,
+TITAN_PLUGIN(TITAN_PLUGIN_NAME, "1.0", titan::kind_comm_observer,
              "ring buffer of every collective per rank, watchdog on stuck collectives, dumps on timeout/signal/crash",
              register_flight_recorder)

@@ -5,8 +5,8 @@
 
 #include <ATen/ATen.h>
 
+#include "float8_scaled_mm.h"
 #include "titan/comm.hpp"
-#include "titan/compat_float8.hpp"
 #include "titan/error.hpp"
 
 namespace titan::float8 {
@@ -31,7 +31,7 @@ at::Tensor operand(const at::Tensor& x, const CastSpec& spec, int64_t contractio
 
 // On a GPU that runs `_scaled_mm` (and unless `emulate`), the three matmuls
 // multiply the codes there; the casts are the same as the emulation's.
-bool on_scaled_mm(const at::Tensor& x) { return x.is_cuda() && compat::float8_scaled_mm_available(); }
+bool on_scaled_mm(const at::Tensor& x) { return x.is_cuda() && scaled_mm_available(); }
 
 Quantized transposed(const Quantized& q) {
   return {q.codes.t(), q.scale.dim() == 0 ? q.scale : q.scale.t(), q.format};
@@ -39,8 +39,7 @@ Quantized transposed(const Quantized& q) {
 
 // a [M, K] @ b [N, K]^T, both cast along K, by `_scaled_mm`.
 at::Tensor scaled_mm_of(const Quantized& a, const Quantized& b, c10::ScalarType out_dtype) {
-  return compat::scaled_mm(a.codes, a.format == Format::e5m2, a.scale, b.codes, b.format == Format::e5m2, b.scale,
-                           out_dtype);
+  return scaled_mm(a.codes, a.format == Format::e5m2, a.scale, b.codes, b.format == Format::e5m2, b.scale, out_dtype);
 }
 
 // x [M, K] @ y [K, N]: x cast along dim 1 and y along dim 0 (the contraction

@@ -2,7 +2,7 @@
 // name) and computes y = x W^T, grad_input and grad_weight with operands
 // cast as the recipe says. Emulated: exact float8 codes, the matmul in
 // float32 on their values / scale (torchao's emulate mode); with a float8
-// LibTorch on a GPU, `_scaled_mm` through compat_float8.hpp. With FSDP and
+// LibTorch on a GPU, `_scaled_mm` through float8_scaled_mm.h. With FSDP and
 // `enable_fsdp_float8_all_gather` it also tells FSDP to gather its weight
 // as e4m3 codes (titan/all_gather_extension.hpp). Plugin-private header.
 #pragma once

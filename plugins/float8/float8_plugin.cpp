@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "float8_linear.h"
+#include "float8_scaled_mm.h"
 #include "titan/compat.hpp"
-#include "titan/compat_float8.hpp"
 #include "titan/error.hpp"
 #include "titan/logging.hpp"
 #include "titan/module_path.hpp"
@@ -30,11 +30,9 @@ struct Float8Options {
   bool emulate = false;
   bool enable_fsdp_float8_all_gather = false;
   bool precompute_float8_dynamic_scale_for_fsdp = false;
-  std::string param_dtype = "float32";
-  std::string reduce_dtype = "float32";
+  c10::ScalarType param_dtype = c10::kFloat;
+  c10::ScalarType reduce_dtype = c10::kFloat;
 };
-
-c10::ScalarType dtype_named(const std::string& name) { return name == "bfloat16" ? c10::kBFloat16 : c10::kFloat; }
 
 std::string joined(const std::vector<std::string>& names) {
   std::string text;
@@ -70,8 +68,8 @@ std::string kept_because(const std::string& path, int64_t out_features, int64_t 
 class Float8Policy : public titan::PrecisionPolicy {
  public:
   explicit Float8Policy(Float8Options options) : options_(std::move(options)) {}
-  c10::ScalarType param_dtype() const override { return dtype_named(options_.param_dtype); }
-  c10::ScalarType reduce_dtype() const override { return dtype_named(options_.reduce_dtype); }
+  c10::ScalarType param_dtype() const override { return options_.param_dtype; }
+  c10::ScalarType reduce_dtype() const override { return options_.reduce_dtype; }
   // Short runs (titan-conformance's 3 SGD steps) measured about 1.5e-5
   // from float32 for every recipe; 5e-3 leaves room for other models and
   // bf16 params while a wrong scale (~4e-2) still fails.
@@ -81,7 +79,7 @@ class Float8Policy : public titan::PrecisionPolicy {
     auto settings = std::make_shared<Float8Settings>();
     settings->recipe = titan::float8::recipe_from_name(options_.recipe_name);
     settings->emulate = options_.emulate;
-    if (!settings->emulate && !titan::compat::float8_scaled_mm_available()) {
+    if (!settings->emulate && !titan::float8::scaled_mm_available()) {
       spdlog::info("float8: emulate forced on: no CUDA device here runs _scaled_mm ({}); the emulation casts "
                    "exactly as the GPU does and multiplies in float32",
                    titan::compat::cuda_summary());
@@ -141,10 +139,12 @@ Float8Options read_options(const titan::ConfigNode& node) {
   options.precompute_float8_dynamic_scale_for_fsdp = node.get<bool>(
       "precompute_float8_dynamic_scale_for_fsdp", options.precompute_float8_dynamic_scale_for_fsdp,
       "compute every gathered weight's scale with one all-reduce per step (needs enable_fsdp_float8_all_gather)");
-  options.param_dtype = node.choice("param_dtype", options.param_dtype, {"float32", "bfloat16"},
+  const std::vector<std::pair<std::string, c10::ScalarType>> dtypes = {{"float32", c10::kFloat},
+                                                                        {"bfloat16", c10::kBFloat16}};
+  options.param_dtype = node.choice("param_dtype", options.param_dtype, dtypes,
                                     "dtype parameters are gathered and computed in (replaces "
                                     "training.mixed_precision_param: one precision plugin per run)");
-  options.reduce_dtype = node.choice("reduce_dtype", options.reduce_dtype, {"float32", "bfloat16"},
+  options.reduce_dtype = node.choice("reduce_dtype", options.reduce_dtype, dtypes,
                                      "dtype gradients are reduced in (replaces training.mixed_precision_reduce)");
   if (options.enable_fsdp_float8_all_gather && options.recipe_name != "tensorwise") {
     node.fail("enable_fsdp_float8_all_gather",
@@ -159,19 +159,8 @@ Float8Options read_options(const titan::ConfigNode& node) {
   return options;
 }
 
-void register_float8(titan::PluginRegistrar& registrar) {
-  registrar.precision([](const titan::PluginContext& context) {
-    return std::make_unique<Float8Policy>(read_options(context.options));
-  });
-}
-
 }  // namespace
 
-#ifndef TITAN_FLOAT8_PLUGIN_NAME
-#define TITAN_FLOAT8_PLUGIN_NAME "float8"  // test mutants are built under other names
-#endif
-
-TITAN_PLUGIN(TITAN_FLOAT8_PLUGIN_NAME, "0.1", titan::kind_precision,
-             "float8 linear layers (torchao recipes tensorwise, rowwise, rowwise_with_gw_hp; FSDP float8 all-gather; "
-             "exact CPU emulation)",
-             register_float8)
+TITAN_PLUGIN_OF(precision, Float8Policy, "0.1",
+                "float8 linear layers (torchao recipes tensorwise, rowwise, rowwise_with_gw_hp; FSDP float8 "
+                "all-gather; exact CPU emulation)", read_options)

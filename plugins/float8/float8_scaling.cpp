@@ -1,4 +1,5 @@
-// Scales, casts and torchao's three recipes.
+// Scales, casts and torchao's three recipes (the cast itself,
+// quantize_with_scale, in float8_quantize.cpp).
 #include "float8_scaling.h"
 
 #include <ATen/ATen.h>
@@ -34,17 +35,6 @@ at::Tensor amax_of(const at::Tensor& x, Granularity granularity, int64_t reduce_
     return magnitude.numel() == 0 ? at::zeros({}, magnitude.options()) : magnitude.max();
   }
   return std::get<0>(magnitude.max(reduce_dim, /*keepdim=*/true));
-}
-
-Quantized quantize_with_scale(const at::Tensor& x, Format format, const at::Tensor& scale) {
-  at::Tensor scaled = x.detach().to(at::kFloat) * scale;
-#ifdef TITAN_FLOAT8_MUTANT_SCALE_TWICE
-  // Test-only mutant (tests/test_plugins builds it as `double_scaled_float8`):
-  // the scale is applied a second time before the cast, a bug the precision
-  // conformance check must catch.
-  scaled = scaled * scale;
-#endif
-  return {encode(scaled, format, /*saturate=*/true), scale, format};
 }
 
 Quantized quantize(const at::Tensor& x, const CastSpec& spec, int64_t reduce_dim, bool round_to_power_of_2) {

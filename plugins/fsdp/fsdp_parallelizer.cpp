@@ -114,9 +114,6 @@ void FsdpParallelizer::parallelize(CausalLM& model, const ParallelizeContext& co
   }
   std::vector<std::vector<ShardedParam>> block_params(static_cast<size_t>(model.num_blocks()));
   std::vector<ShardedParam> root_params;
-#ifdef TITAN_FSDP_MUTANT_MATERIALIZE_WHOLE
-  std::vector<at::Tensor> whole_model_staging;
-#endif
   for (auto& item : model.named_parameters()) {
     at::Tensor param = item.value();
     if (!param.requires_grad()) continue;
@@ -155,13 +152,6 @@ void FsdpParallelizer::parallelize(CausalLM& model, const ParallelizeContext& co
       throw Error("fsdp: parameter '" + p.name + "' is already materialized; FSDP must run on the meta model");
     }
     param.set_data(at::empty(local_shape, param.options()));
-#ifdef TITAN_FSDP_MUTANT_MATERIALIZE_WHOLE
-    // Test-only mutant (tests/test_plugins builds it as `whole_model_fsdp`):
-    // every whole parameter is staged on the CPU at once, as a naive FSDP
-    // would before sharding; titan-conformance's memory check must catch it
-    // though training stays exact.
-    whole_model_staging.push_back(at::zeros(p.unsharded_shape, param.options().device(c10::kCPU)));
-#endif
 
     auto found = block_of.find(param.unsafeGetTensorImpl());
     if (found == block_of.end()) {
@@ -175,8 +165,9 @@ void FsdpParallelizer::parallelize(CausalLM& model, const ParallelizeContext& co
   // TorchTitan's default: under pipelining a block runs forward once per
   // microbatch before its backwards, so freeing would cost an all-gather each time.
   const bool pipelined = mesh.size("pp") > 1;
-  const std::string& reshard = options_.reshard_after_forward;
-  state->reshard_after_forward = reshard == "always" || (reshard == "default" && !pipelined);
+  const ReshardAfterForward reshard = options_.reshard_after_forward;
+  state->reshard_after_forward = reshard == ReshardAfterForward::always ||
+                                 (reshard == ReshardAfterForward::pipeline_aware && !pipelined);
   for (size_t i = 0; i < block_params.size(); ++i) {
     state->blocks.push_back(std::make_unique<Unit>("layers." + std::to_string(i), std::move(block_params[i]), groups,
                                                    context.param_dtype, context.reduce_dtype));
@@ -211,7 +202,9 @@ void FsdpParallelizer::parallelize(CausalLM& model, const ParallelizeContext& co
   model.add_gradient_finalizer([state] { state->finalize(); });
 
   const char* reshard_why =
-      reshard != "default" ? "" : pipelined ? " (default: never under pipeline parallelism)" : " (default)";
+      reshard != ReshardAfterForward::pipeline_aware ? ""
+      : pipelined                                    ? " (default: never under pipeline parallelism)"
+                                                     : " (default)";
   spdlog::info("fsdp: {} blocks + root sharded over {}={}{}, params {} / reduce {}, reshard after forward: {}{}",
                state->blocks.size(), shard_dim, ranks,
                groups.replicate ? " x dp_replicate=" + std::to_string(groups.replicate->size()) : std::string(),

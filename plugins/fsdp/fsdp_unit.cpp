@@ -152,15 +152,7 @@ void Unit::reduce_gradients() {
     }
     p.param.mutable_grad().reset();  // free the full gradient now
   }
-  at::Tensor mine = groups_.shard->reduce_scatter(flat.reshape({-1}), ReduceOp::avg);
-#ifdef TITAN_FSDP_MUTANT_UNREDUCED_GRADIENT
-  // Test-only mutant (tests/test_plugins builds it as `unreduced_fsdp`): the
-  // unit's first parameter keeps this rank's own gradient rows instead of
-  // their average over the ranks, a bug titan-conformance must catch.
-  const ShardedParam& first = params_.front();
-  const int64_t first_count = first.rows.length * first.row_numel;
-  mine.narrow(0, first.offset, first_count).copy_(flat[groups_.shard->rank()].narrow(0, first.offset, first_count));
-#endif
+  at::Tensor mine = reduce_scatter_gradients(flat);
   if (groups_.replicate) {
     CallSite replicas("fsdp all_reduce " + label_ + " over replicas");
     groups_.replicate->all_reduce(mine, ReduceOp::avg);

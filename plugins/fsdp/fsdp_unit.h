@@ -68,6 +68,10 @@ class Unit {
   enum class State { sharded, unsharded, freed };
   void point_at_shards();
   void settle();  // completes a prefetch nobody consumed
+  // by_rank [ranks, flat]: this rank's gradients, row r packing rank r's
+  // rows; returns this rank's rows averaged over dp_shard (the
+  // reduce-scatter, in fsdp_gradient_reduce.cpp).
+  at::Tensor reduce_scatter_gradients(const at::Tensor& by_rank);
 
 
   std::string label_;

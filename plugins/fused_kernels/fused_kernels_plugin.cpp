@@ -1,5 +1,5 @@
-// The `fused_kernels` plugin (kernel_optimization stage): chooses which of
-// RMSNorm, RoPE, SwiGLU and the chunked cross-entropy run as fused CUDA
+// The `fused_kernels` plugin (ApplyOrder::kernel_optimization): chooses which
+// of RMSNorm, RoPE, SwiGLU and the chunked cross-entropy run as fused CUDA
 // kernels. Off = the model's ATen path. The kernels run only in CUDA builds
 // on a CUDA device; elsewhere asking for one is refused, since a CPU
 // emulation would be slower than ATen, unless `emulate` asks for the
@@ -84,7 +84,7 @@ FusedLayers cuda_layers() {
 class FusedKernelsParallelizer : public titan::Parallelizer {
  public:
   explicit FusedKernelsParallelizer(FusedKernelsOptions options) : options_(options) {}
-  titan::Stage stage() const override { return titan::Stage::kernel_optimization; }
+  titan::ApplyOrder apply_order() const override { return titan::ApplyOrder::kernel_optimization; }
 
   void parallelize(titan::CausalLM& model, const titan::ParallelizeContext& context) override {
     std::vector<std::string> names = requested(options_);
@@ -167,14 +167,8 @@ FusedKernelsOptions read_options(const titan::ConfigNode& node) {
   return options;
 }
 
-void register_fused_kernels(titan::PluginRegistrar& registrar) {
-  registrar.parallelizer([](const titan::PluginContext& context) {
-    return std::make_unique<FusedKernelsParallelizer>(read_options(context.options));
-  });
-}
-
 }  // namespace
 
-TITAN_PLUGIN("fused_kernels", "0.1", titan::kind_parallelizer,
-             "fused CUDA kernels for RMSNorm, RoPE, SwiGLU and chunked cross-entropy (CUDA builds only)",
-             register_fused_kernels)
+TITAN_PLUGIN_OF(parallelizer, FusedKernelsParallelizer, "0.1",
+                "fused CUDA kernels for RMSNorm, RoPE, SwiGLU and chunked cross-entropy (CUDA builds only)",
+                read_options)

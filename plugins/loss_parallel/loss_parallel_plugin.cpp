@@ -12,7 +12,7 @@ namespace {
 
 class LossParallel : public titan::Parallelizer {
  public:
-  titan::Stage stage() const override { return titan::Stage::loss_parallel; }
+  titan::ApplyOrder apply_order() const override { return titan::ApplyOrder::loss_parallel; }
   void parallelize(titan::CausalLM& model, const titan::ParallelizeContext& context) override {
     const std::string& dim = model.logits_vocab_sharded_over();
     if (dim.empty() || !context.mesh || context.mesh->size(dim) == 1) {
@@ -29,12 +29,7 @@ class LossParallel : public titan::Parallelizer {
   }
 };
 
-void register_loss_parallel(titan::PluginRegistrar& registrar) {
-  registrar.parallelizer([](const titan::PluginContext&) { return std::make_unique<LossParallel>(); });
-}
-
 }  // namespace
 
-TITAN_PLUGIN("loss_parallel", "1.0", titan::kind_parallelizer,
-             "cross-entropy on vocab-sharded logits (with tensor_parallel), never gathering them",
-             register_loss_parallel)
+TITAN_PLUGIN_OF(parallelizer, LossParallel, "1.0",
+                "cross-entropy on vocab-sharded logits (with tensor_parallel), never gathering them")

@@ -46,8 +46,8 @@ PipelineOptions read_options(const titan::ConfigNode& node) {
   PipelineOptions options;
   auto& settings = options.settings;
   auto& split = options.split;
-  settings.degree = node.get<int64_t>("pipeline_parallel_degree", -1,
-                                      "ranks the stages are spread over, the pp mesh dim (-1: the rest of the world)");
+  settings.degree = node.degree("pipeline_parallel_degree", -1,
+                                "ranks the stages are spread over, the pp mesh dim (-1: the rest of the world)");
   settings.schedule = node.get<std::string>(
       "pipeline_parallel_schedule", settings.schedule,
       "schedule name, case-insensitive (1F1B, GPipe, Interleaved1F1B, LoopedBFS, InterleavedZeroBubble, "
@@ -76,9 +76,6 @@ PipelineOptions read_options(const titan::ConfigNode& node) {
       "pipeline_parallel_trace", settings.trace,
       "path prefix of a Chrome-trace JSON of each rank's actions (\"\": none)");
 
-  if (settings.degree == 0 || settings.degree < -1) {
-    node.fail("pipeline_parallel_degree", "expected a degree >= 1 or -1");
-  }
   if (settings.schedule.empty()) node.fail("pipeline_parallel_schedule", "expected a schedule name, e.g. 1F1B");
   if (settings.microbatch_size < 1) node.fail("pipeline_parallel_microbatch_size", "expected a size >= 1");
   if (settings.microbatches < 0) node.fail("num_pp_microbatches", "expected a count >= 1, or 0 for the default");
@@ -112,14 +109,8 @@ PipelineOptions read_options(const titan::ConfigNode& node) {
   return options;
 }
 
-void register_pipeline(titan::PluginRegistrar& registrar) {
-  registrar.parallelizer([](const titan::PluginContext& context) {
-    return std::make_unique<titan::pipeline::StageSplitter>(read_options(context.options));
-  });
-}
-
 }  // namespace
 
-TITAN_PLUGIN("pipeline", "1.0", titan::kind_parallelizer,
-             "pipeline parallelism: the stage split and the schedule settings (core runs the schedule)",
-             register_pipeline)
+TITAN_PLUGIN_OF(parallelizer, titan::pipeline::StageSplitter, "1.0",
+                "pipeline parallelism: the stage split and the schedule settings (core runs the schedule)",
+                read_options)

@@ -89,7 +89,7 @@ void register_schedules(PluginRegistrar& registrar) {
 
 }  // namespace titan::pp_schedules
 
-TITAN_PLUGIN("pp_schedules", "1.0", titan::kind_pipeline_schedule,
+TITAN_PLUGIN(TITAN_PLUGIN_NAME, "1.0", titan::kind_pipeline_schedule,
              "pipeline schedules: GPipe, 1F1B, Interleaved1F1B, LoopedBFS, InterleavedZeroBubble, ZBVZeroBubble, "
              "DualPipeV",
              titan::pp_schedules::register_schedules)

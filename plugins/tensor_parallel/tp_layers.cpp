@@ -1,5 +1,6 @@
-// Forward passes of the tensor-parallel layers; every collective goes
-// through the comm layer under a call site naming the layer.
+// Forward passes of the tensor-parallel layers (the rowwise linear's, with
+// the reduction of partial outputs, in tp_reduction.cpp); every collective
+// goes through the comm layer under a call site naming the layer.
 #include "tp_layers.h"
 
 #include <ATen/ATen.h>
@@ -11,29 +12,9 @@
 
 namespace titan::tensor_parallel {
 
-namespace {
-
-constexpr int64_t kSequenceDim = 1;
-
 const at::Tensor* linear_weight(const Layer& layer) {
   auto* linear = dynamic_cast<const Linear*>(&layer);
   return linear ? &linear->weight : nullptr;
-}
-
-}  // namespace
-
-at::Tensor reduce_partial_output(const at::Tensor& partial, const TpContext& tp) {
-#ifdef TITAN_TP_MUTANT_NO_ROWWISE_REDUCTION
-  // Test-only mutant (tests/test_plugins builds it as `unreduced_tp`): the
-  // partial sums are never added up; with SP each rank keeps its own rows.
-  // Shapes stay right, the numbers do not: titan-conformance must notice.
-  if (!tp.sequence_parallel) return partial;
-  int64_t rows = partial.size(kSequenceDim) / tp.comm->size();
-  return partial.narrow(kSequenceDim, rows * tp.comm->rank(), rows);
-#else
-  if (tp.sequence_parallel) return reduce_scatter_autograd(partial, *tp.comm, kSequenceDim);
-  return all_reduce_autograd(partial, *tp.comm);
-#endif
 }
 
 at::Tensor ColwiseLinear::forward(const at::Tensor& input) {
@@ -45,20 +26,6 @@ at::Tensor ColwiseLinear::forward(const at::Tensor& input) {
   // A layer that is not a plain Linear (e.g. swapped by another plugin):
   // gather first, then its own forward.
   return inner().forward(all_gather_autograd(input, *tp_.comm, kSequenceDim));
-}
-
-at::Tensor RowwiseLinear::forward(const at::Tensor& input) {
-#ifndef TITAN_TP_MUTANT_NO_ROWWISE_REDUCTION
-  if (tp_.async && tp_.sequence_parallel) {
-    if (const at::Tensor* weight = linear_weight(inner())) {
-      CallSite site("tp matmul+reduce_scatter " + path_);
-      return matmul_reduce_scatter(input, *weight, *tp_.comm, tp_.async_chunks);
-    }
-  }
-#endif
-  at::Tensor partial = inner().forward(input);
-  CallSite site(std::string(tp_.sequence_parallel ? "tp reduce_scatter " : "tp all_reduce ") + path_);
-  return reduce_partial_output(partial, tp_);
 }
 
 at::Tensor VocabParallelEmbedding::forward(const at::Tensor& tokens) {

@@ -20,6 +20,9 @@ class Comm;
 
 namespace titan::tensor_parallel {
 
+// Activations are [batch, seq, features]; sequence parallelism shards dim 1.
+constexpr int64_t kSequenceDim = 1;
+
 struct TpContext {
   Comm* comm = nullptr;
   bool sequence_parallel = true;
@@ -69,7 +72,12 @@ class ParallelNorm : public TpLayer {
 };
 
 // Partial (or sharded) output rows -> what the residual stream holds: the
-// whole sum (all-reduce), or this rank's sequence shard of it (SP).
+// whole sum (all-reduce), or this rank's sequence shard of it (SP). In
+// tp_reduction.cpp, beside RowwiseLinear::forward.
 at::Tensor reduce_partial_output(const at::Tensor& partial, const TpContext& tp);
+
+// The weight of `layer` when it is a plain Linear (what the fused async
+// matmuls take), else null.
+const at::Tensor* linear_weight(const Layer& layer);
 
 }  // namespace titan::tensor_parallel

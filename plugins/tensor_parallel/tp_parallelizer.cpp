@@ -88,7 +88,7 @@ void TpParallelizer::parallelize(CausalLM& model, const ParallelizeContext& cont
   if (!context.mesh) throw Error("tensor_parallel: no device mesh (the trainer builds one when a plugin asks for mesh dims)");
   Comm& comm = context.mesh->group("tp");
   std::map<std::string, int64_t> degrees{{"tp", comm.size()}};
-  validate(ValidateContext{context.spec, degrees, /*seq_len=*/0});  // the sizes; seq_len was checked by the trainer
+  validate(ValidateContext{context.spec, degrees, /*seq_len=*/0, {}});  // the sizes; seq_len was checked by the trainer
   TpContext tp{&comm, options_.sequence_parallel, options_.async};
   int swapped = 0;
   for (const auto& [pattern, style] : context.spec.tp_plan()) {

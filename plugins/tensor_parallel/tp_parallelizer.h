@@ -12,7 +12,7 @@ namespace titan::tensor_parallel {
 class TpParallelizer : public Parallelizer {
  public:
   explicit TpParallelizer(TpOptions options) : options_(options) {}
-  Stage stage() const override { return Stage::tensor_parallel; }
+  ApplyOrder apply_order() const override { return ApplyOrder::tensor_parallel; }
   std::vector<MeshDimRequest> mesh_dims() const override { return {{"tp", options_.degree}}; }
   void validate(const ValidateContext& context) const override;
   void parallelize(CausalLM& model, const ParallelizeContext& context) override;

@@ -60,25 +60,17 @@ class TensorBoardSink : public titan::MetricsSink {
   std::unique_ptr<EventFileWriter> writer_;
 };
 
-void register_tensorboard(titan::PluginRegistrar& registrar) {
-  registrar.metrics_sink([](const titan::PluginContext& context) {
-    // Same key, default and doc as core's read of the metrics: section.
-    std::string folder =
-        context.options.get<std::string>("save_tb_folder", "tb", "TensorBoard folder under dump_folder");
-    if (folder.empty()) context.options.fail("save_tb_folder", "expected a folder name, got an empty string");
-    std::unique_ptr<EventFileWriter> writer;
-    // Only rank 0 writes, as TorchTitan does by default: one event file per
-    // job.
-    if (context.rank == 0) {
-      writer = std::make_unique<EventFileWriter>((std::filesystem::path(context.dump_folder) / folder).string());
-    }
-    return std::make_unique<TensorBoardSink>(std::move(writer));
-  });
+// The event file this rank writes: only rank 0 writes, as TorchTitan does
+// by default (one event file per job); elsewhere none.
+std::unique_ptr<EventFileWriter> open_writer(const titan::PluginContext& context) {
+  // Same key, default and doc as core's read of the metrics: section.
+  std::string folder = context.options.get<std::string>("save_tb_folder", "tb", "TensorBoard folder under dump_folder");
+  if (folder.empty()) context.options.fail("save_tb_folder", "expected a folder name, got an empty string");
+  if (context.rank != 0) return nullptr;
+  return std::make_unique<EventFileWriter>((std::filesystem::path(context.dump_folder) / folder).string());
 }
 
 }  // namespace
 
-TITAN_PLUGIN("tensorboard", "1.0", titan::kind_metrics_sink,
-             "TensorBoard event files of each logged step's metrics "
-             "(metrics.enable_tensorboard)",
-             register_tensorboard)
+TITAN_PLUGIN_OF(metrics_sink, TensorBoardSink, "1.0",
+                "TensorBoard event files of each logged step's metrics (metrics.enable_tensorboard)", open_writer)

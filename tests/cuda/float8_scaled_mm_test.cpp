@@ -1,4 +1,4 @@
-// Float8 on the GPU against the exact emulation: compat::scaled_mm
+// Float8 on the GPU against the exact emulation: float8::scaled_mm
 // (`_scaled_mm`) on codes made by the float8 plugin's codec equals a float32
 // matmul of their dequantized values, tensorwise and rowwise; the float8
 // linear on `_scaled_mm` (emulate: false) equals its emulation on the same
@@ -12,15 +12,15 @@
 
 #include "float8_codec.h"
 #include "float8_linear.h"
+#include "float8_scaled_mm.h"
 #include "float8_scaling.h"
-#include "titan/compat_float8.hpp"
 #include "titan/error.hpp"
 
 // `_scaled_mm` needs sm_89+: an older GPU says so and stops the case.
 #define TITAN_REQUIRE_SCALED_MM(needs)                                                                \
   do {                                                                                                \
     TITAN_REQUIRE_CUDA(needs);                                                                        \
-    if (!titan::compat::float8_scaled_mm_available()) {                                               \
+    if (!titan::float8::scaled_mm_available()) {                                                      \
       MESSAGE("TITAN_SKIPPED: the CUDA device is older than compute capability 8.9, which _scaled_mm " \
               "needs ("                                                                               \
               << (needs) << ")");                                                                     \
@@ -56,12 +56,12 @@ const char* granularity_name(Granularity granularity) {
   return granularity == Granularity::tensorwise ? "tensorwise" : "rowwise";
 }
 
-// The scales as compat::scaled_mm documents them: 0-dim, or [rows, 1].
+// The scales as float8::scaled_mm documents them: 0-dim, or [rows, 1].
 std::vector<int64_t> scale_shape(Granularity granularity, int64_t rows) {
   return granularity == Granularity::tensorwise ? std::vector<int64_t>{} : std::vector<int64_t>{rows, 1};
 }
 
-// a [M, K] @ b [N, K]^T by compat::scaled_mm on codes the plugin's codec made
+// a [M, K] @ b [N, K]^T by float8::scaled_mm on codes the plugin's codec made
 // (on the CPU) against at::mm of their dequantized values in float32.
 void check_scaled_mm(int64_t m, int64_t n, int64_t k, Operand a_spec, Operand b_spec, c10::ScalarType out_dtype,
                      double tolerance) {
@@ -76,7 +76,7 @@ void check_scaled_mm(int64_t m, int64_t n, int64_t k, Operand a_spec, Operand b_
   CHECK(qb.scale.sizes().vec() == scale_shape(b_spec.granularity, n));
   at::Tensor expected = at::mm(f8::dequantize(qa), f8::dequantize(qb).t());
 
-  at::Tensor out = titan::compat::scaled_mm(qa.codes.cuda(), qa.format == Format::e5m2, qa.scale.cuda(),
+  at::Tensor out = titan::float8::scaled_mm(qa.codes.cuda(), qa.format == Format::e5m2, qa.scale.cuda(),
                                             qb.codes.cuda(), qb.format == Format::e5m2, qb.scale.cuda(), out_dtype);
   REQUIRE(out.is_cuda());
   CHECK(std::string(c10::toString(out.scalar_type())) == c10::toString(out_dtype));
@@ -196,7 +196,7 @@ TEST_CASE("float8 CUDA: scaled_mm says what it needs when the operands do not fi
   at::Tensor codes = at::zeros({16, 32}, at::TensorOptions().dtype(at::kByte).device(at::kCUDA));
   at::Tensor other = at::zeros({16, 48}, codes.options());
   at::Tensor scale = at::ones({}, at::TensorOptions().device(at::kCUDA));
-  CHECK_THROWS_WITH_AS(titan::compat::scaled_mm(codes, false, scale, other, false, scale, at::kBFloat16),
+  CHECK_THROWS_WITH_AS(titan::float8::scaled_mm(codes, false, scale, other, false, scale, at::kBFloat16),
                        doctest::Contains("expected a [M, K] and b [N, K]"), titan::Error);
 }
 

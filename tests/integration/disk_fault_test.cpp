@@ -5,7 +5,7 @@
 // taken for a checkpoint, and once the disk is fixed the job resumes from
 // that checkpoint and ends bit for bit equal to an uninterrupted run.
 // Needs root (mount); a shard deleted between save and resume is covered by
-// dcp_test.cpp ("a missing shard ... resume falls back").
+// dcp_e2e_test.cpp ("a missing shard ... resume falls back").
 #include "doctest_torch.hpp"
 #include "test_support.hpp"
 

@@ -191,7 +191,7 @@ TEST_CASE("fused_kernels: the plugin reads its options and refuses kernels this 
   titan::ParallelizeContext context{*spec, c10::Device(c10::kCPU)};
 
   auto all_off = make("rmsnorm: false\nrope: false\nswiglu: false\ncross_entropy: false\n");
-  CHECK(all_off->stage() == titan::Stage::kernel_optimization);
+  CHECK(all_off->apply_order() == titan::ApplyOrder::kernel_optimization);
   CHECK_NOTHROW(all_off->parallelize(*model, context));
 
   auto some_on = make("rmsnorm: true\nrope: false\nswiglu: false\ncross_entropy: true\n");

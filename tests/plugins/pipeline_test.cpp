@@ -1,32 +1,23 @@
 // The `pipeline` plugin (plugins/pipeline) through the registry: how it
 // splits the llama3 debug model (6 blocks) into stages by TorchTitan's rule
-// and by a user's list, the refusals that name the option and what would
-// work, and the refusals of the plugins that do not compose with it yet.
-#include "doctest_torch.hpp"
+// and by a user's list, and the refusals that name the option and what
+// would work. (Tensor and context parallelism's refusal of pp > 1 is tested
+// with their plugins: tensor_parallel_test.cpp, context_parallel_test.cpp.)
+#include "plugin_support.hpp"
 
-#include "titan/config.hpp"
 #include "titan/pipeline.hpp"
-#include "titan/registry.hpp"
 
 namespace {
 
 using Stages = std::vector<std::vector<std::string>>;
-
-std::unique_ptr<titan::ModelSpec> debugmodel() {
-  titan::PluginContext context;
-  context.options = titan::ConfigNode::parse("model:\n  flavor: debugmodel\n", "run.yaml").child("model");
-  return titan::PluginRegistry::instance().create_model("llama3", context);
-}
-
-std::unique_ptr<titan::Parallelizer> plugin(const std::string& name, const std::string& options_yaml) {
-  titan::PluginContext context;
-  context.options = titan::ConfigNode::parse(options_yaml.empty() ? "{}" : options_yaml, "run.yaml");
-  return titan::PluginRegistry::instance().create_parallelizer(name, context);
-}
+using titan::test::create_parallelizer;
+using titan::test::debugmodel;
+using titan::test::error_of;
+using titan::test::has;
 
 // The pipeline plugin with `options_yaml`, as the PipelineSplitter core sees.
 struct Splitter {
-  explicit Splitter(const std::string& options_yaml) : parallelizer(plugin("pipeline", options_yaml)) {
+  explicit Splitter(const std::string& options_yaml) : parallelizer(create_parallelizer("pipeline", options_yaml)) {
     splitter = dynamic_cast<const titan::PipelineSplitter*>(parallelizer.get());
     REQUIRE(splitter != nullptr);
   }
@@ -35,24 +26,12 @@ struct Splitter {
   const titan::PipelineSplitter* splitter = nullptr;
 };
 
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const titan::Error& error) {
-    return error.what();
-  }
-  return "<no error>";
-}
-
-bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
-
 }  // namespace
 
 TEST_SUITE("pipeline") {
-  TEST_CASE("pipeline: a PipelineSplitter of stage pipeline_split asking for the pp mesh dim, its settings as read") {
+  TEST_CASE("pipeline: a PipelineSplitter at pipeline_split asking for the pp mesh dim, its settings as read") {
     Splitter defaults("");
-    CHECK(defaults.splitter->stage() == titan::Stage::pipeline_split);
+    CHECK(defaults.splitter->apply_order() == titan::ApplyOrder::pipeline_split);
     auto dims = defaults.splitter->mesh_dims();
     REQUIRE(dims.size() == 1);
     CHECK(dims[0].dim == "pp");
@@ -193,7 +172,9 @@ TEST_SUITE("pipeline") {
   }
 
   TEST_CASE("pipeline: options that contradict each other are refused at the plugin entry, naming the keys") {
-    auto refusal = [](const std::string& options) { return error_of([&] { plugin("pipeline", options); }); };
+    auto refusal = [](const std::string& options) {
+      return error_of([&] { create_parallelizer("pipeline", options); });
+    };
     std::string both = refusal("{pipeline_parallel_microbatch_size: 2, num_pp_microbatches: 4}");
     CHECK(has(both, "run.yaml:1:"));
     CHECK(has(both, "set either pipeline_parallel_microbatch_size (2) or num_pp_microbatches (4), not both"));
@@ -215,7 +196,7 @@ TEST_SUITE("pipeline") {
   TEST_CASE("pipeline: validate() checks the split it can know without the schedule") {
     auto spec = debugmodel();
     auto validate = [&](const std::string& options, std::map<std::string, int64_t> degrees) {
-      return error_of([&] { plugin("pipeline", options)->validate({*spec, degrees, 128}); });
+      return error_of([&] { create_parallelizer("pipeline", options)->validate({*spec, degrees, 128, {}}); });
     };
     CHECK(validate("", {{"pp", 2}}) == "<no error>");
     CHECK(validate("", {}) == "<no error>");  // pp -1 without --world-size: nothing to check yet
@@ -225,22 +206,5 @@ TEST_SUITE("pipeline") {
               "no module 'nor'"));
     CHECK(has(validate("{pipeline_parallel_layers_per_stage: 1, pipeline_parallel_first_stage_less_layers: 3}", {}),
               "stage 0 with -2 blocks"));
-  }
-
-  TEST_CASE("pipeline: sequence and context parallelism refuse pipeline_parallel_degree > 1 for now") {
-    auto spec = debugmodel();
-    std::string sp = error_of([&] {
-      plugin("tensor_parallel", "{tensor_parallel_degree: 2}")->validate({*spec, {{"tp", 2}, {"pp", 2}}, 128});
-    });
-    CHECK(has(sp, "tensor_parallel: enable_sequence_parallel with pipeline_parallel_degree = 2 is not supported yet"));
-    CHECK(has(sp, "set enable_sequence_parallel: false"));
-    CHECK(error_of([&] {
-            plugin("tensor_parallel", "{tensor_parallel_degree: 2, enable_sequence_parallel: false}")
-                ->validate({*spec, {{"tp", 2}, {"pp", 2}}, 128});
-          }) == "<no error>");
-    std::string cp =
-        error_of([&] { plugin("context_parallel", "{}")->validate({*spec, {{"cp", 2}, {"pp", 2}}, 128}); });
-    CHECK(has(cp, "context_parallel: context_parallel_degree = 2 with pipeline_parallel_degree = 2 is not "
-                  "supported yet"));
   }
 }

@@ -8,11 +8,13 @@
 
 #include <map>
 
+#include "test_support.hpp"
 #include "titan/pipeline_plan.hpp"
 #include "titan/registry.hpp"
 
 using titan::ActionType;
 using titan::PipelineShape;
+using titan::test::has;
 
 namespace {
 
@@ -35,8 +37,6 @@ std::string refusal(const std::string& name, const PipelineShape& shape) {
   }
   return "<accepted>";
 }
-
-bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
 const std::vector<std::string> kSchedules = {"GPipe",         "1F1B",          "Interleaved1F1B", "LoopedBFS",
                                              "InterleavedZeroBubble", "ZBVZeroBubble", "DualPipeV"};

@@ -6,9 +6,6 @@
 #include "titan/plugin.hpp"
 #include "titan/precision.hpp"
 
-#ifndef TITAN_TEST_POLICY_NAME
-#define TITAN_TEST_POLICY_NAME "bf16_policy"
-#endif
 #ifndef TITAN_TEST_CLAIMED_LOSS_TOLERANCE
 #define TITAN_TEST_CLAIMED_LOSS_TOLERANCE 2e-2  // bf16 keeps 8 mantissa bits: ~0.4% per op, a few steps
 #endif
@@ -22,11 +19,7 @@ class Bf16Policy : public titan::PrecisionPolicy {
   double loss_tolerance() const override { return TITAN_TEST_CLAIMED_LOSS_TOLERANCE; }
 };
 
-void register_policy(titan::PluginRegistrar& registrar) {
-  registrar.precision([](const titan::PluginContext&) { return std::make_unique<Bf16Policy>(); });
-}
-
 }  // namespace
 
-TITAN_PLUGIN(TITAN_TEST_POLICY_NAME, "1.0", titan::kind_precision,
-             "bf16 parameters, fp32 reduction (conformance test)", register_policy)
+TITAN_PLUGIN_OF(precision, Bf16Policy, "1.0",
+                "bf16 parameters, fp32 reduction (conformance test)")

@@ -21,18 +21,14 @@ class Drifting : public titan::LayerWrapper {
 
 class DriftingBlock : public titan::Parallelizer {
  public:
-  titan::Stage stage() const override { return titan::Stage::precision_conversion; }
+  titan::ApplyOrder apply_order() const override { return titan::ApplyOrder::precision_conversion; }
   void parallelize(titan::CausalLM& model, const titan::ParallelizeContext&) override {
     auto layer = std::dynamic_pointer_cast<titan::Layer>(titan::find_module(model, "layers.1.feed_forward"));
     titan::swap_module(model, "layers.1.feed_forward", std::make_shared<Drifting>(layer));
   }
 };
 
-void register_drifting(titan::PluginRegistrar& registrar) {
-  registrar.parallelizer([](const titan::PluginContext&) { return std::make_unique<DriftingBlock>(); });
-}
-
 }  // namespace
 
-TITAN_PLUGIN("drifting_block", "1.0", titan::kind_parallelizer,
-             "test only: layers.1.feed_forward drifts on every call", register_drifting)
+TITAN_PLUGIN_OF(parallelizer, DriftingBlock, "1.0",
+                "test only: layers.1.feed_forward drifts on every call")

@@ -1,5 +1,6 @@
 // A working test plugin: a metrics sink that appends what it receives to a
-// file, and a parallelizer that records its stage; used by registry tests.
+// file, and a parallelizer that reports the apply order its options give;
+// used by registry tests.
 #include <fstream>
 
 #include "titan/metrics_sink.hpp"
@@ -22,12 +23,12 @@ class EchoSink : public titan::MetricsSink {
 
 class EchoParallelizer : public titan::Parallelizer {
  public:
-  explicit EchoParallelizer(titan::Stage stage) : stage_(stage) {}
-  titan::Stage stage() const override { return stage_; }
+  explicit EchoParallelizer(titan::ApplyOrder order) : order_(order) {}
+  titan::ApplyOrder apply_order() const override { return order_; }
   void parallelize(titan::CausalLM&, const titan::ParallelizeContext&) override {}
 
  private:
-  titan::Stage stage_;
+  titan::ApplyOrder order_;
 };
 
 void register_echo(titan::PluginRegistrar& registrar) {
@@ -35,11 +36,12 @@ void register_echo(titan::PluginRegistrar& registrar) {
     return std::make_unique<EchoSink>(context.options.get<std::string>("path", "echo.txt", "output file"));
   });
   registrar.parallelizer([](const titan::PluginContext& context) {
-    int stage = context.options.get<int>("stage", 6, "canonical stage number");
-    return std::make_unique<EchoParallelizer>(static_cast<titan::Stage>(stage));
+    int order = context.options.get<int>("apply_order", 6, "place in the canonical apply order (ApplyOrder)");
+    return std::make_unique<EchoParallelizer>(static_cast<titan::ApplyOrder>(order));
   });
 }
 
 }  // namespace
 
-TITAN_PLUGIN("echo", "1.0", titan::kind_metrics_sink | titan::kind_parallelizer, "test plugin", register_echo)
+TITAN_PLUGIN(TITAN_PLUGIN_NAME, "1.0", titan::kind_metrics_sink | titan::kind_parallelizer, "test plugin",
+             register_echo)

@@ -37,11 +37,7 @@ class ForgetfulSplit : public titan::PipelineSplitter {
   titan::PipelineSettings settings_;
 };
 
-void register_forgetful(titan::PluginRegistrar& registrar) {
-  registrar.parallelizer([](const titan::PluginContext&) { return std::make_unique<ForgetfulSplit>(); });
-}
-
 }  // namespace
 
-TITAN_PLUGIN("forgetful_split", "1.0", titan::kind_parallelizer,
-             "a pipeline split that forgets the last block, for the conformance tests", register_forgetful)
+TITAN_PLUGIN_OF(parallelizer, ForgetfulSplit, "1.0",
+                "a pipeline split that forgets the last block, for the conformance tests")

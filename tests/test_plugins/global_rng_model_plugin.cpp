@@ -64,5 +64,5 @@ void register_global_rng_model(titan::PluginRegistrar& registrar) {
 
 }  // namespace
 
-TITAN_PLUGIN("global_rng_model", "1.0", titan::kind_model, "test plugin: init from the global generator",
+TITAN_PLUGIN(TITAN_PLUGIN_NAME, "1.0", titan::kind_model, "test plugin: init from the global generator",
              register_global_rng_model)

@@ -19,11 +19,7 @@ class NanIntolerantSink : public titan::MetricsSink {
   }
 };
 
-void register_nan_intolerant_sink(titan::PluginRegistrar& registrar) {
-  registrar.metrics_sink([](const titan::PluginContext&) { return std::make_unique<NanIntolerantSink>(); });
-}
-
 }  // namespace
 
-TITAN_PLUGIN("nan_intolerant_sink", "1.0", titan::kind_metrics_sink, "test plugin: a sink that throws on NaN",
-             register_nan_intolerant_sink)
+TITAN_PLUGIN_OF(metrics_sink, NanIntolerantSink, "1.0",
+                "test plugin: a sink that throws on NaN")

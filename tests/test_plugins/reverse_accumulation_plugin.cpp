@@ -7,10 +7,6 @@
 #include "titan/plugin.hpp"
 #include "titan/schedule.hpp"
 
-#ifndef TITAN_TEST_SCHEDULE_NAME
-#define TITAN_TEST_SCHEDULE_NAME "reverse_accumulation"
-#endif
-
 namespace {
 
 class ReverseAccumulation : public titan::Schedule {
@@ -34,11 +30,7 @@ class ReverseAccumulation : public titan::Schedule {
   }
 };
 
-void register_schedule(titan::PluginRegistrar& registrar) {
-  registrar.schedule([](const titan::PluginContext&) { return std::make_unique<ReverseAccumulation>(); });
-}
-
 }  // namespace
 
-TITAN_PLUGIN(TITAN_TEST_SCHEDULE_NAME, "1.0", titan::kind_schedule,
-             "gradient accumulation in reverse microbatch order (conformance test)", register_schedule)
+TITAN_PLUGIN_OF(schedule, ReverseAccumulation, "1.0",
+                "gradient accumulation in reverse microbatch order (conformance test)")

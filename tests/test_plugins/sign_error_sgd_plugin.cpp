@@ -46,20 +46,15 @@ class SignErrorSgdFactory : public titan::OptimizerFactory {
   double lr_;
 };
 
-void register_sign_error_sgd(titan::PluginRegistrar& registrar) {
-  registrar.optimizer([](const titan::PluginContext& context) {
-    const auto& o = context.options;
-    o.get<double>("momentum", 0.0, "read so the declaration's options are known keys");
-    o.get<double>("weight_decay", 0.0);
-    return std::make_unique<SignErrorSgdFactory>(o.get<double>("lr", 0.1));
-  });
+// The learning rate; the other options are read so the declaration's
+// options are known keys.
+double read_lr(const titan::ConfigNode& options) {
+  options.get<double>("momentum", 0.0, "read so the declaration's options are known keys");
+  options.get<double>("weight_decay", 0.0);
+  return options.get<double>("lr", 0.1);
 }
 
 }  // namespace
 
-#ifndef TITAN_TEST_OPTIMIZER_NAME
-#define TITAN_TEST_OPTIMIZER_NAME "sign_error_sgd"
-#endif
-
-TITAN_PLUGIN(TITAN_TEST_OPTIMIZER_NAME, "1.0", titan::kind_optimizer, "a broken SGD (conformance test)",
-             register_sign_error_sgd)
+TITAN_PLUGIN_OF(optimizer, SignErrorSgdFactory, "1.0",
+                "a broken SGD (conformance test)", read_lr)

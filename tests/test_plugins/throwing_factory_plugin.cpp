@@ -12,4 +12,4 @@ void register_throwing(titan::PluginRegistrar& registrar) {
 }
 }  // namespace
 
-TITAN_PLUGIN("throwing_factory", "1.0", titan::kind_metrics_sink, "factory throws", register_throwing)
+TITAN_PLUGIN(TITAN_PLUGIN_NAME, "1.0", titan::kind_metrics_sink, "factory throws", register_throwing)

@@ -7,4 +7,4 @@ namespace {
 void register_throwing(titan::PluginRegistrar&) { throw std::runtime_error("registration exploded"); }
 }  // namespace
 
-TITAN_PLUGIN("throwing_register", "1.0", titan::kind_model, "registration throws", register_throwing)
+TITAN_PLUGIN(TITAN_PLUGIN_NAME, "1.0", titan::kind_model, "registration throws", register_throwing)

@@ -17,11 +17,7 @@ class KeepEverything : public titan::CommObserver {
   std::vector<titan::CollectiveEvent> events_;
 };
 
-void register_unbounded_observer(titan::PluginRegistrar& registrar) {
-  registrar.comm_observer([](const titan::PluginContext&) { return std::make_unique<KeepEverything>(); });
-}
-
 }  // namespace
 
-TITAN_PLUGIN("unbounded_observer", "1.0", titan::kind_comm_observer, "test plugin: an observer that never forgets",
-             register_unbounded_observer)
+TITAN_PLUGIN_OF(comm_observer, KeepEverything, "1.0",
+                "test plugin: an observer that never forgets")

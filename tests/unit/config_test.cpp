@@ -54,6 +54,61 @@ TEST_SUITE("config") {
     CHECK(message.find("did you mean \"always\"") != std::string::npos);
   }
 
+  TEST_CASE("an enum choice maps names and synonyms to values and lists every name in errors") {
+    enum class Reshard { by_default, always, never };
+    const std::vector<std::pair<std::string, Reshard>> table = {{"default", Reshard::by_default},
+                                                                {"always", Reshard::always},
+                                                                {"never", Reshard::never},
+                                                                {"true", Reshard::always},
+                                                                {"false", Reshard::never}};
+    ConfigNode fsdp = ConfigNode::parse("a: never\nb: true\nc: sometimes\nd: alway\n", "k.yaml");
+    CHECK((fsdp.choice("a", Reshard::by_default, table) == Reshard::never));
+    CHECK((fsdp.choice("b", Reshard::by_default, table) == Reshard::always));
+    CHECK((fsdp.choice("absent", Reshard::never, table) == Reshard::never));
+    CHECK(fsdp.dump().find("absent: never") != std::string::npos);  // the default written back by its name
+    CHECK(fsdp.documented().front().doc == "{default, always, never, true, false}");
+    CHECK(error_of([&] { fsdp.choice("c", Reshard::by_default, table); }) ==
+          "k.yaml:3:4: c: expected one of {default, always, never, true, false}, got \"sometimes\"");
+    CHECK(error_of([&] { fsdp.choice("d", Reshard::by_default, table); }).find("did you mean \"always\"") !=
+          std::string::npos);
+    // A default missing from the table is the plugin's bug, not the user's.
+    CHECK_THROWS_AS(fsdp.choice("e", Reshard::never, {{"always", Reshard::always}}), titan::Error);
+  }
+
+  TEST_CASE("degree accepts >= 1 and -1 (the rest of the world), or >= 1 only when asked") {
+    ConfigNode mesh = ConfigNode::parse("tp: 2\nrest: -1\nzero: 0\nlow: -2\n", "j.yaml");
+    CHECK(mesh.degree("tp", 1, "ranks") == 2);
+    CHECK(mesh.degree("rest", 1, "ranks") == -1);
+    CHECK(mesh.degree("absent", -1, "ranks") == -1);
+    CHECK(mesh.degree("tp", 1, "replicas", titan::Degree::at_least_one) == 2);
+    CHECK(error_of([&] { mesh.degree("zero", 1, "ranks"); }) ==
+          "j.yaml:3:7: zero: expected a degree >= 1 or -1 (-1: the rest of the world), got 0");
+    CHECK(error_of([&] { mesh.degree("low", 1, "ranks"); }).find("low: expected a degree >= 1 or -1") !=
+          std::string::npos);
+    CHECK(error_of([&] { mesh.degree("rest", 1, "replicas", titan::Degree::at_least_one); }) ==
+          "j.yaml:2:7: rest: expected a degree >= 1, got -1");
+  }
+
+  TEST_CASE("number checks its range, and its errors name the key, the range and the value") {
+    using titan::NumberRange;
+    ConfigNode optimizer = ConfigNode::parse("beta: 1.5\nlr: -0.001\neps: .nan\nbig: .inf\nok: 0.25\n", "l.yaml");
+    CHECK(optimizer.number("ok", 0.5, NumberRange::half_open(0, 1)) == doctest::Approx(0.25));
+    CHECK(optimizer.number("absent", 0.5, NumberRange::closed(0, 1), "a doc") == doctest::Approx(0.5));
+    CHECK(error_of([&] { optimizer.number("beta", 0.9, NumberRange::half_open(0, 1)); }) ==
+          "l.yaml:1:7: beta: expected a number in [0, 1), got 1.5");
+    CHECK(error_of([&] { optimizer.number("ok", 1.0, NumberRange::closed(0.5, 1)); }) ==
+          "l.yaml:5:5: ok: expected a number in [0.5, 1], got 0.25");
+    CHECK(error_of([&] { optimizer.number("lr", 0.1, NumberRange::at_least(0)); }) ==
+          "l.yaml:2:5: lr: expected a finite number >= 0, got -0.001");
+    CHECK(error_of([&] { optimizer.number("ok", 1.0, NumberRange::above(0.25)); }).find(
+              "ok: expected a finite number > 0.25, got 0.25") != std::string::npos);
+    // NaN and infinity are outside every range, even an unbounded one.
+    CHECK(error_of([&] { optimizer.number("eps", 1e-8, NumberRange::at_least(0)); }).find(
+              "eps: expected a finite number >= 0, got ") != std::string::npos);
+    CHECK(error_of([&] { optimizer.number("big", 1.0, NumberRange::above(0)); }).find(
+              "big: expected a finite number > 0, got inf") != std::string::npos);
+  }
+
   TEST_CASE("unknown keys are errors with a did-you-mean") {
     ConfigNode root = ConfigNode::parse("training:\n  stpes: 3\n  seq_len: 8\n", "c.yaml");
     root.child("training").get<int64_t>("steps", 1);

@@ -20,6 +20,7 @@ using titan::ActionType;
 using titan::PipelineShape;
 using titan::RankActions;
 using titan::StagePlacement;
+using titan::test::has;
 
 namespace {
 
@@ -55,8 +56,6 @@ std::string csv_error(const std::string& name, const std::string& text, const Pi
   }
   return "<passed>";
 }
-
-bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
 }  // namespace
 

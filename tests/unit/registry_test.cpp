@@ -112,10 +112,10 @@ TEST_SUITE("registry") {
   TEST_CASE("plugins are applied in canonical order whatever the user's order") {
     PluginRegistry::instance().add_search_dir(test_plugin_dir());
     std::vector<titan::NamedParallelizer> list;
-    for (int stage : {6, 0, 4, 2, 6, 3}) {
+    for (int place : {6, 0, 4, 2, 6, 3}) {
       list.push_back({"echo" + std::to_string(list.size()),
                       PluginRegistry::instance().create_parallelizer(
-                          "echo", context_from("stage: " + std::to_string(stage) + "\n"))});
+                          "echo", context_from("apply_order: " + std::to_string(place) + "\n"))});
     }
     titan::sort_canonical(list);
     std::vector<std::string> order;

@@ -1,5 +1,5 @@
 // Helpers shared by the tests: temp folders, running the titan binary,
-// reading files. Include after <torch/torch.h> and before doctest.
+// reading files, looking for text in output. Include after <torch/torch.h> and before doctest.
 #pragma once
 #include <sys/wait.h>
 
@@ -37,6 +37,9 @@ inline void write_file(const std::filesystem::path& path, const std::string& tex
   std::filesystem::create_directories(path.parent_path());
   std::ofstream(path) << text;
 }
+
+// Whether `text` holds `part` (a message, a command's output).
+inline bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
 inline std::string read_file(const std::filesystem::path& path) {
   std::ifstream in(path);

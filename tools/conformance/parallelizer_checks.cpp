@@ -15,6 +15,7 @@
 #include "titan/device_mesh.hpp"
 #include "titan/dist_runtime.hpp"
 #include "titan/grad_clip.hpp"
+#include "titan/model_builder.hpp"
 #include "titan/parallelizer.hpp"
 #include "titan/peak_memory.hpp"
 #include "titan/pipeline.hpp"
@@ -29,7 +30,7 @@ namespace titan::conformance {
 namespace {
 
 // A plugin the one under test needs applied with it (loss_parallel needs
-// tensor_parallel), in the canonical stage order.
+// tensor_parallel), in the canonical apply order.
 struct Companion {
   std::string plugin;
   ConfigNode options;
@@ -275,9 +276,7 @@ CheckResults parallelizer_worker(const WorkerArgs& args) {
   CheckResults rows;
   std::shared_ptr<CausalLM> model;
   int64_t peak = peak_cpu_bytes_during([&] {
-    model = fixture.spec->build(c10::Device(c10::kMeta));
-    for (auto& item : parallelizers) item.parallelizer->parallelize(*model, parallel_context);
-    materialize_module(*model, cpu);
+    model = build_model(*fixture.spec, parallelizers, nullptr, parallel_context);
     model->init_weights(fixture.seed);
   });
   model->train();
@@ -294,7 +293,7 @@ CheckResults parallelizer_worker(const WorkerArgs& args) {
   train_on_mesh(*model, mesh, fixture, reference, declared, rows);
   compare_parameters(*model, mesh, reference, declared, rows);
   for (const auto& item : parallelizers) {
-    if (item.plugin == info.name && item.parallelizer->stage() == Stage::activation_checkpoint) {
+    if (item.plugin == info.name && item.parallelizer->apply_order() == ApplyOrder::activation_checkpoint) {
       rows.push_back(activation_memory(*model, fixture, where, declared.activation_memory_limit));
     }
   }

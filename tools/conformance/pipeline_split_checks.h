@@ -1,4 +1,4 @@
-// The PipelineSplitter contract (a Parallelizer of Stage::pipeline_split,
+// The PipelineSplitter contract (a Parallelizer of ApplyOrder::pipeline_split,
 // whose parallelize() the trainer never calls): for each stage count asked,
 // stage_modules() on the fixture's model gives that many stages, none empty,
 // every top-level module and block in exactly one of them, in model order,

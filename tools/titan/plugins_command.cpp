@@ -3,18 +3,10 @@
 #include <iostream>
 
 #include "commands.h"
-#include "titan/checkpointer.hpp"
 #include "titan/compat.hpp"
-#include "titan/comm_observer.hpp"
 #include "titan/error.hpp"
-#include "titan/metrics_sink.hpp"
-#include "titan/model.hpp"
-#include "titan/optimizer.hpp"
-#include "titan/parallelizer.hpp"
-#include "titan/pipeline_schedule.hpp"
-#include "titan/precision.hpp"
+#include "titan/plugin_interfaces.hpp"
 #include "titan/registry.hpp"
-#include "titan/schedule.hpp"
 
 namespace titan::cli {
 
@@ -59,15 +51,9 @@ void inspect(const std::string& name) {
     }
     print_options(kinds_to_string(kind), context.options);
   };
-  show(kind_model, [&](auto& c) { registry.create_model(info.name, c); });
-  show(kind_parallelizer, [&](auto& c) { registry.create_parallelizer(info.name, c); });
-  show(kind_schedule, [&](auto& c) { registry.create_schedule(info.name, c); });
-  show(kind_optimizer, [&](auto& c) { registry.create_optimizer(info.name, c); });
-  show(kind_lr_schedule, [&](auto& c) { registry.create_lr_schedule(info.name, c); });
-  show(kind_precision, [&](auto& c) { registry.create_precision(info.name, c); });
-  show(kind_checkpointer, [&](auto& c) { registry.create_checkpointer(info.name, c); });
-  show(kind_comm_observer, [&](auto& c) { registry.create_comm_observer(info.name, c); });
-  show(kind_metrics_sink, [&](auto& c) { registry.create_metrics_sink(info.name, c); });
+#define TITAN_SHOW_KIND(kind, Interface, bit) show(kind_##kind, [&](auto& c) { registry.create_##kind(info.name, c); });
+  TITAN_SINGLE_FACTORY_KINDS(TITAN_SHOW_KIND)
+#undef TITAN_SHOW_KIND
   for (const auto& name : info.pipeline_schedules) {
     PluginContext context;
     context.options = ConfigNode::parse("{}", "<inspect>");

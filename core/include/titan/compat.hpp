@@ -75,6 +75,10 @@ class DeviceGraph {
 // just runs `body`.
 void run_on_side_stream(const c10::Device& device, const std::function<void()>& body);
 
+// The device's name as its driver reports it (e.g. "NVIDIA H100 80GB HBM3");
+// "cpu" for the CPU.
+std::string device_name(const c10::Device& device);
+
 // Bytes currently allocated on a device (CUDA caching allocator), 0 on CPU.
 int64_t device_memory_allocated(const c10::Device& device);
 int64_t device_peak_memory(const c10::Device& device);

@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "titan/error.hpp"
@@ -25,6 +27,32 @@ struct OptionDoc {
   std::string doc;
 };
 
+// Which parallelism degrees an option accepts (ConfigNode::degree).
+enum class Degree {
+  allow_rest,    // >= 1, or -1: the ranks the other mesh dims leave
+  at_least_one,  // >= 1 only
+};
+
+// The numbers an option accepts (ConfigNode::number). NaN and the
+// infinities are never in a range: no option means anything by them, and
+// converting one to an integer is undefined behaviour.
+class NumberRange {
+ public:
+  static NumberRange at_least(double low);                // [low, inf)
+  static NumberRange above(double low);                   // (low, inf)
+  static NumberRange closed(double low, double high);     // [low, high]
+  static NumberRange half_open(double low, double high);  // [low, high)
+  bool contains(double value) const;
+  std::string text() const;  // as errors say it: "a finite number >= 0", "a number in [0, 1)"
+
+ private:
+  NumberRange(double low, bool low_included, double high, bool high_included);
+  double low_;
+  double high_;  // +inf: no upper bound
+  bool low_included_;
+  bool high_included_;
+};
+
 class ConfigNode {
  public:
   ConfigNode();  // an empty mapping named "<empty>"
@@ -42,6 +70,19 @@ class ConfigNode {
   T require(const std::string& key, const std::string& doc = "") const;
   std::string choice(const std::string& key, const std::string& fallback,
                      const std::vector<std::string>& allowed, const std::string& doc = "") const;
+  // The same choice mapped to an enum: `table` pairs each name users write
+  // with its value; synonyms are rows with the same value (FSDP2's
+  // true/false for always/never). Errors list every name.
+  template <class Enum, class = std::enable_if_t<std::is_enum_v<Enum>>>
+  Enum choice(const std::string& key, Enum fallback, const std::vector<std::pair<std::string, Enum>>& table,
+              const std::string& doc = "") const;
+  // A parallelism degree (a mesh dim's size): an int >= 1, or -1 where
+  // `allowed` lets the dim take the ranks the other dims leave.
+  int64_t degree(const std::string& key, int64_t fallback, const std::string& doc,
+                 Degree allowed = Degree::allow_rest) const;
+  // A float in `range`; fails with "expected <range>, got <value>".
+  double number(const std::string& key, double fallback, const NumberRange& range,
+                const std::string& doc = "") const;
 
   // A nested mapping (created empty when absent).
   ConfigNode child(const std::string& key) const;
@@ -78,5 +119,26 @@ class ConfigNode {
 
 // "did you mean" helper shared by config and registry errors.
 std::string closest_match(const std::string& word, const std::vector<std::string>& candidates);
+
+// In the header because it is a template: plugins instantiate it with their
+// own enums. The string choice() reads, documents and checks the name.
+template <class Enum, class>
+Enum ConfigNode::choice(const std::string& key, Enum fallback, const std::vector<std::pair<std::string, Enum>>& table,
+                        const std::string& doc) const {
+  std::vector<std::string> names;
+  const std::string* fallback_name = nullptr;
+  for (const auto& row : table) {
+    names.push_back(row.first);
+    if (!fallback_name && row.second == fallback) fallback_name = &row.first;
+  }
+  if (!fallback_name) {
+    throw Error(path() + (path().empty() ? "" : ".") + key + ": the default value is not in the table of choices");
+  }
+  const std::string chosen = choice(key, *fallback_name, names, doc);
+  for (const auto& [name, value] : table) {
+    if (name == chosen) return value;
+  }
+  return fallback;  // not reached: choice() accepts only names of the table
+}
 
 }  // namespace titan

@@ -1,6 +1,7 @@
 // The core sections of a run's YAML, with TorchTitan's knob names. Plugin
 // sections (model, optimizer, lr_scheduler, checkpoint, plugins[*]) are
-// read by the plugins themselves.
+// read by the plugins themselves, except model.tokenizer_path: the
+// tokenizer, not the model, decides the vocabulary.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -40,7 +41,9 @@ struct MetricsConfig {
   bool enable_tensorboard = false;
   std::string save_tb_folder = "tb";
   bool enable_jsonl = true;
-  double peak_flops = 0;  // 0: from the GPU name, or measured on CPU
+  // FLOP/s that MFU divides by. 0: the GPU's datasheet bf16 peak from its
+  // name (0, so MFU 0, for an unknown GPU), or measured at start on CPU.
+  double peak_flops = 0;
 };
 
 struct CommConfig {
@@ -50,11 +53,11 @@ struct CommConfig {
 };
 
 struct DebugConfig {
-  int64_t inject_nonfinite_loss_at_step = -1;  // test hook
-  std::string save_final_model;
+  int64_t inject_nonfinite_loss_at_step = -1;  // test hook: this step's loss is taken as NaN
+  std::string save_final_model;  // rank 0 writes the gathered final parameters here ("" none)
   bool exit_after_init = false;  // dry run: stop once the model is initialized
   int64_t crash_rank = -1;  // test hook: SIGKILL this rank ...
-  int64_t crash_at_step = -1;  // ... after this step  // file for the gathered final parameters
+  int64_t crash_at_step = -1;  // ... once this step (and its checkpoint) is done
 };
 
 struct CoreConfig {

@@ -91,7 +91,6 @@ class CausalLM : public torch::nn::Module {
   // Sharding metadata per parameter name; none recorded = replicated whole.
   void set_layout(const std::string& name, TensorLayout layout) { layouts_[name] = std::move(layout); }
   const TensorLayout* layout(const std::string& name) const;
-  const std::map<std::string, TensorLayout>& layouts() const { return layouts_; }
 
  protected:
   at::Tensor run_block(int64_t index, const at::Tensor& hidden, const BlockBody& body) const;
@@ -148,8 +147,6 @@ class ModelSpec {
   virtual std::map<std::string, TpStyle> tp_plan() const { return {}; }
   // The sizes a TP degree must divide (heads, kv heads, FFN width, vocab).
   virtual std::vector<ShardableSize> tp_sizes() const { return {}; }
-  // Block indices where a pipeline may cut (before that block).
-  virtual std::vector<int64_t> pipeline_split_points(int64_t stages) const;
   // Hugging Face interop: Titan parameter name -> HF name (empty: the
   // model has no HF counterpart), the conversion of one whole tensor each
   // way (e.g. Llama's q/k rotary permutation), and HF's config.json text.

@@ -1,12 +1,12 @@
 // A Parallelizer transforms the model in place (TP, CP, AC, FSDP, ...), at
-// its declared Stage, on the mesh dims it asks for.
+// its declared place in the ApplyOrder, on the mesh dims it asks for.
 #pragma once
 #include <map>
 #include <string>
 #include <vector>
 
 #include "titan/model.hpp"
-#include "titan/stage.hpp"
+#include "titan/apply_order.hpp"
 
 namespace titan {
 
@@ -35,16 +35,25 @@ struct ValidateContext {
   // world size is unknown (`config check` without --world-size).
   std::map<std::string, int64_t> degrees;
   int64_t seq_len = 0;  // training.seq_len
+  // Where every parallelizer of the run applies (for rules across plugins,
+  // e.g. context parallelism needs a data-parallel plugin).
+  std::vector<ApplyOrder> apply_orders;
 };
 
 class Parallelizer {
  public:
   virtual ~Parallelizer() = default;
-  virtual Stage stage() const = 0;
+  virtual ApplyOrder apply_order() const = 0;
   virtual std::vector<MeshDimRequest> mesh_dims() const { return {}; }
   // Throws an Error naming the config key, its value and what would work
   // when the model or the job cannot be parallelized this way.
   virtual void validate(const ValidateContext& /*context*/) const {}
+  // False for a parallelizer whose hooks act when a block's input gradient
+  // is computed (FSDP's and DDP's gradient reductions, activation
+  // checkpointing's recompute): a pipeline's zero-bubble schedules then run
+  // the whole backward in I and nothing in W, since computing the weight
+  // gradients in a second pass would miss those hooks.
+  virtual bool allows_split_backward() const { return true; }
   virtual void parallelize(CausalLM& model, const ParallelizeContext& context) = 0;
 };
 

@@ -1,5 +1,5 @@
 // Pipeline parallelism's seam in core: the plugin that says how the model is
-// cut into stages (a Parallelizer of Stage::pipeline_split, e.g. the
+// cut into stages (a Parallelizer of ApplyOrder::pipeline_split, e.g. the
 // `pipeline` plugin) and the settings core's executor runs them with. Core
 // builds one model part per stage this rank holds (cut_to_stage), applies the
 // other parallelizers to each part, and drives the parts with the schedule's
@@ -26,7 +26,7 @@ struct PipelineSettings {
 class PipelineSplitter : public Parallelizer {
  public:
   ~PipelineSplitter() override;
-  Stage stage() const final { return Stage::pipeline_split; }
+  ApplyOrder apply_order() const final { return ApplyOrder::pipeline_split; }
   virtual const PipelineSettings& settings() const = 0;
   // The module paths each stage keeps, in stage order: top-level modules and
   // blocks ("tok_embeddings", "layers.0", "layers.1" | "layers.2", "norm",

@@ -10,44 +10,55 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <type_traits>
 
 #include "titan/config.hpp"
 
 namespace titan {
 
 // 2: CausalLM init/forward/layout hooks; 3: sharded TrainState, HF hooks;
-// 4: core layers and seams (layers.hpp), loss slot, Stage::loss_parallel, Parallelizer::validate, tp_plan by module path,
+// 4: core layers and seams (layers.hpp), loss slot, ApplyOrder::loss_parallel, Parallelizer::validate, tp_plan by module path,
 //    block bodies and wrapper inners callable after forward (kept for recompute)
 // 5: Comm::send_async / recv_async (tagged point-to-point), CausalLM::set_positions (token positions of a sequence piece);
 //    PipelineSchedule (pipeline_schedule.hpp), kind_pipeline_schedule, PluginRegistrar::pipeline_schedule (named, several per plugin)
-// 6: PipelineSplitter (pipeline.hpp: a Parallelizer of Stage::pipeline_split the trainer cuts stages by);
+// 6: PipelineSplitter (pipeline.hpp: a Parallelizer of ApplyOrder::pipeline_split the trainer cuts stages by);
 //    TensorLayout::replication / is_first_copy never count pp
 // 7: CollectiveEvent::peer / tag (send/recv: the other end as a global rank, the message tag)
-constexpr int kPluginAbiVersion = 7;
+// 8: ModelSpec::pipeline_split_points removed (nothing called it); Stage -> ApplyOrder (apply_order.hpp),
+//    Parallelizer::stage() -> apply_order(); ValidateContext::apply_orders; Parallelizer::allows_split_backward
+constexpr int kPluginAbiVersion = 8;
+
+// The kinds a plugin registers one factory of: name, interface, PluginKind
+// bit. The enum below (kind_model, ...), the registrar's methods (model(),
+// ...), the registry's slots and create_model(), ... and `titan plugins
+// inspect` are generated from this one list, so that no kind is half wired.
+// A new kind: a row here (and the ABI bump), its interface's header in
+// plugin_interfaces.hpp, its name in cmake/TitanPlugin.cmake (docs/plugins.md,
+// "Adding a plugin kind"). The rows are the registrar's vtable order: append.
+#define TITAN_SINGLE_FACTORY_KINDS(KIND) \
+  KIND(model, ModelSpec, 0)              \
+  KIND(parallelizer, Parallelizer, 1)    \
+  KIND(schedule, Schedule, 2)            \
+  KIND(optimizer, OptimizerFactory, 3)   \
+  KIND(lr_schedule, LrSchedule, 4)       \
+  KIND(precision, PrecisionPolicy, 5)    \
+  KIND(checkpointer, Checkpointer, 6)    \
+  KIND(comm_observer, CommObserver, 7)   \
+  KIND(metrics_sink, MetricsSink, 8)
 
 enum PluginKind : uint32_t {
-  kind_model = 1u << 0,
-  kind_parallelizer = 1u << 1,
-  kind_schedule = 1u << 2,
-  kind_optimizer = 1u << 3,
-  kind_lr_schedule = 1u << 4,
-  kind_precision = 1u << 5,
-  kind_checkpointer = 1u << 6,
-  kind_comm_observer = 1u << 7,
-  kind_metrics_sink = 1u << 8,
+#define TITAN_KIND_BIT(kind, Interface, bit) kind_##kind = 1u << bit,
+  TITAN_SINGLE_FACTORY_KINDS(TITAN_KIND_BIT)
+#undef TITAN_KIND_BIT
+  // The one named kind: a plugin registers several, each under the name
+  // users write (PluginRegistrar::pipeline_schedule).
   kind_pipeline_schedule = 1u << 9,
 };
 std::string kinds_to_string(uint32_t kinds);
 
-class ModelSpec;
-class Parallelizer;
-class Schedule;
-class OptimizerFactory;
-class LrSchedule;
-class PrecisionPolicy;
-class Checkpointer;
-class CommObserver;
-class MetricsSink;
+#define TITAN_DECLARE_INTERFACE(kind, Interface, bit) class Interface;
+TITAN_SINGLE_FACTORY_KINDS(TITAN_DECLARE_INTERFACE)
+#undef TITAN_DECLARE_INTERFACE
 class PipelineSchedule;
 
 // What a factory gets: its options (read them all, with defaults, so that
@@ -67,15 +78,10 @@ using Factory = std::function<std::unique_ptr<T>(const PluginContext&)>;
 class PluginRegistrar {
  public:
   virtual ~PluginRegistrar() = default;
-  virtual void model(Factory<ModelSpec> factory) = 0;
-  virtual void parallelizer(Factory<Parallelizer> factory) = 0;
-  virtual void schedule(Factory<Schedule> factory) = 0;
-  virtual void optimizer(Factory<OptimizerFactory> factory) = 0;
-  virtual void lr_schedule(Factory<LrSchedule> factory) = 0;
-  virtual void precision(Factory<PrecisionPolicy> factory) = 0;
-  virtual void checkpointer(Factory<Checkpointer> factory) = 0;
-  virtual void comm_observer(Factory<CommObserver> factory) = 0;
-  virtual void metrics_sink(Factory<MetricsSink> factory) = 0;
+  // model(Factory<ModelSpec>), parallelizer(Factory<Parallelizer>), ...
+#define TITAN_REGISTRAR_METHOD(kind, Interface, bit) virtual void kind(Factory<Interface> factory) = 0;
+  TITAN_SINGLE_FACTORY_KINDS(TITAN_REGISTRAR_METHOD)
+#undef TITAN_REGISTRAR_METHOD
   // One call per schedule (a plugin may register several); `name` as users write it in
   // pipeline_parallel_schedule (matched case-insensitively), equal to the object's name().
   virtual void pipeline_schedule(const std::string& name, Factory<PipelineSchedule> factory) = 0;
@@ -91,12 +97,51 @@ struct PluginDescriptor {
   void (*register_factories)(PluginRegistrar& registrar);
 };
 
+// The factory most plugins register: `read` turns the options into what a
+// T is built from. It takes the options (const ConfigNode&) or, when it
+// needs the job too (dump folder, rank, training steps), the PluginContext:
+//   registrar.parallelizer(titan::make_factory<FsdpParallelizer>(read_options));
+template <class T, class Read>
+auto make_factory(Read read) {
+  return [read](const PluginContext& context) {
+    if constexpr (std::is_invocable_v<Read, const ConfigNode&>) {
+      return std::make_unique<T>(read(context.options));
+    } else {
+      return std::make_unique<T>(read(context));
+    }
+  };
+}
+
+// The factory of a T without options: registrar.parallelizer(titan::make_factory<LossParallel>()).
+template <class T>
+auto make_factory() {
+  return [](const PluginContext&) { return std::make_unique<T>(); };
+}
+
+// Stands in for TITAN_PLUGIN_NAME where titan_add_plugin did not define it,
+// to fail the build with a message rather than an unknown identifier.
+template <bool defined_by_cmake>
+constexpr const char* plugin_name_from_cmake() {
+  static_assert(defined_by_cmake,
+                "TITAN_PLUGIN_NAME comes from titan_add_plugin(NAME ...) in CMake; a library built without it "
+                "writes its name itself: TITAN_PLUGIN(\"name\", ...)");
+  return "";
+}
+
 }  // namespace titan
+
+// The plugin's name as titan_add_plugin(NAME ...) gives it, so that the
+// descriptor's name and the file's (libtitan_plugin_NAME.so) cannot differ
+// and one source builds under several names (the test mutants).
+#ifndef TITAN_PLUGIN_NAME
+#define TITAN_PLUGIN_NAME ::titan::plugin_name_from_cmake<false>()
+#endif
 
 #define TITAN_PLUGIN_ENTRY titan_plugin_descriptor
 #define TITAN_PLUGIN_ENTRY_NAME "titan_plugin_descriptor"
 
-// Defines the plugin's one exported symbol. Use once per plugin library.
+// Defines the plugin's one exported symbol. Use once per plugin library,
+// with TITAN_PLUGIN_NAME as NAME.
 #define TITAN_PLUGIN(NAME, VERSION, KINDS, SUMMARY, REGISTER_FN)                      \
   extern "C" __attribute__((visibility("default"))) const ::titan::PluginDescriptor* \
   TITAN_PLUGIN_ENTRY() {                                                               \
@@ -105,5 +150,16 @@ struct PluginDescriptor {
         static_cast<uint32_t>(KINDS), SUMMARY, REGISTER_FN};                           \
     return &descriptor;                                                                \
   }
+
+// A plugin of one kind whose object is built from its options (or from
+// nothing): its registration and descriptor in one statement, e.g.
+//   TITAN_PLUGIN_OF(parallelizer, FsdpParallelizer, "1.0", "fully sharded data parallel", read_options)
+// (the last argument goes to make_factory: a reader of the options or of
+// the PluginContext, or none).
+#define TITAN_PLUGIN_OF(KIND, TYPE, VERSION, SUMMARY, ...)                           \
+  static void titan_register_plugin_factories(::titan::PluginRegistrar& registrar) { \
+    registrar.KIND(::titan::make_factory<TYPE>(__VA_ARGS__));                        \
+  }                                                                                  \
+  TITAN_PLUGIN(TITAN_PLUGIN_NAME, VERSION, ::titan::kind_##KIND, SUMMARY, titan_register_plugin_factories)
 
 #include "titan/compat.hpp"

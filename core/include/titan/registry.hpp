@@ -38,16 +38,13 @@ class PluginRegistry {
   std::vector<PluginInfo> loaded() const;
 
   // Creates an object of one kind from a loaded plugin. Errors name the
-  // plugin; config errors from the factory pass through unchanged.
-  std::unique_ptr<ModelSpec> create_model(const std::string& name, const PluginContext& context);
-  std::unique_ptr<Parallelizer> create_parallelizer(const std::string& name, const PluginContext& context);
-  std::unique_ptr<Schedule> create_schedule(const std::string& name, const PluginContext& context);
-  std::unique_ptr<OptimizerFactory> create_optimizer(const std::string& name, const PluginContext& context);
-  std::unique_ptr<LrSchedule> create_lr_schedule(const std::string& name, const PluginContext& context);
-  std::unique_ptr<PrecisionPolicy> create_precision(const std::string& name, const PluginContext& context);
-  std::unique_ptr<Checkpointer> create_checkpointer(const std::string& name, const PluginContext& context);
-  std::unique_ptr<CommObserver> create_comm_observer(const std::string& name, const PluginContext& context);
-  std::unique_ptr<MetricsSink> create_metrics_sink(const std::string& name, const PluginContext& context);
+  // plugin; config errors from the factory pass through unchanged. One per
+  // kind of plugin.hpp's list: create_model(name, context) returns a
+  // unique_ptr<ModelSpec>, create_parallelizer a unique_ptr<Parallelizer>, ...
+#define TITAN_REGISTRY_CREATE(kind, Interface, bit) \
+  std::unique_ptr<Interface> create_##kind(const std::string& name, const PluginContext& context);
+  TITAN_SINGLE_FACTORY_KINDS(TITAN_REGISTRY_CREATE)
+#undef TITAN_REGISTRY_CREATE
   // By schedule name (case-insensitive, as TorchTitan's pipeline_parallel_schedule), from any
   // loaded plugin; the built-in pp_schedules plugin is loaded when no loaded plugin has it.
   std::unique_ptr<PipelineSchedule> create_pipeline_schedule(const std::string& name, const PluginContext& context);

@@ -5,6 +5,7 @@
 #pragma once
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -49,9 +50,6 @@ struct RunPlan {
 
 RunPlan plan_run(const ConfigNode& root, int rank = 0, int world_size = 1);
 
-// Every parallelizer's validate() on the model (its vocabulary already set)
-// and `degrees` (resolved; see ValidateContext), before any weight exists.
-void validate_parallelism(const RunPlan& plan, const std::map<std::string, int64_t>& degrees);
 // Every mesh dim the parallelizers ask for, in their order.
 std::vector<MeshDimRequest> mesh_requests(const std::vector<NamedParallelizer>& parallelizers);
 // The degrees known without a world: those asked for explicitly (> 0).
@@ -65,7 +63,14 @@ struct PipelineRun {
 };
 PipelineRun plan_pipeline_run(const RunPlan& plan, int64_t pp_degree);
 
-// Sorts by Stage, keeping the user's order among equal stages.
+// Every parallelizer's validate() on the model (its vocabulary already set)
+// and `degrees` (resolved; see ValidateContext), and the pipeline planned
+// and statically checked when pp is known (returned; empty without pp),
+// before any weight exists.
+std::optional<PipelineRun> validate_parallelism(const RunPlan& plan, const std::map<std::string, int64_t>& degrees);
+
+// Sorts by ApplyOrder, keeping the user's order among plugins of the same
+// place.
 void sort_canonical(std::vector<NamedParallelizer>& parallelizers);
 
 }  // namespace titan

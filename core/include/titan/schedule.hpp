@@ -1,6 +1,8 @@
-// A Schedule runs one training step's forward and backward passes over
-// microbatches (and, for pipelines, stages). The default schedule is
-// plain gradient accumulation.
+// A Schedule runs one training step's forward and backward passes over the
+// step's microbatches, accumulating their gradients: plain gradient
+// accumulation by default, or a `schedule` plugin's. A schedule plugin never
+// drives pipeline stages: with a pipeline, core's pipeline executor
+// (pipeline_plan.hpp) runs the step and a schedule plugin is refused.
 #pragma once
 #include <functional>
 #include <vector>
@@ -18,7 +20,9 @@ class Schedule {
  public:
   virtual ~Schedule() = default;
   // Accumulates gradients of mean(loss over microbatches) into the params;
-  // returns that mean loss as a 0-dim tensor (detached).
+  // returns that mean loss as a 0-dim tensor (detached). Gradient sync
+  // (CausalLM::set_gradient_sync) should be on for the last microbatch only,
+  // so data parallelism reduces once per step, not once per microbatch.
   virtual at::Tensor step(CausalLM& model, const std::vector<Microbatch>& microbatches,
                           const LossFn& loss) = 0;
 };

@@ -1,6 +1,9 @@
-// The training loop (DESIGN.md section 4): data -> schedule step -> global
-// gradient clipping -> optimizer -> LR -> metrics -> checkpoint, with the
-// non-finite loss policy and a clean stop on SIGINT/SIGTERM.
+// Trains as a RunPlan says: builds the run once, then each step is data ->
+// forward and backward (gradient accumulation or the pipeline schedule) ->
+// the loss over the job -> global gradient clipping -> optimizer and LR ->
+// metrics -> checkpoint, with the non-finite loss policy and a clean stop on
+// SIGINT/SIGTERM (core/src/train/: training_run.cpp, train_step.cpp,
+// trainer.cpp).
 #pragma once
 #include <cstdint>
 
@@ -14,7 +17,6 @@ struct TrainResult {
   int64_t last_step = 0;    // last completed step
   double last_loss = 0;
   bool stopped_by_signal = false;
-  int64_t skipped_steps = 0;
   // The checkpoint resumed from had already reached training.steps: no step
   // ran (first_step > last_step), and last_loss means nothing.
   bool already_finished = false;

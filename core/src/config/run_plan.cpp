@@ -29,30 +29,22 @@ PluginContext context_for(const ConfigNode& options, const CoreConfig& core, int
 
 void sort_canonical(std::vector<NamedParallelizer>& parallelizers) {
   std::stable_sort(parallelizers.begin(), parallelizers.end(), [](const auto& a, const auto& b) {
-    return static_cast<int>(a.parallelizer->stage()) < static_cast<int>(b.parallelizer->stage());
+    return static_cast<int>(a.parallelizer->apply_order()) < static_cast<int>(b.parallelizer->apply_order());
   });
 }
 
-void validate_parallelism(const RunPlan& plan, const std::map<std::string, int64_t>& degrees) {
-  ValidateContext context{*plan.model, degrees, plan.core.training.seq_len};
+std::optional<PipelineRun> validate_parallelism(const RunPlan& plan, const std::map<std::string, int64_t>& degrees) {
+  std::vector<ApplyOrder> apply_orders;
+  for (const auto& item : plan.parallelizers) apply_orders.push_back(item.parallelizer->apply_order());
+  ValidateContext context{*plan.model, degrees, plan.core.training.seq_len, apply_orders};
   for (const auto& [name, parallelizer] : plan.parallelizers) parallelizer->validate(context);
-  // Each cp rank's gradients come from its piece of the sequence: the
-  // data-parallel plugin averages them over cp too (FSDP over dp_shard x cp,
-  // as TorchTitan always applies it with context parallelism).
+  // The stages and every pp rank's action lists are planned and statically
+  // checked here, once per run, so a pipeline that cannot run fails in
+  // `titan config check` and before any group exists in training.
+  std::optional<PipelineRun> pipeline_run;
   auto pp = degrees.find("pp");
-  if (plan.pipeline && pp != degrees.end()) plan_pipeline_run(plan, pp->second);  // the static check, too
-  auto cp = degrees.find("cp");
-  if (cp != degrees.end() && cp->second > 1) {
-    bool data_parallel = false;
-    for (const auto& [name, parallelizer] : plan.parallelizers) {
-      data_parallel = data_parallel || parallelizer->stage() == Stage::data_parallel;
-    }
-    if (!data_parallel) {
-      throw Error("mesh dim cp=" + std::to_string(cp->second) +
-                  " needs a data-parallel plugin to average gradients over the sequence pieces; add "
-                  "{name: fsdp} to plugins (it shards over dp_shard x cp; dp_shard may be 1)");
-    }
-  }
+  if (plan.pipeline && pp != degrees.end()) pipeline_run = plan_pipeline_run(plan, pp->second);
+  return pipeline_run;
 }
 
 std::vector<MeshDimRequest> mesh_requests(const std::vector<NamedParallelizer>& parallelizers) {

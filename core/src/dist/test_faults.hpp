@@ -1,6 +1,8 @@
 // TEST-ONLY fault injection for the comm layer, read from the environment
 // variable TITAN_TEST_FAULT so that no public header or config key carries
-// it. The multi-rank hang/crash tests use it to make one rank misbehave.
+// it. The flight recorder tests use it to make one rank skip a call or issue
+// a mismatched all_reduce (a hang or a mismatch to diagnose); killing a rank
+// is a different hook (debug.crash_rank / crash_at_step).
 //
 //   TITAN_TEST_FAULT=ACTION:rank=R:op=OP:group=G[:seq=S]
 //

@@ -76,14 +76,6 @@ at::Tensor cross_entropy_loss(const at::Tensor& logits, const at::Tensor& labels
   return at::cross_entropy_loss(logits.flatten(0, 1).to(at::kFloat), labels.flatten(0, 1));
 }
 
-std::vector<int64_t> ModelSpec::pipeline_split_points(int64_t stages) const {
-  auto model = build(c10::Device(c10::kMeta));
-  int64_t blocks = model->num_blocks();
-  std::vector<int64_t> points;
-  for (int64_t stage = 1; stage < stages; ++stage) points.push_back(stage * blocks / stages);
-  return points;
-}
-
 void materialize_module(torch::nn::Module& module, const c10::Device& device) {
   at::NoGradGuard no_grad;
   for (auto& tensor : module.parameters()) {

@@ -16,15 +16,7 @@
 #include <mutex>
 #include <sstream>
 
-#include "titan/checkpointer.hpp"
-#include "titan/comm_observer.hpp"
-#include "titan/metrics_sink.hpp"
-#include "titan/model.hpp"
-#include "titan/optimizer.hpp"
-#include "titan/parallelizer.hpp"
-#include "titan/pipeline_schedule.hpp"
-#include "titan/precision.hpp"
-#include "titan/schedule.hpp"
+#include "titan/plugin_interfaces.hpp"
 
 namespace titan {
 namespace build_info {
@@ -71,11 +63,10 @@ std::string plugins_next_to_core() {
 
 std::string kinds_to_string(uint32_t kinds) {
   static const std::pair<uint32_t, const char*> names[] = {
-      {kind_model, "model"},           {kind_parallelizer, "parallelizer"},
-      {kind_schedule, "schedule"},     {kind_optimizer, "optimizer"},
-      {kind_lr_schedule, "lr_schedule"}, {kind_precision, "precision"},
-      {kind_checkpointer, "checkpointer"}, {kind_comm_observer, "comm_observer"},
-      {kind_metrics_sink, "metrics_sink"}, {kind_pipeline_schedule, "pipeline_schedule"}};
+#define TITAN_KIND_NAME(kind, Interface, bit) {kind_##kind, #kind},
+      TITAN_SINGLE_FACTORY_KINDS(TITAN_KIND_NAME)
+#undef TITAN_KIND_NAME
+      {kind_pipeline_schedule, "pipeline_schedule"}};
   std::vector<std::string> out;
   for (const auto& [bit, name] : names) {
     if (kinds & bit) out.push_back(name);
@@ -87,15 +78,9 @@ struct PluginRegistry::Impl : PluginRegistrar {
   struct Loaded {
     PluginInfo info;
     boost::dll::shared_library library;
-    Factory<ModelSpec> model_factory;
-    Factory<Parallelizer> parallelizer_factory;
-    Factory<Schedule> schedule_factory;
-    Factory<OptimizerFactory> optimizer_factory;
-    Factory<LrSchedule> lr_schedule_factory;
-    Factory<PrecisionPolicy> precision_factory;
-    Factory<Checkpointer> checkpointer_factory;
-    Factory<CommObserver> comm_observer_factory;
-    Factory<MetricsSink> metrics_sink_factory;
+#define TITAN_FACTORY_SLOT(kind, Interface, bit) Factory<Interface> kind##_factory;
+    TITAN_SINGLE_FACTORY_KINDS(TITAN_FACTORY_SLOT)
+#undef TITAN_FACTORY_SLOT
     std::vector<std::pair<std::string, Factory<PipelineSchedule>>> pipeline_schedules;  // as registered
   };
 
@@ -104,15 +89,10 @@ struct PluginRegistry::Impl : PluginRegistrar {
   std::map<std::string, std::unique_ptr<Loaded>> plugins;  // by name
   Loaded* registering = nullptr;
 
-  void model(Factory<ModelSpec> f) override { registering->model_factory = std::move(f); }
-  void parallelizer(Factory<Parallelizer> f) override { registering->parallelizer_factory = std::move(f); }
-  void schedule(Factory<Schedule> f) override { registering->schedule_factory = std::move(f); }
-  void optimizer(Factory<OptimizerFactory> f) override { registering->optimizer_factory = std::move(f); }
-  void lr_schedule(Factory<LrSchedule> f) override { registering->lr_schedule_factory = std::move(f); }
-  void precision(Factory<PrecisionPolicy> f) override { registering->precision_factory = std::move(f); }
-  void checkpointer(Factory<Checkpointer> f) override { registering->checkpointer_factory = std::move(f); }
-  void comm_observer(Factory<CommObserver> f) override { registering->comm_observer_factory = std::move(f); }
-  void metrics_sink(Factory<MetricsSink> f) override { registering->metrics_sink_factory = std::move(f); }
+#define TITAN_REGISTRAR_SLOT(kind, Interface, bit) \
+  void kind(Factory<Interface> f) override { registering->kind##_factory = std::move(f); }
+  TITAN_SINGLE_FACTORY_KINDS(TITAN_REGISTRAR_SLOT)
+#undef TITAN_REGISTRAR_SLOT
   void pipeline_schedule(const std::string& name, Factory<PipelineSchedule> f) override {
     if (name.empty() || !f) throw Error("a pipeline schedule needs a name and a factory");
     for (const auto& [plugin_name, plugin] : plugins) {
@@ -303,19 +283,12 @@ std::vector<PluginInfo> PluginRegistry::loaded() const {
   return out;
 }
 
-#define TITAN_REGISTRY_CREATE(METHOD, TYPE, SLOT, KIND)                                              \
-  std::unique_ptr<TYPE> PluginRegistry::METHOD(const std::string& name, const PluginContext& context) { \
-    return impl_->create<TYPE>(name, context, &Impl::Loaded::SLOT, KIND);                             \
+#define TITAN_REGISTRY_CREATE(kind, Interface, bit)                                              \
+  std::unique_ptr<Interface> PluginRegistry::create_##kind(const std::string& name,             \
+                                                           const PluginContext& context) {       \
+    return impl_->create<Interface>(name, context, &Impl::Loaded::kind##_factory, kind_##kind); \
   }
-TITAN_REGISTRY_CREATE(create_model, ModelSpec, model_factory, kind_model)
-TITAN_REGISTRY_CREATE(create_parallelizer, Parallelizer, parallelizer_factory, kind_parallelizer)
-TITAN_REGISTRY_CREATE(create_schedule, Schedule, schedule_factory, kind_schedule)
-TITAN_REGISTRY_CREATE(create_optimizer, OptimizerFactory, optimizer_factory, kind_optimizer)
-TITAN_REGISTRY_CREATE(create_lr_schedule, LrSchedule, lr_schedule_factory, kind_lr_schedule)
-TITAN_REGISTRY_CREATE(create_precision, PrecisionPolicy, precision_factory, kind_precision)
-TITAN_REGISTRY_CREATE(create_checkpointer, Checkpointer, checkpointer_factory, kind_checkpointer)
-TITAN_REGISTRY_CREATE(create_comm_observer, CommObserver, comm_observer_factory, kind_comm_observer)
-TITAN_REGISTRY_CREATE(create_metrics_sink, MetricsSink, metrics_sink_factory, kind_metrics_sink)
+TITAN_SINGLE_FACTORY_KINDS(TITAN_REGISTRY_CREATE)
 #undef TITAN_REGISTRY_CREATE
 
 std::vector<std::string> PluginRegistry::pipeline_schedules() const {

@@ -73,27 +73,9 @@ std::vector<std::string> exchange_texts(Comm& world, const std::string& text) {
   return texts;
 }
 
-}  // namespace
-
-void CollectiveVerifier::on_enqueue(const CollectiveEvent& event) {
-  if (!recording_.load() || point_to_point(event.op)) return;
-  std::ostringstream entry;
-  entry << event.group << "|";
-  for (size_t i = 0; i < event.group_ranks.size(); ++i) entry << (i ? "," : "") << event.group_ranks[i];
-  entry << "|" << event.op << "|";
-  for (const auto& shape : event.shapes) {
-    entry << "[";
-    for (size_t i = 0; i < shape.size(); ++i) entry << (i ? "," : "") << shape[i];
-    entry << "]";
-  }
-  std::string site = event.call_site;
-  for (char& c : site) {
-    if (c == '\n' || c == '|') c = ' ';
-  }
-  entry << "|" << event.dtype << "|" << site;
-  entries_.push_back(entry.str());
-}
-
+// The first difference between two ranks' entry lists, compared group by
+// group (ranks of different pipeline stages legitimately differ elsewhere);
+// empty when they agree.
 std::string first_collective_difference(int rank_a, const std::vector<std::string>& a, int rank_b,
                                         const std::vector<std::string>& b) {
   // Only groups both ranks belong to are comparable.
@@ -124,6 +106,27 @@ std::string first_collective_difference(int rank_a, const std::vector<std::strin
     }
   }
   return "";
+}
+
+}  // namespace
+
+void CollectiveVerifier::on_enqueue(const CollectiveEvent& event) {
+  if (!recording_.load() || point_to_point(event.op)) return;
+  std::ostringstream entry;
+  entry << event.group << "|";
+  for (size_t i = 0; i < event.group_ranks.size(); ++i) entry << (i ? "," : "") << event.group_ranks[i];
+  entry << "|" << event.op << "|";
+  for (const auto& shape : event.shapes) {
+    entry << "[";
+    for (size_t i = 0; i < shape.size(); ++i) entry << (i ? "," : "") << shape[i];
+    entry << "]";
+  }
+  std::string site = event.call_site;
+  for (char& c : site) {
+    if (c == '\n' || c == '|') c = ' ';
+  }
+  entry << "|" << event.dtype << "|" << site;
+  entries_.push_back(entry.str());
 }
 
 void CollectiveVerifier::verify(Comm& world, int64_t step) {

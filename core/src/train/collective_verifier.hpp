@@ -27,10 +27,4 @@ class CollectiveVerifier : public CommObserver {
   std::vector<std::string> entries_;  // "group|ranks|op|shapes|dtype|call site", collectives only
 };
 
-// The first difference between two ranks' entry lists, compared group by
-// group (ranks of different pipeline stages legitimately differ elsewhere);
-// empty when they agree. Exposed for unit tests.
-std::string first_collective_difference(int rank_a, const std::vector<std::string>& a, int rank_b,
-                                        const std::vector<std::string>& b);
-
 }  // namespace titan

@@ -9,7 +9,7 @@
 
 namespace titan {
 
-ParallelSetup::ParallelSetup(const World& world, const RunPlan& plan) : world_(world) {
+ParallelSetup::ParallelSetup(const World& world, const RunPlan& plan) {
   const std::vector<MeshDimRequest> requests = mesh_requests(plan.parallelizers);
   if (!world.distributed() && requests.empty()) {
     validate_parallelism(plan, {});  // parallelizers without mesh dims still check the model
@@ -24,7 +24,7 @@ ParallelSetup::ParallelSetup(const World& world, const RunPlan& plan) : world_(w
                                     "(plugins: [{name: fsdp}] or [{name: ddp}])"
                                   : ""));
   }
-  validate_parallelism(plan, degrees);  // before any group or weight exists
+  pipeline_run_ = validate_parallelism(plan, degrees);  // before any group or weight exists
   DistTimeouts timeouts;
   timeouts.init = std::chrono::seconds(plan.core.comm.init_timeout_seconds);
   timeouts.collective = std::chrono::seconds(plan.core.comm.train_timeout_seconds);
@@ -44,13 +44,11 @@ ParallelSetup::~ParallelSetup() = default;
 int ParallelSetup::dp_rank() const { return mesh_ ? static_cast<int>(mesh_->coordinate("dp")) : 0; }
 int ParallelSetup::dp_degree() const { return mesh_ ? static_cast<int>(mesh_->size("dp")) : 1; }
 
-double ParallelSetup::mean_over_batch(double local_loss) const {
-  // Data-parallel ranks hold other batches, cp ranks other pieces of the
-  // same sequences (equal sizes): the plain mean is the whole batch's.
-  if (!mesh_ || mesh_->size("dp_cp") == 1) return local_loss;
-  at::Tensor value = at::full({1}, local_loss, at::kDouble);
-  mesh_->group("dp_cp").all_reduce(value, ReduceOp::avg);
-  return value.item<double>();
+double ParallelSetup::loss_over_job(const at::Tensor& local_loss) const {
+  at::Tensor loss = local_loss.detach().to(at::kCPU, at::kDouble).reshape({1});
+  if (mesh_ && mesh_->size("pp") > 1) mesh_->group("pp").all_reduce(loss, ReduceOp::sum);
+  if (mesh_ && mesh_->size("dp_cp") > 1) mesh_->group("dp_cp").all_reduce(loss, ReduceOp::avg);
+  return loss.item<double>();
 }
 
 NormReduceFn ParallelSetup::norm_reduce() const {
@@ -73,13 +71,6 @@ std::vector<double> ParallelSetup::norm_weights(const CausalLM& model, const std
     weights.push_back(1.0 / copies);
   }
   return weights;
-}
-
-int64_t ParallelSetup::sum_over_world(int64_t local) const {
-  if (!mesh_) return local;
-  at::Tensor value = at::full({1}, local, at::kLong);
-  mesh_->group("world").all_reduce(value, ReduceOp::sum);
-  return value.item<int64_t>();
 }
 
 }  // namespace titan

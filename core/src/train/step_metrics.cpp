@@ -30,7 +30,6 @@ double measure_cpu_peak_flops() {
 }
 
 double gpu_peak_flops(const std::string& name) {
-  // bf16 dense peaks from the datasheets.
   if (name.find("H200") != std::string::npos) return 989.5e12;
   if (name.find("H100") != std::string::npos) return name.find("PCIe") != std::string::npos ? 756e12 : 989.5e12;
   if (name.find("A100") != std::string::npos) return 312e12;

@@ -23,12 +23,14 @@ struct StepRecord {
 
 class StepMetrics {
  public:
+  // `peak_flops` 0: the peak is unknown and MFU is logged as 0.
   StepMetrics(const MetricsConfig& config, const std::string& dump_folder, double flops_per_token,
               double peak_flops, std::vector<MetricsSink*> sinks, const c10::Device& device);
   ~StepMetrics();
-  void record(const StepRecord& record);  // logs when step % log_freq == 0 or force
-  void flush_pending(const StepRecord& last);  // logs the last step if not logged yet
-  double peak_flops() const { return peak_flops_; }
+  void record(const StepRecord& record);  // logs when step % log_freq == 0
+  // Logs `last` unless it was logged (a run that ends between two log_freq
+  // steps still reports its last one), then flushes the sinks.
+  void flush_pending(const StepRecord& last);
 
  private:
   void log(const StepRecord& record);
@@ -45,7 +47,8 @@ class StepMetrics {
 
 // Dense float32 matmul FLOP/s of this CPU with the current thread count.
 double measure_cpu_peak_flops();
-// Datasheet bf16 dense FLOP/s from a GPU name, 0 if unknown.
+// Datasheet dense bf16 FLOP/s of a GPU from its name (H100 SXM/PCIe, H200,
+// A100, B200); 0 when unknown (MFU is then logged as 0).
 double gpu_peak_flops(const std::string& device_name);
 // Peak resident set size of this process.
 int64_t max_resident_bytes();

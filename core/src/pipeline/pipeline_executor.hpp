@@ -2,7 +2,8 @@
 // over its model parts: forwards, backwards (whole, or split into the input
 // gradient and the weight gradient for the zero-bubble schedules), and the
 // activations and gradients sent between pp ranks with tagged non-blocking
-// point-to-point. The loss is computed on the last stage.
+// point-to-point. It is the pipelined run's Schedule; the loss is computed
+// on the last stage.
 #pragma once
 #include <chrono>
 #include <map>
@@ -26,20 +27,21 @@ struct PipelineExecutorOptions {
   std::string trace_path;  // Chrome-trace JSON of every action ("" none)
 };
 
-class PipelineExecutor {
+class PipelineExecutor : public Schedule {
  public:
   // `parts[i]` runs stage `stages[i]` (rank_to_stages order); `pp` is the pp
   // group (null when the degree is 1); `pp_rank` this rank's place in it.
   PipelineExecutor(PipelinePlan plan, std::vector<std::shared_ptr<CausalLM>> parts, std::vector<int64_t> stages,
                    Comm* pp, int64_t pp_rank, PipelineExecutorOptions options);
-  ~PipelineExecutor();
+  ~PipelineExecutor() override;
 
   // One optimizer step: each batch split into the plan's microbatches and
   // run through the pipeline, gradients of mean(loss over all microbatches)
-  // accumulated. Returns that mean loss on every pp rank (0-dim, detached).
-  at::Tensor step(const std::vector<Microbatch>& batches);
-
-  const PipelinePlan& plan() const { return plan_; }
+  // accumulated. Runs the parts it was given (`model` is them seen as one)
+  // with each last stage's own loss. Returns that mean loss on the rank of
+  // the last stage and 0 on the others (0-dim, detached; the trainer sums
+  // it over pp).
+  at::Tensor step(CausalLM& model, const std::vector<Microbatch>& batches, const LossFn& loss) override;
 
  private:
   struct Slot;  // one (stage, microbatch)'s tensors in a step

@@ -1,20 +1,21 @@
-// Float8 GEMMs (the float8 plugin's seam to `_scaled_mm`). Codes travel as
-// uint8 tensors everywhere, so callers never name a float8 dtype.
+// The float8 linear's GEMM on the GPU: LibTorch's `_scaled_mm` on codes the
+// codec made. Codes travel as uint8 tensors everywhere, so callers never name
+// a float8 dtype. Plugin-private header.
 #pragma once
 #include <ATen/core/Tensor.h>
 
-namespace titan::compat {
+namespace titan::float8 {
 
 // True when Titan was built with CUDA and the current CUDA device runs
 // `_scaled_mm` (sm_89+).
-bool float8_scaled_mm_available();
+bool scaled_mm_available();
 
 // out = (a @ b^T) scaled, computed by `_scaled_mm` on the GPU: `a_codes`
 // [M, K] and `b_codes` [N, K] are e4m3fn (or e5m2 where `a_e5m2` /
 // `b_e5m2`) codes in uint8, `a_scale` / `b_scale` the float32 factors the
 // values were multiplied by (scalars, or [M, 1] / [N, 1] rowwise).
-// Throws where float8_scaled_mm_available() is false.
+// Throws where scaled_mm_available() is false.
 at::Tensor scaled_mm(const at::Tensor& a_codes, bool a_e5m2, const at::Tensor& a_scale, const at::Tensor& b_codes,
                      bool b_e5m2, const at::Tensor& b_scale, c10::ScalarType out_dtype);
 
-}  // namespace titan::compat
+}  // namespace titan::float8

@@ -17,12 +17,13 @@ namespace {
 // Split backward (I then W) runs autograd twice over a stage; plugins that
 // reduce gradients or recompute when a block's input gradient is computed
 // (data parallelism, activation checkpointing) need the whole backward at I.
-bool can_split_backward(const RunPlan& plan) {
+// The plugins that need the whole backward in one pass (none: it may split).
+std::vector<std::string> whole_backward_plugins(const RunPlan& plan) {
+  std::vector<std::string> names;
   for (const auto& [name, parallelizer] : plan.parallelizers) {
-    Stage stage = parallelizer->stage();
-    if (stage == Stage::data_parallel || stage == Stage::activation_checkpoint) return false;
+    if (!parallelizer->allows_split_backward()) names.push_back(name);
   }
-  return true;
+  return names;
 }
 
 std::string trace_file(const std::string& prefix, int rank) {
@@ -36,11 +37,10 @@ std::string trace_file(const std::string& prefix, int rank) {
 
 }  // namespace
 
-PipelineModel build_pipeline_model(const RunPlan& plan, const DeviceMesh* mesh, int global_rank,
-                                   const c10::Device& device, const std::function<void(CausalLM&)>& transform) {
-  const int64_t degree = mesh ? mesh->size("pp") : 1;
+PipelineModel build_pipeline_model(const RunPlan& plan, const PipelineRun& run, const DeviceMesh* mesh,
+                                   int global_rank, const c10::Device& device,
+                                   const std::function<void(CausalLM&)>& transform) {
   const int64_t pp_rank = mesh ? mesh->coordinate("pp") : 0;
-  PipelineRun run = plan_pipeline_run(plan, degree);
   const std::vector<int64_t> stages = rank_to_stages(run.plan.placement, run.plan.shape, pp_rank);
   std::vector<std::shared_ptr<CausalLM>> parts;
   for (int64_t stage : stages) {
@@ -54,7 +54,8 @@ PipelineModel build_pipeline_model(const RunPlan& plan, const DeviceMesh* mesh, 
   built.model = std::make_shared<ModelParts>(parts);
   for (const auto& part : parts) materialize_module(*part, device);
   PipelineExecutorOptions options;
-  options.split_backward = can_split_backward(plan);
+  const std::vector<std::string> whole_backward = whole_backward_plugins(plan);
+  options.split_backward = whole_backward.empty();
   const PipelineSettings& settings = plan.pipeline->settings();
   if (!settings.trace.empty()) options.trace_path = trace_file(settings.trace, global_rank);
   const bool splits = [&] {
@@ -68,11 +69,11 @@ PipelineModel build_pipeline_model(const RunPlan& plan, const DeviceMesh* mesh, 
   spdlog::info("pipeline: schedule {}, {}, {} placement; theoretical bubble {:.3f}{}", run.plan.name,
                run.plan.shape.to_string(), placement_name(run.plan.placement), run.plan.timeline.bubble_fraction,
                splits && !options.split_backward
-                   ? "; I runs the whole backward and W nothing (data parallelism or activation checkpointing "
-                     "handle gradients when a block's input gradient is computed)"
-                   : "");
-  Comm* pp = degree > 1 ? &mesh->group("pp") : nullptr;
-  built.executor = std::make_unique<PipelineExecutor>(std::move(run.plan), std::move(parts), stages, pp, pp_rank,
+                   ? "; I runs the whole backward and W nothing (" + c10::Join(", ", whole_backward) +
+                         " act when a block's input gradient is computed)"
+                   : std::string());
+  Comm* pp = run.plan.shape.ranks > 1 ? &mesh->group("pp") : nullptr;
+  built.executor = std::make_unique<PipelineExecutor>(run.plan, std::move(parts), stages, pp, pp_rank,
                                                       std::move(options));
   return built;
 }

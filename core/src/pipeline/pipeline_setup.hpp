@@ -17,10 +17,12 @@ struct PipelineModel {
   std::unique_ptr<PipelineExecutor> executor;
 };
 
+// `run`: the stages and action lists validate_parallelism planned.
 // `transform` applies the precision conversion and every parallelizer but
 // the pipeline split to one part (on meta).
-PipelineModel build_pipeline_model(const RunPlan& plan, const DeviceMesh* mesh, int global_rank,
-                                   const c10::Device& device, const std::function<void(CausalLM&)>& transform);
+PipelineModel build_pipeline_model(const RunPlan& plan, const PipelineRun& run, const DeviceMesh* mesh,
+                                   int global_rank, const c10::Device& device,
+                                   const std::function<void(CausalLM&)>& transform);
 
 // debug.save_final_model under pipelining: pp rank 0 of each group receives
 // the other stages' whole tensors (collective over pp; a no-op without pp).

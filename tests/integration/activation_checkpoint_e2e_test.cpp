@@ -33,7 +33,7 @@ void check_identical(const RunOutput& run, const RunOutput& reference, const std
 TEST_CASE("activation checkpoint: full, every 2nd block and a 0.5 memory budget train bit for bit like no AC; per-op "
           "within 1e-6") {
   RunOutput reference = run_single("ac_reference", kSmall);
-  for (const std::string& options :
+  for (std::string options :
        {"mode: full, determinism_check: values", "mode: selective, selective_ac_option: '2'",
         "mode: memory_budget, memory_budget: 0.5, preserve_rng_state: true"}) {
     RunOutput run = run_single("ac_single", kSmall + plugins("{name: activation_checkpoint, " + options + "}"));
@@ -106,7 +106,7 @@ TEST_CASE("activation checkpoint: bad options are refused with the key and what 
     CHECK(result.output.find(expected) != std::string::npos);
   };
   check("mode: sometimes", "mode");
-  check("memory_budget: 1.5", "expected a fraction in [0, 1], got 1.5");
+  check("memory_budget: 1.5", "memory_budget: expected a number in [0, 1], got 1.5");
   check("selective_ac_option: 'every'", "expected \"op\" or a block frequency N >= 1, got \"every\"");
   check("determinism_check: maybe", "determinism_check");
 }

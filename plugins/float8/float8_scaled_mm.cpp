@@ -1,21 +1,21 @@
 // Float8 GEMMs through LibTorch's `_scaled_mm` (CUDA, sm_89+). Titan keeps
-// float8 codes as uint8 tensors (the float8 plugin's exact codec makes
-// them); here they are viewed as LibTorch's native float8 dtypes.
-#include "titan/compat_float8.hpp"
+// float8 codes as uint8 tensors (the codec in float8_codec.cpp makes them);
+// here they are viewed as LibTorch's native float8 dtypes.
+#include "float8_scaled_mm.h"
 
 #include <ATen/ATen.h>
 #include <torch/cuda.h>
 
-#include "titan/error.hpp"
 #include "titan/compat.hpp"
+#include "titan/error.hpp"
 
 #ifdef TITAN_WITH_CUDA
 #include <ATen/cuda/CUDAContext.h>
 #endif
 
-namespace titan::compat {
+namespace titan::float8 {
 
-bool float8_scaled_mm_available() {
+bool scaled_mm_available() {
 #ifdef TITAN_WITH_CUDA
   if (!torch::cuda::is_available()) return false;
   const cudaDeviceProp* properties = at::cuda::getCurrentDeviceProperties();
@@ -36,9 +36,10 @@ at::Tensor dequantize_factor(const at::Tensor& scale) { return scale.to(at::kFlo
 
 at::Tensor scaled_mm(const at::Tensor& a_codes, bool a_e5m2, const at::Tensor& a_scale, const at::Tensor& b_codes,
                      bool b_e5m2, const at::Tensor& b_scale, c10::ScalarType out_dtype) {
-  if (!float8_scaled_mm_available()) {
+  if (!scaled_mm_available()) {
     throw Error(std::string("float8: _scaled_mm needs a CUDA device of compute capability 8.9 or newer (LibTorch ") +
-                torch_version_string() + ", " + cuda_summary() + "); use the float8 plugin's emulation (emulate: true)");
+                torch_version_string() + ", " + compat::cuda_summary() +
+                "); use the float8 plugin's emulation (emulate: true)");
   }
   if (a_codes.dim() != 2 || b_codes.dim() != 2 || a_codes.size(1) != b_codes.size(1)) {
     throw Error("float8 scaled_mm: expected a [M, K] and b [N, K], got " + std::to_string(a_codes.dim()) + "-d and " +
@@ -68,4 +69,4 @@ at::Tensor scaled_mm(const at::Tensor& a_codes, bool a_e5m2, const at::Tensor& a
   }
 }
 
-}  // namespace titan::compat
+}  // namespace titan::float8

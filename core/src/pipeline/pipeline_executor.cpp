@@ -82,7 +82,8 @@ size_t PipelineExecutor::local_index(int64_t stage) const {
   throw Error("pipeline: stage " + std::to_string(stage) + " is not on pp rank " + std::to_string(pp_rank_));
 }
 
-at::Tensor PipelineExecutor::step(const std::vector<Microbatch>& batches) {
+at::Tensor PipelineExecutor::step(CausalLM& /*model*/, const std::vector<Microbatch>& batches,
+                                  const LossFn& /*loss*/) {
   const int64_t microbatches = plan_.shape.microbatches;
   at::Tensor loss_sum = at::zeros({1}, at::kDouble);
   for (size_t b = 0; b < batches.size(); ++b) {
@@ -103,8 +104,6 @@ at::Tensor PipelineExecutor::step(const std::vector<Microbatch>& batches) {
     loss_sum += run.loss_sum;
   }
   ++steps_run_;
-  // Only the last stage's rank computed the loss; every pp rank reports it.
-  if (pp_) pp_->all_reduce(loss_sum, ReduceOp::sum);
   return loss_sum.squeeze(0);
 }
 

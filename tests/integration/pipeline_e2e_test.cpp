@@ -1,11 +1,22 @@
-// Pipeline parallelism against the single-process reference (same seed, same
-// data, fp32, 10 steps, batch 8 of 64 tokens) as real Gloo jobs: losses,
-// grad norms and final parameters within 1e-5 relative for every built-in
-// schedule at PP2 with 4 and 8 microbatches, 1F1B and Interleaved1F1B at
-// PP4, a user's CSV schedule, FSDP2 x PP2, DDP x PP2 and FSDP2 x TP2 x PP2;
-// a PP2 checkpoint resumed at PP4, without PP and under FSDP alone; the
-// Chrome trace; shapes that cannot run refused at config check.
+// Pipeline parallelism end to end. Against the single-process reference
+// (same seed, same data, fp32, 10 steps, batch 8 of 64 tokens) as real Gloo
+// jobs: losses, grad norms and final parameters within 1e-5 relative for
+// every built-in schedule at PP2 with 4 and 8 microbatches, 1F1B and
+// Interleaved1F1B at PP4, a user's CSV schedule, FSDP2 x PP2, DDP x PP2 and
+// FSDP2 x TP2 x PP2; a PP2 checkpoint resumed at PP4, without PP and under
+// FSDP alone; the Chrome trace; shapes that cannot run refused at config
+// check; a killed pipeline rank named by fr-analyze. titan-conformance
+// passes the built-in schedules (each also trains on 2 ranks like one
+// process) and the pipeline plugin's split, and fails each wrong schedule
+// and a split that forgets a block by check name.
 #include "equivalence_runs.hpp"
+
+#include "conformance_report.hpp"
+
+using titan::test::has;
+using titan::test::conformance::conformance_json;
+using titan::test::conformance::plugin_dir;
+using titan::test::conformance::test_plugin;
 
 namespace {
 
@@ -208,4 +219,53 @@ TEST_CASE("pipeline: a pipeline rank killed mid-step leaves its peer's flight re
   CHECK(names_peer);
   CHECK(text.find("at 'step 2 / pp 0") != std::string::npos);
   CHECK(text.find("rank 1 left no dump") != std::string::npos);
+}
+
+TEST_CASE("titan-conformance: the built-in pipeline schedules pass, training included, and wrong ones fail "
+          "static_check by name") {
+  std::vector<std::string> checks = {"pipeline_schedule.static_check", "pipeline_schedule.refusals_name_key",
+                                     "pipeline_schedule.deterministic", "pipeline_schedule.accepts_some"};
+  // Each schedule trains the 6-block model on 2 ranks like one process does.
+  for (const char* schedule : {"GPipe", "1F1B", "Interleaved1F1B", "LoopedBFS", "InterleavedZeroBubble",
+                               "ZBVZeroBubble", "DualPipeV"}) {
+    checks.push_back(std::string("pipeline_schedule.") + schedule + ".training@2");
+  }
+  auto builtin = conformance_json(plugin_dir() / "libtitan_plugin_pp_schedules.so");
+  titan::test::conformance::check_all_pass(builtin, checks);
+  CHECK(has(builtin.output, "max relative difference from one process over 3 steps (pp 2, 4 microbatches): loss "));
+  auto wrong = conformance_json(test_plugin("wrong_pp_schedules"));
+  INFO(wrong.output);
+  CHECK(wrong.exit_code == 1);
+  CHECK(wrong.results["pipeline_schedule.static_check"] == "fail");
+  CHECK(wrong.results["pipeline_schedule.deterministic"] == "pass");
+  // Lists the trainer would refuse are not trained: skipped, never passed.
+  for (const char* schedule : {"ForgetfulZB1F1B", "BackwardFirst1F1B", "CrossedWaits1F1B"}) {
+    CHECK_MESSAGE(wrong.results[std::string("pipeline_schedule.") + schedule + ".training@2"] == "skip", schedule);
+  }
+  CHECK(has(wrong.output, "conformance check failed: pipeline_schedule.static_check"));
+  CHECK(has(wrong.output, "ForgetfulZB1F1B (pp 2, 2 stages, 4 microbatches, loop placement): rank 0, microbatch 3: "
+                          "runs 0I3"));
+  CHECK(has(wrong.output, "backward of microbatch 0 of stage 1 before its forward"));
+  CHECK(has(wrong.output, "CrossedWaits1F1B (pp 2, 2 stages, 4 microbatches, loop placement) deadlocks"));
+}
+
+TEST_CASE("titan-conformance: the pipeline split passes its split checks on 1 2 and 4 stages, and a split that "
+          "forgets a block fails split_covers and split_cuts by name") {
+  std::vector<std::string> checks;
+  for (const char* check : {"split_count", "split_nonempty", "split_covers", "split_order", "split_cuts",
+                            "split_deterministic"}) {
+    for (const char* stages : {"@1", "@2", "@4"}) checks.push_back(std::string("parallelizer.") + check + stages);
+  }
+  auto pipeline = conformance_json(plugin_dir() / "libtitan_plugin_pipeline.so", "--ranks 1,2,4");
+  titan::test::conformance::check_all_pass(pipeline, checks);
+  CHECK(has(pipeline.output, "[tok_embeddings layers.0] | [layers.1 layers.2] | [layers.3 layers.4] | "
+                             "[layers.5 norm output]"));
+  auto forgetful = conformance_json(test_plugin("forgetful_split"), "--ranks 2");
+  INFO(forgetful.output);
+  CHECK(forgetful.exit_code == 1);
+  CHECK(has(forgetful.output, "conformance check failed: parallelizer.split_covers@2 (layers.5 on no stage"));
+  CHECK(has(forgetful.output, "conformance check failed: parallelizer.split_cuts@2"));
+  for (const char* check : {"split_count@2", "split_nonempty@2", "split_order@2", "split_deterministic@2"}) {
+    CHECK_MESSAGE(forgetful.results[std::string("parallelizer.") + check] == "pass", check);
+  }
 }

@@ -1,0 +1,39 @@
+#include "test_hooks.hpp"
+
+#include <csignal>
+#include <cmath>
+
+#include "titan/test_signal.hpp"
+
+namespace titan {
+
+TestHooks::TestHooks(const DebugConfig& debug, int rank) : debug_(debug), rank_(rank) {}
+
+void TestHooks::attach(CausalLM& first_stage) {
+  const bool forward = test_signal_armed("forward"), backward = test_signal_armed("backward");
+  if (!forward && !backward) return;
+  std::shared_ptr<int64_t> step = step_;
+  first_stage.add_forward_wrapper([step, forward, backward](const at::Tensor& tokens, const ForwardBody& inner) {
+    if (forward) test_signal_point("forward", *step);
+    at::Tensor out = inner(tokens);
+    if (backward && out.requires_grad()) {
+      out.register_hook([step](const at::Tensor& grad) {
+        test_signal_point("backward", *step);
+        return grad;
+      });
+    }
+    return out;
+  });
+}
+
+double TestHooks::loss_seen(double loss) const {
+  return *step_ == debug_.inject_nonfinite_loss_at_step ? std::nan("") : loss;
+}
+
+void TestHooks::before_optimizer() const { test_signal_point("optimizer", *step_); }
+
+void TestHooks::after_step() const {
+  if (rank_ == debug_.crash_rank && *step_ == debug_.crash_at_step) std::raise(SIGKILL);
+}
+
+}  // namespace titan

@@ -1,0 +1,36 @@
+// TEST-ONLY fault hooks of the training loop, in one place: the fault
+// matrix's signals (TITAN_TEST_SIGNAL, titan/test_signal.hpp) at forward,
+// backward and optimizer, and the debug.* hooks (a non-finite loss at a
+// step, a rank that kills itself after a step). A run without them set
+// pays one branch per call.
+#pragma once
+#include <cstdint>
+#include <memory>
+
+#include "titan/job_config.hpp"
+#include "titan/model.hpp"
+
+namespace titan {
+
+class TestHooks {
+ public:
+  TestHooks(const DebugConfig& debug, int rank);
+
+  // Adds the forward and backward signal points to the model that runs
+  // first (the outermost forward wrapper and a hook on its output).
+  void attach(CausalLM& first_stage);
+  // Called as each step begins, so the model's hooks know the step.
+  void begin_step(int64_t step) { *step_ = step; }
+  // debug.inject_nonfinite_loss_at_step: the loss the loop sees.
+  double loss_seen(double loss) const;
+  void before_optimizer() const;
+  // debug.crash_rank / crash_at_step: SIGKILL once the step is done.
+  void after_step() const;
+
+ private:
+  DebugConfig debug_;
+  int rank_;
+  std::shared_ptr<int64_t> step_ = std::make_shared<int64_t>(0);
+};
+
+}  // namespace titan

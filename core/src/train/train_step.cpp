@@ -1,0 +1,72 @@
+// One training step: data -> forward and backward over the microbatches ->
+// the loss over the job -> gradient clipping -> optimizer and LR.
+#include <torch/torch.h>
+
+#include <cmath>
+
+#include "training_run.hpp"
+#include "titan/error.hpp"
+#include "titan/logging.hpp"
+
+namespace titan {
+
+StepOutcome TrainingRun::step(int64_t step) {
+  const TrainingConfig& training = plan.core.training;
+  hooks.begin_step(step);
+  CallSite step_site("step " + std::to_string(step));  // observers see "step 12 / fsdp all_gather layers.3"
+
+  std::vector<Microbatch> microbatches = next_microbatches();
+  auto forward_backward = [&](const std::vector<Microbatch>& batch) {
+    return schedule_->step(*model, batch, model->loss());
+  };
+  at::Tensor local_loss = graphed_ ? graphed_->run(microbatches, forward_backward) : forward_backward(microbatches);
+  model->finalize_gradients();
+
+  const double loss = hooks.loss_seen(parallel->loss_over_job(local_loss));
+  const double grad_norm = clip_grad_norm(parameters_, training.max_norm, 2.0, norm_reduce_, norm_weights_);
+  const double lr = plan.optimizer->base_lr() * plan.lr_schedule->factor(step);
+  StepOutcome outcome;
+  if (std::isfinite(loss) && std::isfinite(grad_norm)) {
+    hooks.before_optimizer();
+    optimizer->step(lr);
+  } else if (training.on_nonfinite_loss == "error") {
+    throw Error("step " + std::to_string(step) + ": loss is " + std::to_string(loss) + " and grad norm " +
+                std::to_string(grad_norm) +
+                "; training stopped (checkpoints already saved are kept). Lower optimizer.lr, check the data, or "
+                "set training.on_nonfinite_loss=skip to skip such steps");
+  } else {
+    spdlog::warn("step {}: non-finite loss {} / grad norm {}; optimizer step skipped", step, loss, grad_norm);
+    outcome.optimizer_skipped = true;
+  }
+  if (plan.core.comm.verify_collectives && world.distributed() && step == resumed_step + 1) {
+    CallSite site("verify_collectives");
+    verifier.verify(parallel->mesh()->group("world"), step);
+  }
+  const int64_t tokens = training.local_batch_size * training.seq_len * accumulation_;
+  outcome.record = {step, loss, grad_norm, lr, tokens, state_bytes()};
+  optimizer->zero_grad();
+  return outcome;
+}
+
+std::vector<Microbatch> TrainingRun::next_microbatches() {
+  std::vector<Microbatch> microbatches;
+  for (int64_t i = 0; i < accumulation_; ++i) {
+    at::Tensor windows = loader->next_batch(plan.core.training.local_batch_size).to(device);
+    const int64_t length = windows.size(1) - 1;
+    microbatches.push_back({windows.narrow(1, 0, length), windows.narrow(1, 1, length)});
+  }
+  return microbatches;
+}
+
+// Parameters, their gradients and the optimizer's state held by this rank.
+int64_t TrainingRun::state_bytes() const {
+  auto bytes_of = [](const at::Tensor& tensor) {
+    return tensor.defined() ? static_cast<int64_t>(tensor.numel() * tensor.element_size()) : int64_t{0};
+  };
+  int64_t bytes = 0;
+  for (const auto& param : parameters_) bytes += bytes_of(param) + bytes_of(param.grad());
+  for (const auto& [name, tensor] : optimizer->state_tensors()) bytes += bytes_of(tensor);
+  return bytes;
+}
+
+}  // namespace titan

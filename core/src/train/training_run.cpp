@@ -1,0 +1,201 @@
+// Building a run, once, in the order the pieces depend on each other:
+// device -> tokenizer and data -> parallelism (mesh, checkpointer) -> model
+// (built on meta, transformed by every plugin, materialized, initialized) ->
+// optimizer -> resume from a checkpoint -> metrics.
+#include "training_run.hpp"
+
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <thread>
+
+#include "accumulation_schedule.hpp"
+#include "initial_load.hpp"
+#include "pipeline/pipeline_setup.hpp"
+#include "titan/assets.hpp"
+#include "titan/compat.hpp"
+#include "titan/error.hpp"
+#include "titan/logging.hpp"
+#include "titan/model_builder.hpp"
+#include "titan/tokenizer.hpp"
+
+namespace titan {
+
+namespace {
+
+c10::Device choose_device(const TrainingConfig& training) {
+  if (training.device == "cuda") {
+    if (!compat::cuda_available()) {
+      throw Error("training.device is 'cuda' but this titan has no CUDA (LibTorch " +
+                  std::string(torch_version_string()) + " without CUDA, or no GPU visible); use training.device=cpu");
+    }
+    return c10::Device(c10::kCUDA, 0);
+  }
+  return c10::Device(c10::kCPU);
+}
+
+// LibTorch starts with one intra-op thread here; use the machine unless told.
+void set_threads_and_seed(const TrainingConfig& training) {
+  const int threads = training.threads > 0 ? static_cast<int>(training.threads)
+                                           : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  at::set_num_threads(threads);
+  at::manual_seed(static_cast<uint64_t>(training.seed));
+  if (training.deterministic) at::globalContext().setDeterministicAlgorithms(true, false);
+}
+
+int64_t accumulation_steps(const TrainingConfig& training, int64_t dp_degree) {
+  if (training.global_batch_size == -1) return 1;
+  const int64_t per_step = training.local_batch_size * dp_degree;
+  if (training.global_batch_size % per_step != 0) {
+    throw Error("training.global_batch_size (" + std::to_string(training.global_batch_size) +
+                ") must be a multiple of training.local_batch_size x data-parallel degree (" +
+                std::to_string(training.local_batch_size) + " x " + std::to_string(dp_degree) + ")");
+  }
+  return training.global_batch_size / per_step;
+}
+
+// A precision plugin decides the dtypes the parallelizers gather, compute
+// and reduce in, in place of training.mixed_precision_param / _reduce.
+ParallelizeContext parallelize_context(const RunPlan& plan, const DeviceMesh* mesh, const c10::Device& device) {
+  const TrainingConfig& training = plan.core.training;
+  auto dtype_of = [](const std::string& name) { return name == "bfloat16" ? c10::kBFloat16 : c10::kFloat; };
+  ParallelizeContext context{*plan.model, device, mesh, dtype_of(training.mixed_precision_param),
+                             dtype_of(training.mixed_precision_reduce)};
+  if (!plan.precision) return context;
+  const c10::ScalarType param = plan.precision->param_dtype(), reduce = plan.precision->reduce_dtype();
+  if (!trainer_supports_dtype(param) || !trainer_supports_dtype(reduce)) {
+    throw Error(std::string("the precision plugin asks for params ") + c10::toString(param) + " / reduce " +
+                c10::toString(reduce) + "; the trainer supports Float and BFloat16");
+  }
+  if (training.mixed_precision_param != "float32" || training.mixed_precision_reduce != "float32") {
+    spdlog::warn("training.mixed_precision_param / _reduce ({} / {}) are replaced by the precision plugin's",
+                 training.mixed_precision_param, training.mixed_precision_reduce);
+  }
+  context.param_dtype = param;
+  context.reduce_dtype = reduce;
+  spdlog::info("precision policy: params {} / reduce {}, loss within {} of float32", c10::toString(param),
+               c10::toString(reduce), plan.precision->loss_tolerance());
+  return context;
+}
+
+// What a replayed CUDA graph cannot hold: host-driven pipeline actions and
+// collectives across processes (not verified under capture yet).
+void check_cuda_graph_plan(const RunPlan& plan, const World& world) {
+  if (!plan.core.training.cuda_graph) return;
+  if (plan.pipeline) {
+    throw Error("training.cuda_graph: the pipeline's schedule runs from the host step by step and cannot be "
+                "captured; remove the pipeline plugin or set training.cuda_graph=false");
+  }
+  if (world.distributed()) {
+    throw Error("training.cuda_graph: supported on one rank only (world size is " +
+                std::to_string(world.world_size) + "); set training.cuda_graph=false for multi-rank runs");
+  }
+}
+
+}  // namespace
+
+// Observers (e.g. the flight recorder) see every collective while it lives.
+struct TrainingRun::ObserverScope {
+  ObserverScope(RunPlan& plan, CollectiveVerifier* verifier) {
+    for (auto& observer : plan.comm_observers) add_comm_observer(observer.get());
+    if (verifier) add_comm_observer(verifier);
+  }
+  ~ObserverScope() { clear_comm_observers(); }
+};
+
+TrainingRun::TrainingRun(RunPlan& plan_, const World& world_)
+    : plan(plan_), world(world_), device(choose_device(plan_.core.training)), hooks(plan_.core.debug, world_.rank) {
+  const CoreConfig& core = plan.core;
+  const TrainingConfig& training = core.training;
+  check_cuda_graph_plan(plan, world);
+  set_threads_and_seed(training);
+
+  auto tokenizer = std::shared_ptr<const Tokenizer>(load_tokenizer(resolve_asset(core.tokenizer_path)));
+  plan.model->set_vocab_size(tokenizer->vocab_size());
+  const std::string data = training.dataset_path.empty() ? training.dataset : resolve_asset(training.dataset_path);
+
+  observers = std::make_unique<ObserverScope>(plan, core.comm.verify_collectives && world.distributed() ? &verifier
+                                                                                                        : nullptr);
+  parallel = std::make_unique<ParallelSetup>(world, plan);
+  plan.checkpointer->attach(CheckpointEnv{world.rank, world.world_size, parallel->mesh(), parallel->checkpoint_comm(),
+                                          plan.root.dump()});
+  loader = std::make_unique<TokenWindowLoader>(open_dataset(data), tokenizer, training.seq_len, parallel->dp_rank(),
+                                               parallel->dp_degree());
+  accumulation_ = accumulation_steps(training, parallel->dp_degree());
+
+  build_model();
+  if (core.debug.exit_after_init) return;
+
+  std::vector<NamedParameter> named;
+  std::vector<std::string> names;
+  for (const auto& item : model->named_parameters()) {
+    if (!item.value().requires_grad()) continue;
+    named.push_back({item.key(), item.value()});
+    parameters_.push_back(item.value());
+    names.push_back(item.key());
+  }
+  norm_reduce_ = parallel->norm_reduce();
+  norm_weights_ = parallel->norm_weights(*model, names);
+  optimizer = plan.optimizer->build(named);
+
+  accumulation_schedule_ = std::make_unique<AccumulationSchedule>();
+  schedule_ = pipeline ? pipeline.get() : plan.schedule ? plan.schedule.get() : accumulation_schedule_.get();
+  if (training.cuda_graph) {
+    graphed_ = std::make_unique<GraphedStep>(device, training.cuda_graph_warmup_steps, parameters_);
+  }
+
+  state = std::make_unique<TrainStateView>(*model, *optimizer, *loader);
+  if (plan.checkpointer->load(state->slots())) {
+    resumed_step = state->restore(state->slots());
+    spdlog::info("resumed from checkpoint at step {} (data position {})", resumed_step, loader->position());
+  } else {
+    load_initial_weights(*plan.checkpointer, *plan.model, *model);  // checkpoint.initial_load_path, if set
+  }
+
+  double peak = core.metrics.peak_flops;
+  if (peak == 0) peak = device.is_cuda() ? gpu_peak_flops(compat::device_name(device)) : measure_cpu_peak_flops();
+  std::vector<MetricsSink*> sinks;
+  for (auto& sink : plan.metrics_sinks) sinks.push_back(sink.get());
+  MetricsConfig metrics_config = core.metrics;
+  if (world.rank != 0) metrics_config.enable_jsonl = false;  // one file per job
+  // Each pp rank computes its stages' share of every token (an even share:
+  // MFU stays a per-rank figure, not pp times one).
+  const double pp_degree = parallel->mesh() ? static_cast<double>(parallel->mesh()->size("pp")) : 1.0;
+  metrics = std::make_unique<StepMetrics>(metrics_config, core.job.dump_folder,
+                                          plan.model->flops_per_token(training.seq_len) / pp_degree, peak, sinks,
+                                          device);
+}
+
+TrainingRun::~TrainingRun() = default;
+
+// Through the same builder as titan-conformance (titan/model_builder.hpp);
+// a pipeline cuts its parts first and each part goes through it.
+void TrainingRun::build_model() {
+  const ParallelizeContext context = parallelize_context(plan, parallel->mesh(), device);
+  CausalLM* first_stage = nullptr;
+  if (plan.pipeline) {
+    const PipelineRun* planned = parallel->pipeline_run();
+    if (!planned) throw Error("pipeline: the run was not planned (no pp mesh dim)");
+    PipelineModel built = build_pipeline_model(plan, *planned, parallel->mesh(), world.rank, device,
+                                               [&](CausalLM& part) {
+                                                 apply_plugins(part, plan.parallelizers, plan.precision.get(), context);
+                                               });
+    model = built.model;
+    first_stage = built.model->parts().front().get();
+    pipeline = std::move(built.executor);
+  } else {
+    model = titan::build_model(*plan.model, plan.parallelizers, plan.precision.get(), context);
+    first_stage = model.get();
+  }
+  hooks.attach(*first_stage);
+  model->init_weights(static_cast<uint64_t>(plan.core.training.seed));
+  model->train();
+  int64_t local_bytes = 0;
+  for (const auto& param : model->parameters()) local_bytes += param.numel() * param.element_size();
+  spdlog::info("model {} flavor {}: {:.2f}M parameters, vocab {}, on {}; this rank holds {:.1f} MiB of them, "
+               "peak resident {:.1f} MiB after init",
+               plan.model_plugin, plan.model->flavor(), plan.model->num_params() / 1e6, plan.model->vocab_size(),
+               device.str(), local_bytes / 1048576.0, max_resident_bytes() / 1048576.0);
+}
+
+}  // namespace titan

@@ -1,0 +1,73 @@
+// One training run, as TorchTitan's Trainer splits it: everything is built
+// once (training_run.cpp: device, data, parallelism, model, optimizer,
+// resume), then each step is one call of step() (train_step.cpp), and
+// trainer.cpp's loop adds metrics, checkpoints and the stop conditions.
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "collective_verifier.hpp"
+#include "graphed_step.hpp"
+#include "parallel_setup.hpp"
+#include "step_metrics.hpp"
+#include "test_hooks.hpp"
+#include "train_state.hpp"
+#include "titan/data.hpp"
+#include "titan/grad_clip.hpp"
+#include "titan/optimizer.hpp"
+#include "titan/run_plan.hpp"
+#include "titan/schedule.hpp"
+#include "titan/world.hpp"
+
+namespace titan {
+
+// What a step did, beyond what the metrics log.
+struct StepOutcome {
+  StepRecord record;
+  bool optimizer_skipped = false;  // non-finite loss under on_nonfinite_loss: skip
+};
+
+class TrainingRun {
+ public:
+  TrainingRun(RunPlan& plan, const World& world);
+  ~TrainingRun();
+
+  // Forward and backward over the step's microbatches (gradient
+  // accumulation or the pipeline schedule), the loss reduced over the job,
+  // gradients clipped, the optimizer and LR stepped.
+  StepOutcome step(int64_t step);
+
+  // Members in the order they are built; they are torn down in reverse
+  // (the model before its groups, the observers after every collective).
+  RunPlan& plan;
+  const World world;
+  const c10::Device device;
+  CollectiveVerifier verifier;  // comm.verify_collectives: the first step's sequences across ranks
+  struct ObserverScope;
+  std::unique_ptr<ObserverScope> observers;
+  std::unique_ptr<ParallelSetup> parallel;
+  std::unique_ptr<TokenWindowLoader> loader;
+  std::shared_ptr<CausalLM> model;  // a pipeline's parts, seen as one model, when pipelined
+  std::unique_ptr<Schedule> pipeline;  // the pipeline executor, when pipelined
+  std::unique_ptr<Optimizer> optimizer;
+  std::unique_ptr<TrainStateView> state;
+  int64_t resumed_step = 0;  // the step a checkpoint resumed after (0: a fresh start)
+  std::unique_ptr<StepMetrics> metrics;
+  TestHooks hooks;
+
+ private:
+  void build_model();
+  std::vector<Microbatch> next_microbatches();
+  int64_t state_bytes() const;
+
+  Schedule* schedule_ = nullptr;  // the pipeline, a schedule plugin, or plain gradient accumulation
+  std::unique_ptr<Schedule> accumulation_schedule_;
+  std::unique_ptr<GraphedStep> graphed_;  // training.cuda_graph
+  std::vector<at::Tensor> parameters_;   // trainable, in the optimizer's order
+  NormReduceFn norm_reduce_;
+  std::vector<double> norm_weights_;
+  int64_t accumulation_ = 1;  // microbatches per step
+};
+
+}  // namespace titan
