@@ -171,8 +171,8 @@ TEST_SUITE("config") {
     CHECK(bad("training:\n  device: tpu\n").find("expected one of {cpu, cuda}") != std::string::npos);
     CHECK(bad("training:\n  cuda_graph: true\n").find("training.cuda_graph: a CUDA graph needs training.device=cuda") !=
           std::string::npos);
-    CHECK(bad("training:\n  cuda_graph_warmup_steps: 0\n").find("training.cuda_graph_warmup_steps") !=
-          std::string::npos);
+    CHECK(bad("training:\n  cuda_graph_warmup_steps: 0\n")
+              .find("training.cuda_graph_warmup_steps: expected a positive integer, got 0") != std::string::npos);
     CHECK(bad("metrics:\n  log_freq: -1\n").find("metrics.log_freq") != std::string::npos);
     CHECK(bad("training:\n  global_batch_size: 0\n").find("global_batch_size") != std::string::npos);
     auto config = titan::read_core_config(ConfigNode::parse("training:\n  steps: 5\n", "ok.yaml"));

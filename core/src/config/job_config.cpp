@@ -49,13 +49,10 @@ CoreConfig read_core_config(const ConfigNode& root) {
                                     "capture the forward and backward passes into a CUDA graph after "
                                     "cuda_graph_warmup_steps eager steps and replay it every step (device cuda, one "
                                     "rank, no pipeline, fixed shapes)");
-  t.cuda_graph_warmup_steps = training.get<int64_t>("cuda_graph_warmup_steps", 3,
-                                                    "eager steps before the CUDA graph is captured");
-  if (t.cuda_graph_warmup_steps < 1) {
-    training.fail("cuda_graph_warmup_steps",
-                  "expected >= 1 (cuBLAS and autograd set up lazily outside the graph), got " +
-                      std::to_string(t.cuda_graph_warmup_steps));
-  }
+  t.cuda_graph_warmup_steps = training.get<int64_t>(
+      "cuda_graph_warmup_steps", 3,
+      "eager steps before the CUDA graph is captured (at least 1: cuBLAS and autograd set up lazily, outside it)");
+  require_positive(training, "cuda_graph_warmup_steps", t.cuda_graph_warmup_steps);
   if (t.cuda_graph && t.device != "cuda") {
     training.fail("cuda_graph", "a CUDA graph needs training.device=cuda (device is '" + t.device +
                                     "'); set training.cuda_graph=false to train on " + t.device);
