@@ -33,8 +33,13 @@ if(TITAN_WITH_CUDA)
   find_package(CUDAToolkit REQUIRED)
   # LibTorch does not ship nccl.h: the CUDA toolkit's (CI machines) or the
   # nvidia-nccl wheel's (GPU machines; scripts/gpu_check.sh passes it).
-  find_path(NCCL_INCLUDE_DIR nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS} REQUIRED)
-  find_library(NCCL_LIBRARY NAMES nccl libnccl.so.2 HINTS ${CUDAToolkit_LIBRARY_DIR} REQUIRED)
+  # The toolkit keeps NCCL in <root>/lib, not lib64, and CI's PATH has only
+  # a wrapper nvcc in /usr/local/bin, so look under the toolkit's root too.
+  set(titan_cuda_roots ${CUDAToolkit_LIBRARY_ROOT} ${CUDAToolkit_TARGET_DIR} $ENV{CUDA_HOME} /usr/local/cuda)
+  find_path(NCCL_INCLUDE_DIR nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS} ${titan_cuda_roots}
+    PATH_SUFFIXES include REQUIRED)
+  find_library(NCCL_LIBRARY NAMES nccl libnccl.so.2 HINTS ${CUDAToolkit_LIBRARY_DIR} ${titan_cuda_roots}
+    PATH_SUFFIXES lib lib64 REQUIRED)
   message(STATUS "Titan: NCCL ${NCCL_LIBRARY} (headers ${NCCL_INCLUDE_DIR})")
 endif()
 message(STATUS "Titan: LibTorch ${Torch_VERSION}, CUDA ${TITAN_WITH_CUDA}")
