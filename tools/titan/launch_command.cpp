@@ -49,7 +49,9 @@ is killed.
 
 Several machines: run titan launch on each with the same --nnodes,
 --master-addr and --master-port and its own --node-rank (like torchrun's
-static rendezvous). Restarts are per machine.
+static rendezvous). Restarts are per machine. The ranks' Gloo connections use
+GLOO_SOCKET_IFNAME's interfaces (e.g. eth0, or eth0,eth1), else the interface
+whose address routes to --master-addr; each rank logs which.
 )";
 
 // A mistake in the launcher's own arguments: usage and exit code 2.

@@ -3,6 +3,7 @@
 // restarted job never reads a previous attempt's keys. Every group has a
 // Gloo backend for CPU tensors; with backend "nccl" (CUDA runs) it also has
 // an NCCL backend for CUDA tensors, as PyTorch's "cpu:gloo,cuda:nccl".
+// Gloo's interface is chosen as PyTorch users expect (network_interface.hpp).
 #include "titan/dist_runtime.hpp"
 
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
@@ -20,6 +21,7 @@
 #include "titan/compat.hpp"
 #include "titan/error.hpp"
 #include "titan/logging.hpp"
+#include "titan/network_interface.hpp"
 
 namespace titan {
 
@@ -27,7 +29,8 @@ struct DistRuntime::Impl {
   DistTimeouts timeouts;
   std::string backend;
   c10::intrusive_ptr<c10d::Store> store;
-  std::shared_ptr<::gloo::transport::Device> device;
+  std::vector<std::shared_ptr<::gloo::transport::Device>> devices;  // one per interface
+  std::string network;  // "interface eth0 (10.0.0.2)", for messages
   std::unique_ptr<Comm> world_group;
   std::map<std::string, int> groups_named;  // a name reused (e.g. by a second mesh) gets a fresh prefix
 };
@@ -42,7 +45,52 @@ std::string attempt_prefix() {
   return "/titan/attempt_0";
 }
 
-bool is_loopback(const std::string& host) { return host == "localhost" || host.rfind("127.", 0) == 0; }
+std::string env_text(const char* name) {
+  const char* value = std::getenv(name);
+  return value ? value : "";
+}
+
+// The Gloo devices of a distributed job, logged with why they were chosen.
+// NCCL reads NCCL_SOCKET_IFNAME itself (titan launch passes the environment
+// on); it is logged so both choices sit side by side.
+std::vector<std::shared_ptr<::gloo::transport::Device>> gloo_devices(const World& world, const std::string& backend,
+                                                                      std::string& described) {
+  NetworkChoice choice = choose_gloo_network(env_text("GLOO_SOCKET_IFNAME"), world.master_addr, world.master_port,
+                                             system_network_facts());
+  described = choice.describe();
+  spdlog::info("gloo: {} ({})", described, choice.reason);
+  if (backend == "nccl") {
+    std::string nccl = env_text("NCCL_SOCKET_IFNAME");
+    spdlog::info("nccl: {}", nccl.empty() ? "NCCL_SOCKET_IFNAME is unset: NCCL picks its interface itself"
+                                          : "NCCL_SOCKET_IFNAME=" + nccl);
+  }
+  std::vector<std::shared_ptr<::gloo::transport::Device>> devices;
+  for (const auto& endpoint : choice.endpoints) {
+    try {
+      devices.push_back(endpoint.by_name ? c10d::ProcessGroupGloo::createDeviceForInterface(endpoint.interface)
+                                         : c10d::ProcessGroupGloo::createDeviceForHostname(endpoint.address));
+    } catch (const c10::Error& error) {
+      throw Error("rank " + std::to_string(world.rank) + " could not open a Gloo device on interface " +
+                  endpoint.interface + " (" + endpoint.address + "): " + error.what_without_backtrace());
+    }
+  }
+  return devices;
+}
+
+std::string store_failure(const World& world, const std::string& network) {
+  return "rank " + std::to_string(world.rank) + " could not join the job's TCPStore at " + world.master_addr + ":" +
+         std::to_string(world.master_port) + " from " + network;
+}
+
+std::string store_hint(const World& world, const std::string& network) {
+  // torchrun hands out rank 0's host name, which resolves to loopback in
+  // many containers: the other nodes then dial themselves.
+  if (world.local_world_size < world.world_size && network.find("(127.") != std::string::npos) {
+    return ". MASTER_ADDR " + world.master_addr + " is loopback but the job has ranks on other hosts: give rank 0's "
+           "host an address the others reach (titan launch --master-addr, or torchrun --local-addr on each node)";
+  }
+  return ". Check MASTER_ADDR/MASTER_PORT, that every rank was started, and that the port is free";
+}
 
 }  // namespace
 
@@ -65,10 +113,13 @@ DistRuntime::DistRuntime(const World& world, const DistTimeouts& timeouts, const
   if (!world.distributed()) {
     // One process (e.g. FSDP on one GPU): real groups of size 1, no network.
     impl_->store = c10::make_intrusive<c10d::HashStore>();
-    impl_->device = c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1");
+    impl_->devices = {c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1")};
+    impl_->network = "interface lo (127.0.0.1)";
     impl_->world_group = new_group("world", {0});
     return;
   }
+  // Chosen before the store, so that a failure to join names the interface.
+  impl_->devices = gloo_devices(world, backend, impl_->network);
   c10d::TCPStoreOptions options;
   options.port = static_cast<uint16_t>(world.master_port);
   options.isServer = world.rank == 0 && !world.store_hosted_by_agent;
@@ -79,18 +130,12 @@ DistRuntime::DistRuntime(const World& world, const DistTimeouts& timeouts, const
     auto tcp = c10::make_intrusive<c10d::TCPStore>(world.master_addr, options);
     impl_->store = c10::make_intrusive<c10d::PrefixStore>(attempt_prefix(), tcp);
   } catch (const c10::Error& error) {
-    throw Error("rank " + std::to_string(world.rank) + " could not join the job's TCPStore at " + world.master_addr +
-                ":" + std::to_string(world.master_port) + " within comm.init_timeout_seconds (" +
+    throw Error(store_failure(world, impl_->network) + " within comm.init_timeout_seconds (" +
                 std::to_string(timeouts.init.count() / 1000) + " s): " + error.what_without_backtrace() +
-                ". Check MASTER_ADDR/MASTER_PORT, that every rank was started, and that the port is free");
+                store_hint(world, impl_->network));
   } catch (const std::exception& error) {
-    throw Error("rank " + std::to_string(world.rank) + " could not join the job's TCPStore at " + world.master_addr +
-                ":" + std::to_string(world.master_port) + ": " + error.what() +
-                ". Check MASTER_ADDR/MASTER_PORT, that every rank was started, and that the port is free");
+    throw Error(store_failure(world, impl_->network) + ": " + error.what() + store_hint(world, impl_->network));
   }
-  // Loopback jobs bind Gloo to loopback: the host name may not resolve.
-  impl_->device = is_loopback(world.master_addr) ? c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1")
-                                                 : c10d::ProcessGroupGloo::createDefaultDevice();
   std::vector<int> everyone;
   for (int rank = 0; rank < world.world_size; ++rank) everyone.push_back(rank);
   impl_->world_group = new_group("world", everyone);
@@ -117,11 +162,13 @@ std::unique_ptr<Comm> DistRuntime::new_group(const std::string& name, const std:
   const int size = static_cast<int>(ranks.size());
   auto group = c10::make_intrusive<c10d::ProcessGroup>(store, index, size);
   try {
-    // Connecting waits on the store with the store's (init) timeout.
-    auto options = c10d::ProcessGroupGloo::Options::create(impl_->timeouts.collective);
-    options->devices.push_back(impl_->device);
+    // Connecting to the peers is joining: it gets the init timeout, then
+    // every collective the train timeout.
+    auto options = c10d::ProcessGroupGloo::Options::create(impl_->timeouts.init);
+    options->devices = impl_->devices;
     options->threads = 2;
     auto gloo = c10::make_intrusive<c10d::ProcessGroupGloo>(store, index, size, options);
+    gloo->setTimeout(impl_->timeouts.collective);
     group->setBackend(c10::DeviceType::CPU, c10d::ProcessGroup::BackendType::GLOO, gloo);
     group->setDefaultBackend(c10d::ProcessGroup::BackendType::GLOO);
 #ifdef TITAN_WITH_CUDA
@@ -136,8 +183,10 @@ std::unique_ptr<Comm> DistRuntime::new_group(const std::string& name, const std:
     }
 #endif
   } catch (const c10::Error& error) {
-    throw Error("could not create process group '" + name + "': " + error.what_without_backtrace() +
-                " (every member rank must create it; check that all ranks are alive)");
+    throw Error("rank " + std::to_string(world_.rank) + " could not create process group '" + name + "' from " +
+                impl_->network + ": " + error.what_without_backtrace() +
+                " (every member rank must create it; check that all ranks are alive, that they reach each other "
+                "at the addresses named, and GLOO_SOCKET_IFNAME on each host)");
   } catch (const std::exception& error) {
     throw Error("could not create process group '" + name + "': " + error.what());
   }
