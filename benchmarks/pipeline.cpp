@@ -24,7 +24,7 @@
 #include "titan/logging.hpp"
 #include "titan/metrics_sink.hpp"
 #include "titan/peak_memory.hpp"
-#include "titan/pipeline_plan.hpp"
+#include "titan/pipeline_program.hpp"
 #include "titan/registry.hpp"
 #include "titan/run_plan.hpp"
 #include "titan/trainer.hpp"
@@ -237,7 +237,7 @@ double theoretical_bubble(const std::string& name, int64_t stages, int microbatc
   shape.ranks = kDegree;
   shape.stages = stages;
   shape.microbatches = microbatches;
-  return titan::plan_pipeline(*schedule, shape).timeline.bubble_fraction;
+  return titan::compile_pipeline(*schedule, shape).timeline.bubble_fraction;
 }
 
 // One schedule's runs (repeats), pooled over their steady steps.

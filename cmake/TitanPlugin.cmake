@@ -14,7 +14,7 @@
 set(TITAN_PLUGIN_VERSION_SCRIPT ${CMAKE_CURRENT_LIST_DIR}/titan_plugin.map)
 # The kinds of titan/plugin.hpp (TITAN_SINGLE_FACTORY_KINDS, then pipeline_schedule).
 set(TITAN_PLUGIN_KIND_NAMES model parallelizer schedule optimizer lr_schedule precision checkpointer
-  comm_observer metrics_sink pipeline_schedule)
+  comm_observer metrics_sink pipeline_splitter pipeline_schedule)
 
 function(titan_add_plugin name)
   cmake_parse_arguments(ARG "" "CONFORMANCE" "SOURCES;LIBRARIES;KINDS" ${ARGN})

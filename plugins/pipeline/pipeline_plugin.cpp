@@ -46,6 +46,7 @@ PipelineOptions read_options(const titan::ConfigNode& node) {
   PipelineOptions options;
   auto& settings = options.settings;
   auto& split = options.split;
+  settings.schedule = "1F1B";  // TorchTitan's default
   settings.degree = node.degree("pipeline_parallel_degree", -1,
                                 "ranks the stages are spread over, the pp mesh dim (-1: the rest of the world)");
   settings.schedule = node.get<std::string>(
@@ -111,6 +112,6 @@ PipelineOptions read_options(const titan::ConfigNode& node) {
 
 }  // namespace
 
-TITAN_PLUGIN_OF(parallelizer, titan::pipeline::StageSplitter, "1.0",
+TITAN_PLUGIN_OF(pipeline_splitter, titan::pipeline::StageSplitter, "1.0",
                 "pipeline parallelism: the stage split and the schedule settings (core runs the schedule)",
                 read_options)

@@ -63,7 +63,7 @@ class TensorBoardSink : public titan::MetricsSink {
 // The event file this rank writes: only rank 0 writes, as TorchTitan does
 // by default (one event file per job); elsewhere none.
 std::unique_ptr<EventFileWriter> open_writer(const titan::PluginContext& context) {
-  // Same key, default and doc as core's read of the metrics: section.
+  // The metrics: section is this plugin's options (core's switch enable_tensorboard).
   std::string folder = context.options.get<std::string>("save_tb_folder", "tb", "TensorBoard folder under dump_folder");
   if (folder.empty()) context.options.fail("save_tb_folder", "expected a folder name, got an empty string");
   if (context.rank != 0) return nullptr;

@@ -74,8 +74,8 @@ TEST_SUITE("multirank") {
 
   TEST_CASE(
       "multirank: a dp_shard=2 x tp=2 mesh lays ranks out row-major and its groups hold exactly their "
-      "slices") {
-    run_checks(4, 29705, "mesh_tp");
+      "slices and a plugin's ep x efsdp split of dp_shard has real groups of its own") {
+    run_checks(4, 29705, "mesh_tp,mesh_ep");
   }
 
   TEST_CASE(

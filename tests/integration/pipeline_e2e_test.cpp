@@ -254,7 +254,7 @@ TEST_CASE("titan-conformance: the pipeline split passes its split checks on 1 2 
   std::vector<std::string> checks;
   for (const char* check : {"split_count", "split_nonempty", "split_covers", "split_order", "split_cuts",
                             "split_deterministic"}) {
-    for (const char* stages : {"@1", "@2", "@4"}) checks.push_back(std::string("parallelizer.") + check + stages);
+    for (const char* stages : {"@1", "@2", "@4"}) checks.push_back(std::string("pipeline_splitter.") + check + stages);
   }
   auto pipeline = conformance_json(plugin_dir() / "libtitan_plugin_pipeline.so", "--ranks 1,2,4");
   titan::test::conformance::check_all_pass(pipeline, checks);
@@ -263,9 +263,9 @@ TEST_CASE("titan-conformance: the pipeline split passes its split checks on 1 2 
   auto forgetful = conformance_json(test_plugin("forgetful_split"), "--ranks 2");
   INFO(forgetful.output);
   CHECK(forgetful.exit_code == 1);
-  CHECK(has(forgetful.output, "conformance check failed: parallelizer.split_covers@2 (layers.5 on no stage"));
-  CHECK(has(forgetful.output, "conformance check failed: parallelizer.split_cuts@2"));
+  CHECK(has(forgetful.output, "conformance check failed: pipeline_splitter.split_covers@2 (layers.5 on no stage"));
+  CHECK(has(forgetful.output, "conformance check failed: pipeline_splitter.split_cuts@2"));
   for (const char* check : {"split_count@2", "split_nonempty@2", "split_order@2", "split_deterministic@2"}) {
-    CHECK_MESSAGE(forgetful.results[std::string("parallelizer.") + check] == "pass", check);
+    CHECK_MESSAGE(forgetful.results[std::string("pipeline_splitter.") + check] == "pass", check);
   }
 }

@@ -892,6 +892,32 @@ void check_mesh_tp(titan::DistRuntime& runtime) {
   check_one_mesh(runtime, {{"dp_shard", runtime.world().world_size / 2}, {"tp", 2}}, "mesh dp_shard x tp");
 }
 
+// A plugin's split of dp_shard_cp (4 ranks) into efsdp x ep with ep 2 (expert
+// parallelism's sparse mesh): ep pairs consecutive ranks, efsdp those with
+// the same position in their pair; real groups whose collectives reach
+// exactly those ranks.
+void check_mesh_ep(titan::DistRuntime& runtime) {
+  const int me = runtime.world().rank;
+  expect(runtime.world().world_size == 4, "mesh_ep runs on 4 ranks");
+  titan::DeviceMesh mesh(runtime, {{"dp_shard", 4}}, {{"dp_shard_cp", "efsdp", "ep", 2}});
+  const std::map<std::string, std::vector<int>> expected = {{"ep", {me / 2 * 2, me / 2 * 2 + 1}},
+                                                             {"efsdp", {me % 2, me % 2 + 2}}};
+  const std::map<std::string, int64_t> coordinate = {{"ep", me % 2}, {"efsdp", me / 2}};
+  for (const auto& [name, slice] : expected) {
+    Comm& group = mesh.group(name);
+    expect(mesh.size(name) == 2 && mesh.coordinate(name) == coordinate.at(name),
+           "mesh_ep " + name + ": size " + std::to_string(mesh.size(name)) + " coordinate " +
+               std::to_string(mesh.coordinate(name)));
+    expect(group.global_ranks() == slice, "mesh_ep " + name + ": group has global ranks " +
+                                              ranks_text(group.global_ranks()) + ", expected " + ranks_text(slice));
+    at::Tensor sum = at::full({1}, me, at::kLong);
+    group.all_reduce(sum, ReduceOp::sum);
+    expect(sum.item<int64_t>() == slice[0] + slice[1],
+           "mesh_ep " + name + ": all_reduce of the global rank gives " + std::to_string(sum.item<int64_t>()));
+  }
+  expect(mesh.group("dp_shard").size() == 4, "mesh_ep: the dense dp_shard group is unchanged");
+}
+
 // ---------------------------------------------------------------------------
 // Layouts: full_tensor / local_piece / even_row_shard.
 
@@ -998,6 +1024,7 @@ const std::map<std::string, std::function<void(titan::DistRuntime&)>>& checks() 
       {"autograd", check_autograd},
       {"mesh_hsdp", check_mesh_hsdp},
       {"mesh_tp", check_mesh_tp},
+      {"mesh_ep", check_mesh_ep},
       {"layout", check_layout},
   };
   return all;

@@ -9,11 +9,8 @@ namespace {
 
 using titan::test::create_parallelizer;
 using titan::test::error_of;
+using titan::test::parallelizer_refusal;
 using titan::test::has;
-
-std::string refusal(const std::string& options) {
-  return error_of([&] { create_parallelizer("activation_checkpoint", options); });
-}
 
 }  // namespace
 
@@ -46,23 +43,23 @@ TEST_CASE("activation_checkpoint plugin: every mode, op or a block frequency, an
         "{determinism_check: values, preserve_rng_state: true}",
         "{selective_ac_option: op, per_op_sac_force_recompute_mm_shapes_by_fqns: [feed_forward.w2]}"}) {
     CAPTURE(options);
-    CHECK(refusal(options) == "<no error>");
+    CHECK(parallelizer_refusal("activation_checkpoint", options) == "<no error>");
   }
 }
 
 TEST_CASE("activation_checkpoint plugin: bad options are refused naming the key and what was expected") {
-  std::string mode = refusal("{mode: sometimes}");
+  std::string mode = parallelizer_refusal("activation_checkpoint", "{mode: sometimes}");
   CHECK(has(mode, "run.yaml:1:"));
   CHECK(has(mode, "mode: expected one of {none, full, selective, memory_budget}, got \"sometimes\""));
-  CHECK(has(refusal("{memory_budget: 1.5}"), "memory_budget: expected a number in [0, 1], got 1.5"));
-  CHECK(has(refusal("{memory_budget: -0.1}"), "memory_budget: expected a number in [0, 1], got -0.1"));
-  CHECK(has(refusal("{selective_ac_option: every}"),
+  CHECK(has(parallelizer_refusal("activation_checkpoint", "{memory_budget: 1.5}"), "memory_budget: expected a number in [0, 1], got 1.5"));
+  CHECK(has(parallelizer_refusal("activation_checkpoint", "{memory_budget: -0.1}"), "memory_budget: expected a number in [0, 1], got -0.1"));
+  CHECK(has(parallelizer_refusal("activation_checkpoint", "{selective_ac_option: every}"),
             "selective_ac_option: expected \"op\" or a block frequency N >= 1, got \"every\""));
-  CHECK(has(refusal("{selective_ac_option: 0}"),
+  CHECK(has(parallelizer_refusal("activation_checkpoint", "{selective_ac_option: 0}"),
             "selective_ac_option: expected \"op\" or a block frequency N >= 1, got \"0\""));
-  CHECK(has(refusal("{selective_ac_option: -1}"),
+  CHECK(has(parallelizer_refusal("activation_checkpoint", "{selective_ac_option: -1}"),
             "selective_ac_option: expected \"op\" or a block frequency N >= 1, got \"-1\""));
-  CHECK(has(refusal("{determinism_check: maybe}"),
+  CHECK(has(parallelizer_refusal("activation_checkpoint", "{determinism_check: maybe}"),
             "determinism_check: expected one of {none, default, values}, got \"maybe\""));
-  CHECK(has(refusal("{preserve_rng_state: yes please}"), "preserve_rng_state: expected bool"));
+  CHECK(has(parallelizer_refusal("activation_checkpoint", "{preserve_rng_state: yes please}"), "preserve_rng_state: expected bool"));
 }

@@ -8,11 +8,8 @@ namespace {
 
 using titan::test::create_parallelizer;
 using titan::test::error_of;
+using titan::test::parallelizer_refusal;
 using titan::test::has;
-
-std::string refusal(const std::string& options) {
-  return error_of([&] { create_parallelizer("ddp", options); });
-}
 
 }  // namespace
 
@@ -36,13 +33,13 @@ TEST_CASE("ddp plugin: dp_replicate -1 and bucket_cap_mb 25 unless set; each opt
 }
 
 TEST_CASE("ddp plugin: bad options are refused naming the key and what was expected") {
-  std::string zero = refusal("{bucket_cap_mb: 0}");
+  std::string zero = parallelizer_refusal("ddp", "{bucket_cap_mb: 0}");
   CHECK(has(zero, "run.yaml:1:"));
   CHECK(has(zero, "bucket_cap_mb: expected a finite number > 0, got 0"));
-  CHECK(has(refusal("{bucket_cap_mb: -25}"), "bucket_cap_mb: expected a finite number > 0, got -25"));
-  CHECK(has(refusal("{bucket_cap_mb: .inf}"), "bucket_cap_mb: expected a finite number > 0, got inf"));
-  CHECK(has(refusal("{bucket_cap_mb: large}"), "bucket_cap_mb: expected float, got \"large\""));
-  CHECK(has(refusal("{dp_replicate: 0}"),
+  CHECK(has(parallelizer_refusal("ddp", "{bucket_cap_mb: -25}"), "bucket_cap_mb: expected a finite number > 0, got -25"));
+  CHECK(has(parallelizer_refusal("ddp", "{bucket_cap_mb: .inf}"), "bucket_cap_mb: expected a finite number > 0, got inf"));
+  CHECK(has(parallelizer_refusal("ddp", "{bucket_cap_mb: large}"), "bucket_cap_mb: expected float, got \"large\""));
+  CHECK(has(parallelizer_refusal("ddp", "{dp_replicate: 0}"),
             "dp_replicate: expected a degree >= 1 or -1 (-1: the rest of the world), got 0"));
   titan::PluginContext typo = titan::test::plugin_context("{bucket_cap: 10}");
   titan::PluginRegistry::instance().create_parallelizer("ddp", typo);

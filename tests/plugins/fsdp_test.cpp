@@ -11,11 +11,8 @@ namespace {
 
 using titan::test::create_parallelizer;
 using titan::test::error_of;
+using titan::test::parallelizer_refusal;
 using titan::test::has;
-
-std::string refusal(const std::string& options) {
-  return error_of([&] { create_parallelizer("fsdp", options); });
-}
 
 }  // namespace
 
@@ -53,20 +50,20 @@ TEST_CASE("fsdp plugin: dp_replicate > 1 asks for HSDP's two mesh dims; always, 
   CHECK(hsdp[1].degree == 4);
   for (const char* value : {"default", "always", "never", "true", "false"}) {
     CAPTURE(value);
-    CHECK(refusal(std::string("{reshard_after_forward: ") + value + "}") == "<no error>");
+    CHECK(parallelizer_refusal("fsdp", std::string("{reshard_after_forward: ") + value + "}") == "<no error>");
   }
 }
 
 TEST_CASE("fsdp plugin: bad options are refused naming the key and what was expected") {
-  std::string zero = refusal("{dp_shard: 0}");
+  std::string zero = parallelizer_refusal("fsdp", "{dp_shard: 0}");
   CHECK(has(zero, "run.yaml:1:"));
   CHECK(has(zero, "dp_shard: expected a degree >= 1 or -1 (-1: the rest of the world), got 0"));
-  CHECK(has(refusal("{dp_shard: -2}"), "dp_shard: expected a degree >= 1 or -1 (-1: the rest of the world), got -2"));
-  CHECK(has(refusal("{dp_shard: two}"), "dp_shard: expected int, got \"two\""));
+  CHECK(has(parallelizer_refusal("fsdp", "{dp_shard: -2}"), "dp_shard: expected a degree >= 1 or -1 (-1: the rest of the world), got -2"));
+  CHECK(has(parallelizer_refusal("fsdp", "{dp_shard: two}"), "dp_shard: expected int, got \"two\""));
   // Replicas cannot take "the rest of the world": dp_shard does.
-  CHECK(has(refusal("{dp_replicate: 0}"), "dp_replicate: expected a degree >= 1, got 0"));
-  CHECK(has(refusal("{dp_replicate: -1}"), "dp_replicate: expected a degree >= 1, got -1"));
-  CHECK(has(refusal("{reshard_after_forward: sometimes}"),
+  CHECK(has(parallelizer_refusal("fsdp", "{dp_replicate: 0}"), "dp_replicate: expected a degree >= 1, got 0"));
+  CHECK(has(parallelizer_refusal("fsdp", "{dp_replicate: -1}"), "dp_replicate: expected a degree >= 1, got -1"));
+  CHECK(has(parallelizer_refusal("fsdp", "{reshard_after_forward: sometimes}"),
             "reshard_after_forward: expected one of {default, always, never, true, false}, got \"sometimes\""));
   // A misspelt key is caught once every option has been read.
   titan::PluginContext typo = titan::test::plugin_context("{dp_shrad: 2}");

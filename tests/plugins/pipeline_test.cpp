@@ -10,28 +10,26 @@
 namespace {
 
 using Stages = std::vector<std::vector<std::string>>;
-using titan::test::create_parallelizer;
+using titan::test::create_pipeline_splitter;
 using titan::test::debugmodel;
 using titan::test::error_of;
 using titan::test::has;
 
 // The pipeline plugin with `options_yaml`, as the PipelineSplitter core sees.
 struct Splitter {
-  explicit Splitter(const std::string& options_yaml) : parallelizer(create_parallelizer("pipeline", options_yaml)) {
-    splitter = dynamic_cast<const titan::PipelineSplitter*>(parallelizer.get());
+  explicit Splitter(const std::string& options_yaml) : splitter(create_pipeline_splitter("pipeline", options_yaml)) {
     REQUIRE(splitter != nullptr);
   }
   Stages stages(int64_t default_stages) const { return splitter->stage_modules(*debugmodel(), default_stages); }
-  std::unique_ptr<titan::Parallelizer> parallelizer;
-  const titan::PipelineSplitter* splitter = nullptr;
+  std::unique_ptr<titan::PipelineSplitter> splitter;
 };
 
 }  // namespace
 
 TEST_SUITE("pipeline") {
-  TEST_CASE("pipeline: a PipelineSplitter at pipeline_split asking for the pp mesh dim, its settings as read") {
+  TEST_CASE("pipeline: a pipeline_splitter (no parallelizer) asking for the pp mesh dim, its settings as read") {
     Splitter defaults("");
-    CHECK(defaults.splitter->apply_order() == titan::ApplyOrder::pipeline_split);
+    CHECK(titan::PluginRegistry::instance().load("pipeline").kinds == titan::kind_pipeline_splitter);
     auto dims = defaults.splitter->mesh_dims();
     REQUIRE(dims.size() == 1);
     CHECK(dims[0].dim == "pp");
@@ -55,11 +53,6 @@ TEST_SUITE("pipeline") {
     CHECK(s.microbatches == 8);
     CHECK(s.trace == "out/pp");
     CHECK(Splitter("{pipeline_parallel_microbatch_size: 2}").splitter->settings().microbatch_size == 2);
-    // parallelize() is core's to skip: it throws by design.
-    auto spec = debugmodel();
-    auto model = spec->build(c10::Device(c10::kMeta));
-    titan::ParallelizeContext context{*spec, c10::Device(c10::kMeta)};
-    CHECK(has(error_of([&] { set.parallelizer->parallelize(*model, context); }), "applied by the trainer"));
   }
 
   TEST_CASE("pipeline: the debug model on 2 stages: the embedding and 3 blocks, then 3 blocks, the norm and output") {
@@ -173,7 +166,7 @@ TEST_SUITE("pipeline") {
 
   TEST_CASE("pipeline: options that contradict each other are refused at the plugin entry, naming the keys") {
     auto refusal = [](const std::string& options) {
-      return error_of([&] { create_parallelizer("pipeline", options); });
+      return error_of([&] { create_pipeline_splitter("pipeline", options); });
     };
     std::string both = refusal("{pipeline_parallel_microbatch_size: 2, num_pp_microbatches: 4}");
     CHECK(has(both, "run.yaml:1:"));
@@ -196,7 +189,7 @@ TEST_SUITE("pipeline") {
   TEST_CASE("pipeline: validate() checks the split it can know without the schedule") {
     auto spec = debugmodel();
     auto validate = [&](const std::string& options, std::map<std::string, int64_t> degrees) {
-      return error_of([&] { create_parallelizer("pipeline", options)->validate({*spec, degrees, 128, {}}); });
+      return error_of([&] { create_pipeline_splitter("pipeline", options)->validate({*spec, degrees, 128, {}}); });
     };
     CHECK(validate("", {{"pp", 2}}) == "<no error>");
     CHECK(validate("", {}) == "<no error>");  // pp -1 without --world-size: nothing to check yet

@@ -14,6 +14,7 @@
 #include "titan/error.hpp"
 #include "titan/model.hpp"
 #include "titan/parallelizer.hpp"
+#include "titan/pipeline.hpp"
 #include "titan/plugin.hpp"
 #include "titan/registry.hpp"
 
@@ -28,6 +29,11 @@ inline PluginContext plugin_context(const std::string& options_yaml) {
 
 inline std::unique_ptr<Parallelizer> create_parallelizer(const std::string& name, const std::string& options_yaml) {
   return PluginRegistry::instance().create_parallelizer(name, plugin_context(options_yaml));
+}
+
+inline std::unique_ptr<PipelineSplitter> create_pipeline_splitter(const std::string& name,
+                                                                  const std::string& options_yaml) {
+  return PluginRegistry::instance().create_pipeline_splitter(name, plugin_context(options_yaml));
 }
 
 // The llama3 plugin's debugmodel flavor: 6 blocks, dim 256, 16 heads and 16
@@ -47,6 +53,11 @@ std::string error_of(F&& f) {
     return error.what();
   }
   return "<no error>";
+}
+
+// What the parallelizer plugin `name` says when its factory refuses `options_yaml`.
+inline std::string parallelizer_refusal(const std::string& name, const std::string& options_yaml) {
+  return error_of([&] { create_parallelizer(name, options_yaml); });
 }
 
 // Checks that a factory read exactly `keys` from `options`, in this order,

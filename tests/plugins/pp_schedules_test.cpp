@@ -9,7 +9,7 @@
 #include <map>
 
 #include "test_support.hpp"
-#include "titan/pipeline_plan.hpp"
+#include "titan/pipeline_program.hpp"
 #include "titan/registry.hpp"
 
 using titan::ActionType;
@@ -24,14 +24,14 @@ std::unique_ptr<titan::PipelineSchedule> schedule(const std::string& name) {
   return titan::PluginRegistry::instance().create_pipeline_schedule(name, context);
 }
 
-titan::PipelinePlan plan(const std::string& name, int64_t ranks, int64_t microbatches) {
+titan::PipelineProgram plan(const std::string& name, int64_t ranks, int64_t microbatches) {
   auto s = schedule(name);
-  return titan::plan_pipeline(*s, PipelineShape{ranks, ranks * s->stages_per_rank().min, microbatches});
+  return titan::compile_pipeline(*s, PipelineShape{ranks, ranks * s->stages_per_rank().min, microbatches});
 }
 
 std::string refusal(const std::string& name, const PipelineShape& shape) {
   try {
-    titan::plan_pipeline(*schedule(name), shape);
+    titan::compile_pipeline(*schedule(name), shape);
   } catch (const titan::Error& error) {
     return error.what();
   }
@@ -53,7 +53,7 @@ TEST_SUITE("pp_schedules") {
           CAPTURE(name);
           CAPTURE(p);
           CAPTURE(m);
-          titan::PipelinePlan plan_ = plan(name, p, m);
+          titan::PipelineProgram plan_ = plan(name, p, m);
           REQUIRE(plan_.compute.size() == static_cast<size_t>(p));
           for (int64_t r = 0; r < p; ++r) {
             const auto local = titan::rank_to_stages(plan_.placement, plan_.shape, r);
@@ -150,7 +150,7 @@ TEST_SUITE("pp_schedules") {
 
   TEST_CASE("V schedules hand stage pp-1's output to stage pp in memory: no send or recv between them") {
     for (const char* name : {"ZBVZeroBubble", "DualPipeV"}) {
-      titan::PipelinePlan v = plan(name, 4, 8);
+      titan::PipelineProgram v = plan(name, 4, 8);
       int64_t comm = 0;
       for (const auto& rank : v.actions) {
         for (const auto& action : rank) {

@@ -268,4 +268,29 @@ checkpoint: {enable: false}
       CHECK(event.scalars.at("lr") == static_cast<float>(lines[i]["lr"].get<double>()));
     }
   }
+
+  TEST_CASE(
+      "tensorboard: metrics.enable_<plugin> finds the sink by its kind; an unknown or non-sink plugin is "
+      "refused naming the key and a switched-off sink's options are still checked") {
+    fs::path dir = titan::test::temp_dir("tensorboard_switch");
+    titan::test::write_file(dir / "run.yaml", R"(model: {name: llama3, flavor: debugmodel, tokenizer_path: assets/tokenizer/stories_bpe.json}
+metrics: {log_freq: 2}
+)");
+    std::string check = "cd " + titan::test::source_dir() + " && " + titan::test::titan_binary() + " config check " +
+                        (dir / "run.yaml").string();
+    auto off = titan::test::run_command(check + " --set metrics.enable_tensorboard=false --set metrics.save_tb_folder=x");
+    CHECK_MESSAGE(off.exit_code == 0, off.output);
+    auto empty = titan::test::run_command(check + " --set metrics.enable_tensorboard=false --set metrics.save_tb_folder=");
+    CHECK(empty.exit_code != 0);
+    CHECK_MESSAGE(titan::test::has(empty.output, "metrics.save_tb_folder: expected a folder name"), empty.output);
+    auto unknown = titan::test::run_command(check + " --set metrics.enable_wandb=true");
+    CHECK(unknown.exit_code != 0);
+    CHECK_MESSAGE(titan::test::has(unknown.output, "metrics.enable_wandb: no metrics_sink plugin 'wandb' on the plugin path"),
+                  unknown.output);
+    CHECK(titan::test::run_command(check + " --set metrics.enable_wandb=false").exit_code == 0);
+    auto not_sink = titan::test::run_command(check + " --set metrics.enable_fsdp=true");
+    CHECK(not_sink.exit_code != 0);
+    CHECK_MESSAGE(titan::test::has(not_sink.output, "metrics.enable_fsdp: plugin 'fsdp' provides parallelizer, not a metrics_sink"),
+                  not_sink.output);
+  }
 }

@@ -1,7 +1,7 @@
 // A pipeline split with one plausible slip, which titan-conformance's
 // split checks must name: it deals the top-level modules and blocks over the
 // stages evenly but forgets the last block, so no stage holds it
-// (parallelizer.split_covers and .split_cuts fail; count, order and the
+// (pipeline_splitter.split_covers and .split_cuts fail; count, order and the
 // rest pass).
 #include <torch/nn/module.h>
 
@@ -39,5 +39,5 @@ class ForgetfulSplit : public titan::PipelineSplitter {
 
 }  // namespace
 
-TITAN_PLUGIN_OF(parallelizer, ForgetfulSplit, "1.0",
+TITAN_PLUGIN_OF(pipeline_splitter, ForgetfulSplit, "1.0",
                 "a pipeline split that forgets the last block, for the conformance tests")

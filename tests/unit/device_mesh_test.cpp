@@ -3,6 +3,7 @@
 // the identity). The multi-rank behaviour is in multirank_test.cpp.
 #include "doctest_torch.hpp"
 
+#include <algorithm>
 #include <map>
 #include <string>
 #include <vector>
@@ -87,6 +88,68 @@ TEST_SUITE("device_mesh") {
     // The fixed degree does not fill the world: an error, not a silent
     // change of what a plugin asked for.
     CHECK_THROWS_AS(resolve_mesh_degrees({{"dp_shard", 2}, {"dp_shard", -1}}, 8), titan::Error);
+  }
+
+  TEST_CASE("mesh_slices: the dense groups of a rank, row-major with tp fastest") {
+    // 8 ranks: dp_shard 2 x cp 2 x tp 2; rank = (dp_shard * 2 + cp) * 2 + tp.
+    titan::MeshSlices slices = titan::mesh_slices(degrees(1, 1, 2, 2, 2), {}, 6);
+    std::map<std::string, std::vector<int>> groups;
+    for (const auto& group : slices.groups) groups[group.name] = group.ranks;
+    CHECK(groups["tp"] == std::vector<int>{6, 7});
+    CHECK(groups["cp"] == std::vector<int>{4, 6});
+    CHECK(groups["dp_shard"] == std::vector<int>{2, 6});
+    CHECK(groups["dp_shard_cp"] == std::vector<int>{0, 2, 4, 6});
+    CHECK(groups["dp_cp"] == std::vector<int>{0, 2, 4, 6});
+    CHECK(slices.coordinates["dp_shard_cp"] == 3);
+    CHECK(slices.degrees["dp_shard_cp"] == 4);
+  }
+
+  TEST_CASE("mesh_slices: a plugin's split of dp_shard_cp into efsdp x ep, the same groups seen from every member") {
+    const auto dense = degrees(1, 1, 2, 2, 2);
+    const std::vector<titan::MeshSplitRequest> ep{{"dp_shard_cp", "efsdp", "ep", 2}};
+    std::map<std::string, std::vector<int>> rank0, rank6;
+    for (const auto& group : titan::mesh_slices(dense, ep, 0).groups) rank0[group.name] = group.ranks;
+    for (const auto& group : titan::mesh_slices(dense, ep, 6).groups) rank6[group.name] = group.ranks;
+    // dp_shard_cp of tp 0 is {0, 2, 4, 6}: consecutive pairs share experts' ep group.
+    CHECK(rank0["ep"] == std::vector<int>{0, 2});
+    CHECK(rank0["efsdp"] == std::vector<int>{0, 4});
+    CHECK(rank6["ep"] == std::vector<int>{4, 6});
+    CHECK(rank6["efsdp"] == std::vector<int>{2, 6});
+    CHECK(rank0["tp"] == std::vector<int>{0, 1});  // the dense mesh is unchanged beside it
+    titan::MeshSlices six = titan::mesh_slices(dense, ep, 6);
+    CHECK(six.degrees["ep"] == 2);
+    CHECK(six.degrees["efsdp"] == 2);
+    CHECK(six.coordinates["ep"] == 1);
+    CHECK(six.coordinates["efsdp"] == 1);
+    // Every member of a group computes the same ranks and the same label
+    // (the label names the group in the store), and distinct groups differ.
+    std::map<std::string, std::vector<int>> by_label;
+    for (int rank = 0; rank < 8; ++rank) {
+      for (const auto& group : titan::mesh_slices(dense, ep, rank).groups) {
+        CHECK(std::find(group.ranks.begin(), group.ranks.end(), rank) != group.ranks.end());
+        auto [it, inserted] = by_label.emplace(group.label, group.ranks);
+        CHECK_MESSAGE(it->second == group.ranks, group.label);
+      }
+    }
+    CHECK(by_label.count("ep/pp0/dp_replicate0/tp1/efsdp1") == 1);
+  }
+
+  TEST_CASE("check_mesh_splits: a span that is no dense dim, a taken name or a degree that does not divide") {
+    const auto dense = degrees(1, 1, 2, 2, 1);
+    auto split_error = [&](titan::MeshSplitRequest split) {
+      try {
+        titan::check_mesh_splits({split}, dense);
+      } catch (const titan::Error& error) {
+        return std::string(error.what());
+      }
+      return std::string("(no error)");
+    };
+    CHECK(split_error({"dp_shard_cp", "efsdp", "ep", 4}) == "(no error)");
+    CHECK(contains(split_error({"experts", "efsdp", "ep", 2}), "'experts' is not a dim of the dense mesh"));
+    CHECK(contains(split_error({"dp_shard_cp", "efsdp", "tp", 2}), "the name 'tp' is empty or already a mesh dim"));
+    std::string divide = split_error({"dp_shard_cp", "efsdp", "ep", 3});
+    CHECK_MESSAGE(contains(divide, "ep degree 3 does not divide the 4 ranks of dp_shard_cp"), divide);
+    CHECK_THROWS_AS(titan::mesh_slices(dense, {{"dp_shard_cp", "efsdp", "ep", 3}}, 0), titan::Error);
   }
 
   TEST_CASE("even_row_shard: ceil(rows / ranks) rows each, trailing ranks fewer or none") {

@@ -8,7 +8,7 @@
 #include <sstream>
 
 #include "test_support.hpp"
-#include "titan/pipeline_plan.hpp"
+#include "titan/pipeline_program.hpp"
 
 namespace titan {
 // For doctest's messages on failed comparisons of action lists.
@@ -50,7 +50,7 @@ std::string csv_error(const std::string& name, const std::string& text, const Pi
   titan::test::write_file(path, text);
   try {
     auto csv = titan::read_schedule_csv(path.string());
-    titan::plan_pipeline_csv(csv, shape ? *shape : csv.shape);
+    titan::compile_pipeline_csv(csv, shape ? *shape : csv.shape);
   } catch (const titan::Error& error) {
     return error.what();
   }
@@ -216,7 +216,7 @@ TEST_SUITE("pipeline_checker") {
     titan::test::write_file(path, "0F0,3F0,3B0,0B0\n1F0,2F0,2B0,1B0\n");
     auto csv = titan::read_schedule_csv(path.string());
     CHECK(csv.placement == StagePlacement::v);
-    auto plan = titan::plan_pipeline_csv(csv, csv.shape);
+    auto plan = titan::compile_pipeline_csv(csv, csv.shape);
     CHECK(plan.actions[1] == lists("1RECV_F0 1F0 2F0 2SEND_F0 2RECV_B0 2B0 1B0 1SEND_B0")[0]);
   }
 }

@@ -11,6 +11,7 @@
 #include "optimizer_checks.h"
 #include "parallelizer_checks.h"
 #include "pipeline_schedule_checks.h"
+#include "pipeline_split_checks.h"
 #include "pipeline_schedule_training.h"
 #include "precision_checks.h"
 #include "schedule_checks.h"
@@ -61,6 +62,8 @@ const std::vector<KindChecks>& all_kind_checks() {
        [](const KindCheckRequest& r) {
          return check_pipeline_schedule(r.plugin, r.declaration_path, r.declaration, r.scratch);
        }},
+      {kind_pipeline_splitter, "pipeline_splitter", "options",
+       [](const KindCheckRequest& r) { return check_pipeline_splitter(r.plugin, r.declaration, r.ranks); }},
       {kind_metrics_sink, nullptr, "options, max_write_microseconds",
        [](const KindCheckRequest& r) { return check_metrics_sink(r.plugin, r.declaration, r.scratch); }},
   };

@@ -9,7 +9,6 @@
 #include <algorithm>
 #include <cmath>
 
-#include "pipeline_split_checks.h"
 #include "training_fixture.h"
 #include "worker.h"
 #include "titan/device_mesh.hpp"
@@ -18,7 +17,6 @@
 #include "titan/model_builder.hpp"
 #include "titan/parallelizer.hpp"
 #include "titan/peak_memory.hpp"
-#include "titan/pipeline.hpp"
 #include "titan/placement.hpp"
 #include "titan/plugin.hpp"
 #include "titan/registry.hpp"
@@ -316,14 +314,7 @@ CheckResults check_parallelizer(const std::string& plugin, const std::string& de
     ParallelizerDeclaration declared = read_declaration(declaration, variant);
     PluginContext context;
     context.options = declared.options;
-    auto make = [&] { return PluginRegistry::instance().create_parallelizer(info.name, context); };
-    // The trainer cuts a PipelineSplitter's stages itself and never calls
-    // its parallelize(): its split is checked instead, in this process.
-    if (dynamic_cast<PipelineSplitter*>(make().get())) {
-      CheckResults rows = check_pipeline_split(make, *fixture.spec, ranks, declared.variant);
-      results.insert(results.end(), rows.begin(), rows.end());
-      continue;
-    }
+    PluginRegistry::instance().create_parallelizer(info.name, context);  // reads, so checks, the options
     for (const auto& companion : declared.with) {
       context.options = companion.options;
       PluginRegistry::instance().create_parallelizer(PluginRegistry::instance().load(companion.plugin).name, context);

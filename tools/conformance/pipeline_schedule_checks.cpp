@@ -7,7 +7,7 @@
 #include <map>
 
 #include "pipeline_schedule_training.h"
-#include "titan/pipeline_plan.hpp"
+#include "titan/pipeline_program.hpp"
 #include "titan/pipeline_schedule.hpp"
 #include "titan/plugin.hpp"
 #include "titan/registry.hpp"

@@ -16,7 +16,7 @@
 
 #include "worker.h"
 #include "titan/logging.hpp"
-#include "titan/pipeline_plan.hpp"
+#include "titan/pipeline_program.hpp"
 #include "titan/pipeline_schedule.hpp"
 #include "titan/plugin.hpp"
 #include "titan/registry.hpp"

@@ -13,6 +13,8 @@
 
 #include "titan/error.hpp"
 #include "titan/model.hpp"
+#include "titan/registry.hpp"
+#include "training_fixture.h"
 
 namespace titan::conformance {
 
@@ -89,7 +91,7 @@ CheckResult cuts(const ModelSpec& spec, const Stages& stages, const std::string&
     if (count == 1 || bad++ > 0) continue;
     first = name + (count == 0 ? " is on no stage" : " is on " + std::to_string(count) + " stages");
   }
-  return {"parallelizer.split_cuts" + where, bad == 0, false, static_cast<double>(bad), 0,
+  return {"pipeline_splitter.split_cuts" + where, bad == 0, false, static_cast<double>(bad), 0,
           bad == 0 ? "cut_to_stage keeps each of the " + std::to_string(owners.size()) +
                          " parameters on exactly one stage"
                    : first};
@@ -97,22 +99,29 @@ CheckResult cuts(const ModelSpec& spec, const Stages& stages, const std::string&
 
 }  // namespace
 
-CheckResults check_pipeline_split(const std::function<std::unique_ptr<Parallelizer>()>& make, const ModelSpec& spec,
-                                  const std::vector<int>& stage_counts, const std::string& variant) {
-  auto first = make(), second = make();
-  auto* splitter = dynamic_cast<PipelineSplitter*>(first.get());
-  auto* again = dynamic_cast<PipelineSplitter*>(second.get());
-  if (!splitter || !again) throw Error("check_pipeline_split: the plugin's parallelizer is not a PipelineSplitter");
+CheckResults check_pipeline_splitter(const std::string& plugin, const ConfigNode& declaration,
+                                     const std::vector<int>& stage_counts) {
+  // Bad input is reported before anything is built: the factory reads (and
+  // so validates) the plugin's options here.
+  const std::string name = PluginRegistry::instance().load(plugin).name;
+  TrainingFixture fixture = load_fixture(declaration);
+  const ModelSpec& spec = *fixture.spec;
+  PluginContext context;
+  context.options = declaration.child("pipeline_splitter").child("options");
+  auto first = PluginRegistry::instance().create_pipeline_splitter(name, context);
+  auto second = PluginRegistry::instance().create_pipeline_splitter(name, context);
+  PipelineSplitter* splitter = first.get();
+  PipelineSplitter* again = second.get();
   std::shared_ptr<CausalLM> model = spec.build(c10::Device(c10::kMeta));
   const ModelUnits units = read_units(*model);
   CheckResults rows;
   auto row = [&](const std::string& name, const std::string& where, double measured, const std::string& detail) {
-    rows.push_back({"parallelizer." + name + where, measured == 0, false, measured, 0, detail});
+    rows.push_back({"pipeline_splitter." + name + where, measured == 0, false, measured, 0, detail});
   };
   int accepted = 0;
   std::string refusals;
   for (int count : std::set<int>(stage_counts.begin(), stage_counts.end())) {
-    const std::string where = "@" + std::to_string(count) + (variant.empty() ? "" : ":" + variant);
+    const std::string where = "@" + std::to_string(count);
     Stages stages;
     try {
       stages = splitter->stage_modules(spec, count);
@@ -120,7 +129,7 @@ CheckResults check_pipeline_split(const std::function<std::unique_ptr<Paralleliz
       // A split the model cannot take is refused naming the option to change.
       const std::string message = error.what();
       const bool named = names_a_key(message);
-      rows.push_back({"parallelizer.split" + where, false, named, 0, 0,
+      rows.push_back({"pipeline_splitter.split" + where, false, named, 0, 0,
                       (named ? "refuses " : "refuses without naming an option: ") + std::to_string(count) +
                           " stages: " + message.substr(0, message.find('\n'))});
       refusals += (refusals.empty() ? "" : ", ") + std::to_string(count);
@@ -184,7 +193,7 @@ CheckResults check_pipeline_split(const std::function<std::unique_ptr<Paralleliz
     row("split_deterministic", where, same ? 0 : 1,
         same ? "two instances give the same split (each rank computes its own)" : differs);
   }
-  rows.push_back({"parallelizer.split_accepts_some" + std::string(variant.empty() ? "" : ":" + variant), accepted > 0,
+  rows.push_back({"pipeline_splitter.split_accepts_some", accepted > 0,
                   false, accepted > 0 ? 0.0 : 1.0, 0,
                   accepted > 0 ? "splits the model into " + std::to_string(accepted) + " of the stage counts asked"
                                : "refuses every stage count asked (" + refusals + ")"});

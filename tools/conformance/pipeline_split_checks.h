@@ -1,5 +1,4 @@
-// The PipelineSplitter contract (a Parallelizer of ApplyOrder::pipeline_split,
-// whose parallelize() the trainer never calls): for each stage count asked,
+// The PipelineSplitter contract (kind pipeline_splitter): for each stage count asked,
 // stage_modules() on the fixture's model gives that many stages, none empty,
 // every top-level module and block in exactly one of them, in model order,
 // that core's cut_to_stage can cut (each parameter on exactly one stage),
@@ -11,14 +10,15 @@
 #include <vector>
 
 #include "check_result.h"
+#include "titan/config.hpp"
 #include "titan/pipeline.hpp"
 
 namespace titan::conformance {
 
-// `make` creates a fresh instance of the plugin under test; `stage_counts`
-// are the default_stages values asked for (the harness's --ranks: one stage
-// per rank); `variant` is "" or a `variants:` entry's name for the rows.
-CheckResults check_pipeline_split(const std::function<std::unique_ptr<Parallelizer>()>& make, const ModelSpec& spec,
-                                  const std::vector<int>& stage_counts, const std::string& variant);
+// `declaration`: the plugin's conformance.yaml (`pipeline_splitter:
+// options:` and the `model:` fixture); `stage_counts` are the
+// default_stages values asked for (the harness's --ranks: one stage per rank).
+CheckResults check_pipeline_splitter(const std::string& plugin, const ConfigNode& declaration,
+                                     const std::vector<int>& stage_counts);
 
 }  // namespace titan::conformance

@@ -9,6 +9,7 @@
 #include <cmath>
 
 #include "training_fixture.h"
+#include "titan/model_builder.hpp"
 #include "titan/plugin.hpp"
 #include "titan/precision.hpp"
 #include "titan/registry.hpp"
@@ -24,15 +25,15 @@ CheckResult row(const std::string& name, double measured, double limit, const st
 // The fixture's model after the policy's module conversion, its
 // parameters in param_dtype.
 std::shared_ptr<CausalLM> converted_model(const TrainingFixture& fixture, PrecisionPolicy& policy) {
-  std::shared_ptr<CausalLM> model = fixture.spec->build(c10::Device(c10::kMeta));
-  policy.convert(*model);
+  // The trainer's own path: meta, the policy's conversion, materialized.
+  std::shared_ptr<CausalLM> model =
+      build_model(*fixture.spec, {}, &policy, ParallelizeContext{*fixture.spec, c10::Device(c10::kCPU)});
   {
     torch::NoGradGuard no_grad;
     for (auto& param : model->parameters()) {
       if (param.is_floating_point()) param.set_data(param.to(policy.param_dtype()));
     }
   }
-  materialize_module(*model, c10::Device(c10::kCPU));
   model->init_buffers();
   model->train();
   return model;

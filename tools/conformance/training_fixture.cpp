@@ -5,6 +5,7 @@
 
 #include <cmath>
 
+#include "titan/model_builder.hpp"
 #include "titan/compat.hpp"
 #include "titan/grad_clip.hpp"
 #include "titan/plugin.hpp"
@@ -55,8 +56,9 @@ std::shared_ptr<CausalLM> build_single_process(const TrainingFixture& fixture) {
 }
 
 std::shared_ptr<CausalLM> build_single_process(const TrainingFixture& fixture, uint64_t seed) {
-  std::shared_ptr<CausalLM> model = fixture.spec->build(c10::Device(c10::kMeta));
-  materialize_module(*model, c10::Device(c10::kCPU));
+  // The trainer's own path, with no plugin applied.
+  std::shared_ptr<CausalLM> model =
+      build_model(*fixture.spec, {}, nullptr, ParallelizeContext{*fixture.spec, c10::Device(c10::kCPU)});
   model->init_weights(seed);
   model->train();
   return model;

@@ -62,7 +62,7 @@ int config_command(const Args& args) {
   }
   std::map<std::string, int64_t> degrees = requested_degrees(plan);
   if (world_size > 0) {
-    degrees = resolve_mesh_degrees(mesh_requests(plan.parallelizers), world_size);
+    degrees = resolve_mesh_degrees(mesh_requests(plan), world_size);
   }
   validate_parallelism(plan, degrees);
   if (print) std::cout << plan.root.dump() << "\n";

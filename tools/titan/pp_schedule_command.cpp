@@ -8,7 +8,7 @@
 
 #include "commands.h"
 #include "titan/error.hpp"
-#include "titan/pipeline_plan.hpp"
+#include "titan/pipeline_program.hpp"
 #include "titan/registry.hpp"
 
 namespace titan::cli {
@@ -69,14 +69,14 @@ Options parse(const Args& args) {
   return options;
 }
 
-PipelinePlan plan_from(const Options& options) {
+PipelineProgram plan_from(const Options& options) {
   if (!options.csv.empty()) {
     CsvSchedule csv = read_schedule_csv(options.csv);
     PipelineShape shape = csv.shape;
     if (options.ranks) shape.ranks = *options.ranks;
     if (options.stages) shape.stages = *options.stages;
     if (options.microbatches) shape.microbatches = *options.microbatches;
-    return plan_pipeline_csv(csv, shape);
+    return compile_pipeline_csv(csv, shape);
   }
   auto& registry = PluginRegistry::instance();
   for (const auto& plugin : options.plugins) registry.load(plugin);
@@ -90,7 +90,7 @@ PipelinePlan plan_from(const Options& options) {
   shape.microbatches = *options.microbatches;
   shape.stages = options.stages ? *options.stages : *options.ranks * least;
   shape.ranks = options.ranks ? *options.ranks : std::max<int64_t>(1, shape.stages / least);
-  return plan_pipeline(*schedule, shape);
+  return compile_pipeline(*schedule, shape);
 }
 
 const char* colour_of(ActionType type) {
@@ -104,7 +104,7 @@ const char* colour_of(ActionType type) {
 }
 
 // One row per rank, one box per compute action at its simulated ticks.
-std::string timeline_svg(const PipelinePlan& plan) {
+std::string timeline_svg(const PipelineProgram& plan) {
   const int tick = 28, row = 30, left = 70, top = 34;
   const int64_t width = left + plan.timeline.makespan * tick + 20;
   const int64_t height = top + static_cast<int64_t>(plan.timeline.ranks.size()) * row + 40;
@@ -148,7 +148,7 @@ int pp_schedule_command(const Args& args) {
     return args.empty() ? 2 : 0;
   }
   const Options options = parse(args);
-  const PipelinePlan plan = plan_from(options);
+  const PipelineProgram plan = plan_from(options);
   std::cout << plan.name << ": " << plan.shape.to_string() << ", " << placement_name(plan.placement)
             << " placement; the static check passed\n\n"
             << format_pipeline_order(options.comm ? plan.actions : plan.compute) << "\n";

@@ -8,7 +8,6 @@
 namespace titan {
 
 enum class ApplyOrder : int {
-  pipeline_split = 0,
   precision_conversion = 1,  // e.g. float8 linears
   tensor_parallel = 2,       // tensor / sequence parallel
   loss_parallel = 3,         // the loss on vocab-sharded logits (after TP shards the head)
@@ -20,7 +19,6 @@ enum class ApplyOrder : int {
 
 inline const char* apply_order_name(ApplyOrder order) {
   switch (order) {
-    case ApplyOrder::pipeline_split: return "pipeline_split";
     case ApplyOrder::precision_conversion: return "precision_conversion";
     case ApplyOrder::tensor_parallel: return "tensor_parallel";
     case ApplyOrder::loss_parallel: return "loss_parallel";

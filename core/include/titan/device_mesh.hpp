@@ -1,7 +1,9 @@
 // DeviceMesh: the world as a named n-D grid (pp, dp_replicate, dp_shard,
 // cp, tp; outer to inner, as TorchTitan orders them), with one Comm per
 // slice of each dim and of the flattened dims dp (dp_replicate x dp_shard),
-// dp_shard_cp and dp_cp, and "world".
+// dp_shard_cp and dp_cp, and "world"; plus the dims plugins declare by
+// splitting one of those (MeshSplitRequest: expert parallelism's ep and
+// efsdp over dp_shard_cp, a sparse mesh beside the dense one).
 #pragma once
 #include <map>
 #include <memory>
@@ -26,10 +28,31 @@ std::vector<std::string> mesh_dims_of(const std::string& name);
 // plugins' requests and the world size.
 std::map<std::string, int64_t> resolve_mesh_degrees(const std::vector<MeshDimRequest>& requests, int world_size);
 
+// Throws naming the split when its span is not a dense dim, a name is taken
+// or its inner degree does not divide the span (spans of unknown degree pass).
+void check_mesh_splits(const std::vector<MeshSplitRequest>& splits, const std::map<std::string, int64_t>& degrees);
+
+// The groups one rank belongs to, worked out without processes: every dim's,
+// flattened name's and split dim's degree and this rank's coordinate along
+// it, and the ranks of each of its groups (in the order all ranks create them).
+struct MeshSlices {
+  struct Group {
+    std::string name;   // "dp_shard", "ep", ...
+    std::string label;  // the slice: "dp_shard/pp0/dp_replicate1/cp0/tp0"
+    std::vector<int> ranks;
+  };
+  std::map<std::string, int64_t> degrees;
+  std::map<std::string, int64_t> coordinates;
+  std::vector<Group> groups;
+};
+MeshSlices mesh_slices(const std::map<std::string, int64_t>& degrees, const std::vector<MeshSplitRequest>& splits,
+                       int rank);
+
 class DeviceMesh {
  public:
   // Collective over all ranks: every rank creates the groups it belongs to.
-  DeviceMesh(DistRuntime& runtime, const std::map<std::string, int64_t>& degrees);
+  DeviceMesh(DistRuntime& runtime, const std::map<std::string, int64_t>& degrees,
+             const std::vector<MeshSplitRequest>& splits = {});
   ~DeviceMesh();
 
   int64_t size(const std::string& dim) const;        // 1 for an absent dim; flattened names too

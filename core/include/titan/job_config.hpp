@@ -38,8 +38,6 @@ struct TrainingConfig {
 
 struct MetricsConfig {
   int64_t log_freq = 10;
-  bool enable_tensorboard = false;
-  std::string save_tb_folder = "tb";
   bool enable_jsonl = true;
   // FLOP/s that MFU divides by. 0: the GPU's datasheet bf16 peak from its
   // name (0, so MFU 0, for an unknown GPU), or measured at start on CPU.

@@ -17,6 +17,19 @@ struct MeshDimRequest {
   int64_t degree = 1;   // -1: whatever the world size leaves
 };
 
+// A dim a plugin declares over ranks the dense dims already hold: the ranks
+// of `span` (a dim, or a flattened name such as dp_shard_cp) regrouped as
+// `outer` x `inner`, inner fastest, with `inner_degree` ranks along inner.
+// Expert parallelism's sparse mesh: {"dp_shard_cp", "efsdp", "ep", 4} puts
+// every 4 consecutive ranks of dp_shard_cp in one ep group, and ranks that
+// hold the same experts in one efsdp group.
+struct MeshSplitRequest {
+  std::string span;
+  std::string outer;
+  std::string inner;
+  int64_t inner_degree = 1;
+};
+
 struct ParallelizeContext {
   const ModelSpec& spec;
   c10::Device device;
@@ -45,6 +58,7 @@ class Parallelizer {
   virtual ~Parallelizer() = default;
   virtual ApplyOrder apply_order() const = 0;
   virtual std::vector<MeshDimRequest> mesh_dims() const { return {}; }
+  virtual std::vector<MeshSplitRequest> mesh_splits() const { return {}; }
   // Throws an Error naming the config key, its value and what would work
   // when the model or the job cannot be parallelized this way.
   virtual void validate(const ValidateContext& /*context*/) const {}

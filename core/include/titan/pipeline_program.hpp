@@ -65,7 +65,7 @@ PipelineTimeline check_pipeline(const RankActions& actions, StagePlacement place
                                 const std::string& label, const ActionCosts& costs = {});
 
 // Everything an executor needs for one step on every rank.
-struct PipelinePlan {
+struct PipelineProgram {
   std::string name;  // the schedule's name or the CSV file
   StagePlacement placement = StagePlacement::loop;
   PipelineShape shape;
@@ -80,7 +80,7 @@ void validate_pipeline_shape(const PipelineSchedule& schedule, const PipelineSha
 
 // validate_pipeline_shape, then builds, lowers and checks the lists. Throws titan::Error naming
 // the config key or the rank/action at fault.
-PipelinePlan plan_pipeline(const PipelineSchedule& schedule, const PipelineShape& shape);
+PipelineProgram compile_pipeline(const PipelineSchedule& schedule, const PipelineShape& shape);
 
 // A schedule from a CSV file: one row per rank, comma-separated actions in PyTorch's spelling
 // ("0F0,0F1,0I0,0W0"), blank cells skipped; compute-only (lowered here) or with comm (checked
@@ -96,7 +96,7 @@ struct CsvSchedule {
 CsvSchedule read_schedule_csv(const std::string& path);
 // `shape`: the run's (placement is chosen again for it); an error names the key whose value
 // differs from what the file uses, or the row (rank), column and action at fault.
-PipelinePlan plan_pipeline_csv(const CsvSchedule& csv, const PipelineShape& shape);
+PipelineProgram compile_pipeline_csv(const CsvSchedule& csv, const PipelineShape& shape);
 
 // PyTorch-style table: one column per rank, one row per list position.
 std::string format_pipeline_order(const RankActions& actions);

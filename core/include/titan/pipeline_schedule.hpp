@@ -2,7 +2,7 @@
 // ordered list of actions over (stage, microbatch) that rank runs in one
 // step. Schedule plugins produce compute-only lists; core lowers them to
 // lists with explicit send/recv and proves them deadlock-free
-// (titan/pipeline_plan.hpp); the executor runs the lowered lists.
+// (titan/pipeline_program.hpp); the executor runs the lowered lists.
 #pragma once
 #include <cstdint>
 #include <string>

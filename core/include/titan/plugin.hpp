@@ -26,7 +26,9 @@ namespace titan {
 // 7: CollectiveEvent::peer / tag (send/recv: the other end as a global rank, the message tag)
 // 8: ModelSpec::pipeline_split_points removed (nothing called it); Stage -> ApplyOrder (apply_order.hpp),
 //    Parallelizer::stage() -> apply_order(); ValidateContext::apply_orders; Parallelizer::allows_split_backward
-constexpr int kPluginAbiVersion = 8;
+// 9: PipelineSplitter is its own kind (kind_pipeline_splitter, PluginRegistrar::pipeline_splitter), no longer a
+//    Parallelizer; ApplyOrder::pipeline_split removed; Parallelizer::mesh_splits (plugin-declared mesh dims)
+constexpr int kPluginAbiVersion = 9;
 
 // The kinds a plugin registers one factory of: name, interface, PluginKind
 // bit. The enum below (kind_model, ...), the registrar's methods (model(),
@@ -44,7 +46,8 @@ constexpr int kPluginAbiVersion = 8;
   KIND(precision, PrecisionPolicy, 5)    \
   KIND(checkpointer, Checkpointer, 6)    \
   KIND(comm_observer, CommObserver, 7)   \
-  KIND(metrics_sink, MetricsSink, 8)
+  KIND(metrics_sink, MetricsSink, 8)    \
+  KIND(pipeline_splitter, PipelineSplitter, 10)
 
 enum PluginKind : uint32_t {
 #define TITAN_KIND_BIT(kind, Interface, bit) kind_##kind = 1u << bit,

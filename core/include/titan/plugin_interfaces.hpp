@@ -9,6 +9,7 @@
 #include "titan/model.hpp"
 #include "titan/optimizer.hpp"
 #include "titan/parallelizer.hpp"
+#include "titan/pipeline.hpp"
 #include "titan/pipeline_schedule.hpp"
 #include "titan/precision.hpp"
 #include "titan/schedule.hpp"

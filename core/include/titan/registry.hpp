@@ -31,6 +31,11 @@ class PluginRegistry {
   void add_search_dir(const std::string& dir);
   std::vector<std::string> search_dirs() const;
 
+  // The plugin a config section gets when it names none ("model" ->
+  // "llama3"; "pipeline_schedule": whose schedules TorchTitan's names are),
+  // as the build chose (TITAN_DEFAULT_PLUGINS in CMakeLists.txt); "" if none.
+  static std::string default_plugin(const std::string& section);
+
   // Names of the plugin files found on the search path (not loaded).
   std::vector<std::string> available() const;
   // Loads by name (or by a path to a .so); idempotent.
@@ -46,7 +51,7 @@ class PluginRegistry {
   TITAN_SINGLE_FACTORY_KINDS(TITAN_REGISTRY_CREATE)
 #undef TITAN_REGISTRY_CREATE
   // By schedule name (case-insensitive, as TorchTitan's pipeline_parallel_schedule), from any
-  // loaded plugin; the built-in pp_schedules plugin is loaded when no loaded plugin has it.
+  // loaded plugin; default_plugin("pipeline_schedule") is loaded when no loaded plugin has it.
   std::unique_ptr<PipelineSchedule> create_pipeline_schedule(const std::string& name, const PluginContext& context);
   // Names of the pipeline schedules the loaded plugins provide.
   std::vector<std::string> pipeline_schedules() const;

@@ -18,7 +18,7 @@
 #include "titan/optimizer.hpp"
 #include "titan/parallelizer.hpp"
 #include "titan/pipeline.hpp"
-#include "titan/pipeline_plan.hpp"
+#include "titan/pipeline_program.hpp"
 #include "titan/precision.hpp"
 #include "titan/schedule.hpp"
 
@@ -39,9 +39,9 @@ struct RunPlan {
   std::unique_ptr<Checkpointer> checkpointer;
   std::vector<NamedParallelizer> parallelizers;  // canonical order
   std::unique_ptr<Schedule> schedule;            // null: gradient accumulation
-  // The parallelizer that cuts the model into stages (one of `parallelizers`;
-  // null: no pipeline) and its schedule by name (null when it runs a CSV).
-  const PipelineSplitter* pipeline = nullptr;
+  // The plugin that cuts the model into stages (null: no pipeline) and its
+  // schedule by name (null when it runs a CSV).
+  std::unique_ptr<PipelineSplitter> pipeline;
   std::unique_ptr<PipelineSchedule> pipeline_schedule;
   std::unique_ptr<PrecisionPolicy> precision;    // null: float32
   std::vector<std::unique_ptr<MetricsSink>> metrics_sinks;
@@ -50,8 +50,12 @@ struct RunPlan {
 
 RunPlan plan_run(const ConfigNode& root, int rank = 0, int world_size = 1);
 
-// Every mesh dim the parallelizers ask for, in their order.
-std::vector<MeshDimRequest> mesh_requests(const std::vector<NamedParallelizer>& parallelizers);
+// Every mesh dim the pipeline split and the parallelizers ask for, in their order.
+std::vector<MeshDimRequest> mesh_requests(const std::vector<NamedParallelizer>& parallelizers,
+                                          const PipelineSplitter* pipeline = nullptr);
+std::vector<MeshDimRequest> mesh_requests(const RunPlan& plan);
+// The dims the parallelizers declare over the dense ones (e.g. ep).
+std::vector<MeshSplitRequest> mesh_splits(const RunPlan& plan);
 // The degrees known without a world: those asked for explicitly (> 0).
 std::map<std::string, int64_t> requested_degrees(const RunPlan& plan);
 
@@ -59,7 +63,7 @@ std::map<std::string, int64_t> requested_degrees(const RunPlan& plan);
 // checked action lists for a pp degree; throws titan::Error naming the key.
 struct PipelineRun {
   std::vector<std::vector<std::string>> stage_modules;
-  PipelinePlan plan;
+  PipelineProgram program;
 };
 PipelineRun plan_pipeline_run(const RunPlan& plan, int64_t pp_degree);
 

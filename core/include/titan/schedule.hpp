@@ -2,7 +2,7 @@
 // step's microbatches, accumulating their gradients: plain gradient
 // accumulation by default, or a `schedule` plugin's. A schedule plugin never
 // drives pipeline stages: with a pipeline, core's pipeline executor
-// (pipeline_plan.hpp) runs the step and a schedule plugin is refused.
+// (pipeline_program.hpp) runs the step and a schedule plugin is refused.
 #pragma once
 #include <functional>
 #include <vector>

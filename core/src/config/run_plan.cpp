@@ -4,6 +4,9 @@
 #include <algorithm>
 #include <cctype>
 
+#include <c10/util/StringUtil.h>
+
+#include "titan/device_mesh.hpp"
 #include "titan/registry.hpp"
 
 namespace titan {
@@ -25,6 +28,37 @@ PluginContext context_for(const ConfigNode& options, const CoreConfig& core, int
   return context;
 }
 
+// TorchTitan's sink switches: `metrics.enable_<plugin>: true` adds the
+// metrics_sink plugin of that name (enable_tensorboard -> tensorboard), which
+// reads its options from the same section. A switched-off sink whose plugin
+// is on the path is still created and dropped, so that its options (e.g.
+// save_tb_folder) are checked and known; enable_jsonl is core's own file.
+template <class MakeContext>
+std::vector<std::unique_ptr<MetricsSink>> switched_metrics_sinks(const ConfigNode& metrics, const MakeContext& make_context) {
+  auto& registry = PluginRegistry::instance();
+  const std::string prefix = "enable_";
+  std::vector<std::unique_ptr<MetricsSink>> sinks;
+  for (const std::string& key : metrics.keys()) {
+    if (key.rfind(prefix, 0) != 0 || key == "enable_jsonl") continue;
+    const std::string name = key.substr(prefix.size());
+    const bool enabled = metrics.get<bool>(key, false, "write metrics through the metrics_sink plugin '" + name + "'");
+    std::vector<std::string> available = registry.available();
+    if (std::find(available.begin(), available.end(), name) == available.end()) {
+      if (!enabled) continue;
+      metrics.fail(key, "no metrics_sink plugin '" + name + "' on the plugin path (" +
+                            c10::Join(", ", registry.search_dirs()) + "); set it to false, or add the plugin's "
+                            "folder to job.plugin_path");
+    }
+    if (!(registry.load(name).kinds & kind_metrics_sink)) {
+      metrics.fail(key, "plugin '" + name + "' provides " + kinds_to_string(registry.load(name).kinds) +
+                            ", not a metrics_sink");
+    }
+    auto sink = registry.create_metrics_sink(name, make_context(metrics));
+    if (enabled) sinks.push_back(std::move(sink));
+  }
+  return sinks;
+}
+
 }  // namespace
 
 void sort_canonical(std::vector<NamedParallelizer>& parallelizers) {
@@ -37,6 +71,8 @@ std::optional<PipelineRun> validate_parallelism(const RunPlan& plan, const std::
   std::vector<ApplyOrder> apply_orders;
   for (const auto& item : plan.parallelizers) apply_orders.push_back(item.parallelizer->apply_order());
   ValidateContext context{*plan.model, degrees, plan.core.training.seq_len, apply_orders};
+  check_mesh_splits(mesh_splits(plan), degrees);
+  if (plan.pipeline) plan.pipeline->validate(context);
   for (const auto& [name, parallelizer] : plan.parallelizers) parallelizer->validate(context);
   // The stages and every pp rank's action lists are planned and statically
   // checked here, once per run, so a pipeline that cannot run fails in
@@ -47,17 +83,31 @@ std::optional<PipelineRun> validate_parallelism(const RunPlan& plan, const std::
   return pipeline_run;
 }
 
-std::vector<MeshDimRequest> mesh_requests(const std::vector<NamedParallelizer>& parallelizers) {
+std::vector<MeshDimRequest> mesh_requests(const std::vector<NamedParallelizer>& parallelizers,
+                                          const PipelineSplitter* pipeline) {
   std::vector<MeshDimRequest> requests;
+  if (pipeline) requests = pipeline->mesh_dims();
   for (const auto& item : parallelizers) {
     for (const auto& request : item.parallelizer->mesh_dims()) requests.push_back(request);
   }
   return requests;
 }
 
+std::vector<MeshDimRequest> mesh_requests(const RunPlan& plan) {
+  return mesh_requests(plan.parallelizers, plan.pipeline.get());
+}
+
+std::vector<MeshSplitRequest> mesh_splits(const RunPlan& plan) {
+  std::vector<MeshSplitRequest> splits;
+  for (const auto& item : plan.parallelizers) {
+    for (const auto& split : item.parallelizer->mesh_splits()) splits.push_back(split);
+  }
+  return splits;
+}
+
 std::map<std::string, int64_t> requested_degrees(const RunPlan& plan) {
   std::map<std::string, int64_t> degrees;
-  for (const auto& request : mesh_requests(plan.parallelizers)) {
+  for (const auto& request : mesh_requests(plan)) {
     if (request.degree > 0) degrees[request.dim] = request.degree;
   }
   return degrees;
@@ -70,28 +120,28 @@ RunPlan plan_run(const ConfigNode& root, int rank, int world_size) {
   auto& registry = PluginRegistry::instance();
   for (const auto& dir : plan.core.job.plugin_path) registry.add_search_dir(dir);
   auto make_context = [&](const ConfigNode& options) { return context_for(options, plan.core, rank, world_size); };
+  // A section's plugin: its `name`, or the build's default for the section.
+  auto section_plugin = [&](const ConfigNode& section, const std::string& key, const std::string& what) {
+    return section.get<std::string>("name", PluginRegistry::default_plugin(key), what);
+  };
 
   ConfigNode model = root.child("model");
-  plan.model_plugin = model.get<std::string>("name", "llama3", "model plugin");
+  plan.model_plugin = section_plugin(model, "model", "model plugin");
   model.get<std::string>("tokenizer_path", "", "");  // read by read_core_config
   plan.model = registry.create_model(plan.model_plugin, make_context(model));
 
   ConfigNode optimizer = root.child("optimizer");
-  std::string optimizer_plugin = lowercase(optimizer.get<std::string>("name", "adamw", "optimizer plugin (AdamW -> adamw)"));
+  std::string optimizer_plugin = lowercase(section_plugin(optimizer, "optimizer", "optimizer plugin (AdamW -> adamw)"));
   plan.optimizer = registry.create_optimizer(optimizer_plugin, make_context(optimizer));
 
   ConfigNode lr = root.child("lr_scheduler");
-  std::string lr_plugin = lr.get<std::string>("name", "lr_schedules", "LR schedule plugin");
-  plan.lr_schedule = registry.create_lr_schedule(lr_plugin, make_context(lr));
+  plan.lr_schedule = registry.create_lr_schedule(section_plugin(lr, "lr_scheduler", "LR schedule plugin"), make_context(lr));
 
   ConfigNode checkpoint = root.child("checkpoint");
-  std::string checkpoint_plugin = checkpoint.get<std::string>("name", "dcp", "checkpointer plugin");
-  plan.checkpointer = registry.create_checkpointer(checkpoint_plugin, make_context(checkpoint));
+  plan.checkpointer =
+      registry.create_checkpointer(section_plugin(checkpoint, "checkpoint", "checkpointer plugin"), make_context(checkpoint));
 
-  if (plan.core.metrics.enable_tensorboard) {
-    ConfigNode metrics = root.child("metrics");
-    plan.metrics_sinks.push_back(registry.create_metrics_sink("tensorboard", make_context(metrics)));
-  }
+  plan.metrics_sinks = switched_metrics_sinks(root.child("metrics"), make_context);
 
   for (const ConfigNode& entry : root.children("plugins")) {
     std::string name = entry.require<std::string>("name", "plugin name");
@@ -106,6 +156,10 @@ RunPlan plan_run(const ConfigNode& root, int rank, int world_size) {
     if (info.kinds & kind_parallelizer) {
       plan.parallelizers.push_back({name, registry.create_parallelizer(name, context)});
     }
+    if (info.kinds & kind_pipeline_splitter) {
+      if (plan.pipeline) entry.fail("name", "a second pipeline split ('" + name + "'); list one pipeline plugin");
+      plan.pipeline = registry.create_pipeline_splitter(name, context);
+    }
     if (info.kinds & kind_schedule) {
       if (plan.schedule) entry.fail("name", "a second schedule plugin ('" + name + "'); list only one");
       plan.schedule = registry.create_schedule(name, context);
@@ -118,17 +172,11 @@ RunPlan plan_run(const ConfigNode& root, int rank, int world_size) {
     if (info.kinds & kind_metrics_sink) plan.metrics_sinks.push_back(registry.create_metrics_sink(name, context));
   }
   sort_canonical(plan.parallelizers);
-  for (const auto& [name, parallelizer] : plan.parallelizers) {
-    auto splitter = dynamic_cast<const PipelineSplitter*>(parallelizer.get());
-    if (!splitter) continue;
-    if (plan.pipeline) {
-      throw Error("plugins: '" + name + "' is a second pipeline split; list one pipeline plugin");
-    }
-    if (plan.schedule) throw Error("plugins: a schedule plugin and the pipeline split '" + name + "' both drive the step; list one");
-    plan.pipeline = splitter;
-    if (splitter->settings().schedule_csv.empty()) {
+  if (plan.pipeline) {
+    if (plan.schedule) throw Error("plugins: a schedule plugin and the pipeline split both drive the step; list one");
+    if (plan.pipeline->settings().schedule_csv.empty()) {
       PluginContext context = make_context(ConfigNode());
-      plan.pipeline_schedule = registry.create_pipeline_schedule(splitter->settings().schedule, context);
+      plan.pipeline_schedule = registry.create_pipeline_schedule(plan.pipeline->settings().schedule, context);
     }
   }
   root.check_unknown_keys();

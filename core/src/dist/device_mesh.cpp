@@ -2,6 +2,7 @@
 // (pp outermost, tp innermost, as TorchTitan's ParallelDims builds them).
 #include "titan/device_mesh.hpp"
 
+#include <algorithm>
 #include <numeric>
 #include <set>
 
@@ -28,6 +29,16 @@ std::string request_text(const std::vector<MeshDimRequest>& requests) {
     text += (text.empty() ? "" : ", ") + request.dim + "=" + std::to_string(request.degree);
   }
   return text.empty() ? "none" : text;
+}
+
+std::string describe_degrees(const std::map<std::string, int64_t>& degrees) {
+  std::string text;
+  for (const auto& dim : mesh_dim_order()) {
+    auto found = degrees.find(dim);
+    int64_t degree = found == degrees.end() ? 1 : found->second;
+    if (degree > 1) text += (text.empty() ? "" : ", ") + dim + "=" + std::to_string(degree);
+  }
+  return text.empty() ? "1 rank" : text;
 }
 
 }  // namespace
@@ -90,62 +101,145 @@ std::map<std::string, int64_t> resolve_mesh_degrees(const std::vector<MeshDimReq
   return degrees;
 }
 
-DeviceMesh::DeviceMesh(DistRuntime& runtime, const std::map<std::string, int64_t>& degrees)
-    : world_size_(runtime.world().world_size) {
+void check_mesh_splits(const std::vector<MeshSplitRequest>& splits, const std::map<std::string, int64_t>& degrees) {
+  std::set<std::string> taken(mesh_dim_order().begin(), mesh_dim_order().end());
+  for (const auto& [flat, parts] : flattened_dims()) taken.insert(flat);
+  for (const auto& split : splits) {
+    const std::string what = "mesh split " + split.inner + " x " + split.outer + " of " + split.span;
+    if (!taken.count(split.span) || split.span == "world") {
+      throw Error(what + ": '" + split.span + "' is not a dim of the dense mesh (pp, dp_replicate, dp_shard, cp, tp, "
+                  "dp, dp_shard_cp, dp_cp)");
+    }
+    for (const auto& name : {split.inner, split.outer}) {
+      if (name.empty() || !taken.insert(name).second) {
+        throw Error(what + ": the name '" + name + "' is empty or already a mesh dim; a split names two new dims");
+      }
+    }
+    int64_t span_size = 1;
+    bool known = true;
+    for (const auto& dim : mesh_dims_of(split.span)) {
+      auto found = degrees.find(dim);
+      if (found == degrees.end()) known = false;
+      else span_size *= found->second;
+    }
+    if (split.inner_degree < 1 || (known && span_size % split.inner_degree != 0)) {
+      throw Error(what + ": " + split.inner + " degree " + std::to_string(split.inner_degree) + " does not divide the " +
+                  std::to_string(span_size) + " ranks of " + split.span +
+                  "; choose a degree that divides them, or change the data/context-parallel degrees");
+    }
+  }
+}
+
+MeshSlices mesh_slices(const std::map<std::string, int64_t>& requested, const std::vector<MeshSplitRequest>& splits,
+                       int rank) {
   const auto& order = mesh_dim_order();
-  int64_t product = 1;
+  MeshSlices out;
+  int64_t world_size = 1;
   for (const auto& dim : order) {
-    auto found = degrees.find(dim);
-    degrees_[dim] = found == degrees.end() ? 1 : found->second;
-    product *= degrees_[dim];
+    auto found = requested.find(dim);
+    out.degrees[dim] = found == requested.end() ? 1 : found->second;
+    world_size *= out.degrees[dim];
   }
-  if (product != world_size_) {
-    throw Error("device mesh " + describe() + " has " + std::to_string(product) + " ranks, the world " +
-                std::to_string(world_size_));
+  if (rank < 0 || rank >= world_size) {
+    throw Error("rank " + std::to_string(rank) + " is outside the mesh's " + std::to_string(world_size) + " ranks");
   }
+  check_mesh_splits(splits, out.degrees);
   // Coordinates: row-major with tp fastest.
-  int64_t rest = runtime.world().rank;
+  std::map<std::string, int64_t> dense = out.degrees;
+  int64_t rest = rank;
   for (auto dim = order.rbegin(); dim != order.rend(); ++dim) {
-    coordinates_[*dim] = rest % degrees_[*dim];
-    rest /= degrees_[*dim];
+    out.coordinates[*dim] = rest % dense[*dim];
+    rest /= dense[*dim];
   }
+  const std::map<std::string, int64_t> mine = out.coordinates;
   auto rank_of = [&](const std::map<std::string, int64_t>& coordinates) {
-    int64_t rank = 0;
-    for (const auto& dim : order) rank = rank * degrees_[dim] + coordinates.at(dim);
-    return static_cast<int>(rank);
+    int64_t index = 0;
+    for (const auto& dim : order) index = index * dense[dim] + coordinates.at(dim);
+    return static_cast<int>(index);
   };
-  // Every rank creates its slice of each dim, in the same order everywhere.
-  std::vector<std::string> names = order;
-  for (const auto& [flat, parts] : flattened_dims()) names.push_back(flat);
-  for (const auto& name : names) {
-    if (name == "world") continue;
-    std::vector<std::string> members = mesh_dims_of(name);
-    std::set<std::string> member_set(members.begin(), members.end());
+  // The ranks whose coordinates equal this rank's on every dim outside
+  // `members`, in the order of their flattened index over `members`.
+  auto slice_ranks = [&](const std::vector<std::string>& members) {
+    int64_t size = 1;
+    for (const auto& dim : members) size *= dense[dim];
     std::vector<int> ranks;
-    std::map<std::string, int64_t> coordinates = coordinates_;
-    int64_t slice_size = 1;
-    for (const auto& dim : members) slice_size *= degrees_[dim];
-    for (int64_t index = 0; index < slice_size; ++index) {
+    std::map<std::string, int64_t> coordinates = mine;
+    for (int64_t index = 0; index < size; ++index) {
       int64_t rest_index = index;
       for (auto dim = members.rbegin(); dim != members.rend(); ++dim) {
-        coordinates[*dim] = rest_index % degrees_[*dim];
-        rest_index /= degrees_[*dim];
+        coordinates[*dim] = rest_index % dense[*dim];
+        rest_index /= dense[*dim];
       }
       ranks.push_back(rank_of(coordinates));
     }
-    // The slice's name: the fixed coordinates of the other dims.
-    std::string slice = name;
+    return ranks;
+  };
+  // The slice's label: the group's name and the fixed coordinates of the other dims.
+  auto label_of = [&](const std::string& name, const std::vector<std::string>& members, const std::string& extra) {
+    std::set<std::string> member_set(members.begin(), members.end());
+    std::string label = name;
     for (const auto& dim : order) {
-      if (!member_set.count(dim)) slice += "/" + dim + std::to_string(coordinates_[dim]);
+      if (!member_set.count(dim)) label += "/" + dim + std::to_string(mine.at(dim));
     }
-    groups_[name] = runtime.new_group(slice, ranks);
+    return label + extra;
+  };
+  // Every rank creates its slice of each dim, in the same order everywhere.
+  std::vector<std::string> names = order;
+  for (const auto& [flat, parts] : flattened_dims()) {
+    if (flat != "world") names.push_back(flat);
+  }
+  for (const auto& name : names) {
+    std::vector<std::string> members = mesh_dims_of(name);
+    out.groups.push_back({name, label_of(name, members, ""), slice_ranks(members)});
     if (members.size() > 1) {
-      int64_t coordinate = 0;
-      for (const auto& dim : members) coordinate = coordinate * degrees_[dim] + coordinates_[dim];
-      degrees_[name] = slice_size;
-      coordinates_[name] = coordinate;
+      int64_t size = 1, coordinate = 0;
+      for (const auto& dim : members) {
+        size *= dense[dim];
+        coordinate = coordinate * dense[dim] + mine.at(dim);
+      }
+      out.degrees[name] = size;
+      out.coordinates[name] = coordinate;
     }
   }
+  // A split regroups its span's slice: position p = outer * inner_degree + inner.
+  for (const auto& split : splits) {
+    const std::vector<std::string> members = mesh_dims_of(split.span);
+    const std::vector<int> span = slice_ranks(members);
+    const int64_t inner_degree = split.inner_degree;
+    const int64_t outer_degree = static_cast<int64_t>(span.size()) / inner_degree;
+    const int64_t position = std::find(span.begin(), span.end(), rank) - span.begin();
+    const int64_t inner = position % inner_degree, outer = position / inner_degree;
+    std::vector<int> inner_ranks, outer_ranks;
+    for (int64_t i = 0; i < inner_degree; ++i) inner_ranks.push_back(span[outer * inner_degree + i]);
+    for (int64_t o = 0; o < outer_degree; ++o) outer_ranks.push_back(span[o * inner_degree + inner]);
+    out.groups.push_back({split.inner, label_of(split.inner, members, "/" + split.outer + std::to_string(outer)),
+                          inner_ranks});
+    out.groups.push_back({split.outer, label_of(split.outer, members, "/" + split.inner + std::to_string(inner)),
+                          outer_ranks});
+    out.degrees[split.inner] = inner_degree;
+    out.degrees[split.outer] = outer_degree;
+    out.coordinates[split.inner] = inner;
+    out.coordinates[split.outer] = outer;
+  }
+  return out;
+}
+
+DeviceMesh::DeviceMesh(DistRuntime& runtime, const std::map<std::string, int64_t>& degrees,
+                       const std::vector<MeshSplitRequest>& splits)
+    : world_size_(runtime.world().world_size) {
+  int64_t product = 1;
+  for (const auto& dim : mesh_dim_order()) {
+    auto found = degrees.find(dim);
+    product *= found == degrees.end() ? 1 : found->second;
+  }
+  if (product != world_size_) {
+    throw Error("device mesh " + describe_degrees(degrees) + " has " + std::to_string(product) + " ranks, the world " +
+                std::to_string(world_size_));
+  }
+  MeshSlices slices = mesh_slices(degrees, splits, runtime.world().rank);
+  degrees_ = slices.degrees;
+  coordinates_ = slices.coordinates;
+  for (const auto& group : slices.groups) groups_[group.name] = runtime.new_group(group.label, group.ranks);
   world_ = &runtime.world_group();
 }
 
@@ -170,14 +264,6 @@ Comm& DeviceMesh::group(const std::string& dim) const {
   return *found->second;
 }
 
-std::string DeviceMesh::describe() const {
-  std::string text;
-  for (const auto& dim : mesh_dim_order()) {
-    auto found = degrees_.find(dim);
-    int64_t degree = found == degrees_.end() ? 1 : found->second;
-    if (degree > 1) text += (text.empty() ? "" : ", ") + dim + "=" + std::to_string(degree);
-  }
-  return text.empty() ? "1 rank" : text;
-}
+std::string DeviceMesh::describe() const { return describe_degrees(degrees_); }
 
 }  // namespace titan

@@ -8,7 +8,6 @@ void apply_plugins(CausalLM& model, const std::vector<NamedParallelizer>& parall
                    const ParallelizeContext& context) {
   bool converted = false;
   for (const auto& [name, parallelizer] : parallelizers) {
-    if (parallelizer->apply_order() == ApplyOrder::pipeline_split) continue;
     // The precision conversion has its own place in the canonical order.
     if (!converted && parallelizer->apply_order() > ApplyOrder::precision_conversion) {
       if (precision) precision->convert(model);

@@ -5,7 +5,7 @@
 #include <sstream>
 
 #include "titan/error.hpp"
-#include "titan/pipeline_plan.hpp"
+#include "titan/pipeline_program.hpp"
 #include "titan/pipeline_schedule.hpp"
 
 namespace titan {

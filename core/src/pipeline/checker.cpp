@@ -7,7 +7,7 @@
 #include <sstream>
 
 #include "titan/error.hpp"
-#include "titan/pipeline_plan.hpp"
+#include "titan/pipeline_program.hpp"
 
 namespace titan {
 

@@ -1,13 +1,32 @@
-// plan_pipeline: the one call that turns a schedule and a run's shape into
+// compile_pipeline: the one call that turns a schedule and a run's shape into
 // checked per-rank lists, refusing shapes the schedule cannot run with the
 // config key to change (TorchTitan hangs or fails late on some of these).
 #include "titan/error.hpp"
-#include "plan_internal.hpp"
-#include "titan/pipeline_plan.hpp"
+#include "compile_internal.hpp"
+#include "titan/pipeline_program.hpp"
+#include "titan/registry.hpp"
+
+#include <c10/util/StringUtil.h>
 
 namespace titan {
 
 namespace {
+
+// The loaded schedules with stages-per-rank ranges `fits` accepts, for a
+// hint (the registry knows them; core names none).
+template <class Fits>
+std::string schedules_where(const Fits& fits) {
+  auto& registry = PluginRegistry::instance();
+  std::vector<std::string> names;
+  for (const auto& name : registry.pipeline_schedules()) {
+    try {
+      if (fits(registry.create_pipeline_schedule(name, PluginContext{})->stages_per_rank())) names.push_back(name);
+    } catch (const std::exception&) {
+      // a schedule that needs options of its own is left out of the hint
+    }
+  }
+  return c10::Join(", ", names);
+}
 
 void check_shape(const PipelineSchedule& schedule, const PipelineShape& shape) {
   const std::string name = schedule.name();
@@ -31,14 +50,15 @@ void check_shape(const PipelineSchedule& schedule, const PipelineShape& shape) {
   std::string runs = range.min == range.max ? "exactly " + std::to_string(range.min)
                      : range.max == 0       ? "at least " + std::to_string(range.min)
                                             : std::to_string(range.min) + " to " + std::to_string(range.max);
-  std::string fix = range.max == 1
-                        ? "set " + std::string(kLayersPerStageKey) + " so that there are " +
-                              std::to_string(shape.ranks) + " stages, or choose a multi-stage schedule "
-                              "(Interleaved1F1B, LoopedBFS, InterleavedZeroBubble, ZBVZeroBubble, DualPipeV)"
-                        : "set " + std::string(kLayersPerStageKey) + " so that there are " +
-                              std::to_string(range.min * shape.ranks) + " stages (" + std::to_string(range.min) +
-                              " x " + kPipelineDegreeKey + ")" +
-                              (range.min > 1 ? ", or choose a single-stage schedule (GPipe, 1F1B)" : "");
+  auto runs_per_rank = [per_rank](PipelineSchedule::StagesPerRank r) {
+    return per_rank >= r.min && (r.max == 0 || per_rank <= r.max);
+  };
+  const std::string fitting = schedules_where(runs_per_rank);
+  std::string fix = "set " + std::string(kLayersPerStageKey) + " so that there are " +
+                    std::to_string(range.min * shape.ranks) + " stages" +
+                    (range.min > 1 ? " (" + std::to_string(range.min) + " x " + kPipelineDegreeKey + ")" : "") +
+                    (fitting.empty() ? "" : ", or choose a schedule that runs " + std::to_string(per_rank) +
+                                                " per rank (" + fitting + ")");
   throw Error("pipeline_parallel_schedule " + name + " runs " + runs + " stage" + (range.min == 1 && range.max == 1 ? "" : "s") +
               " per rank, but " + kLayersPerStageKey + " gives " + std::to_string(shape.stages) + " stages on " +
               kPipelineDegreeKey + " = " + std::to_string(shape.ranks) + " (" + std::to_string(per_rank) +
@@ -49,9 +69,9 @@ void check_shape(const PipelineSchedule& schedule, const PipelineShape& shape) {
 
 namespace pipeline_detail {
 
-PipelinePlan finish_plan(std::string name, StagePlacement placement, const PipelineShape& shape, RankActions compute,
+PipelineProgram finish_plan(std::string name, StagePlacement placement, const PipelineShape& shape, RankActions compute,
                          RankActions actions) {
-  PipelinePlan plan;
+  PipelineProgram plan;
   plan.timeline = check_pipeline(actions, placement, shape, name);
   plan.name = std::move(name);
   plan.placement = placement;
@@ -68,7 +88,7 @@ void validate_pipeline_shape(const PipelineSchedule& schedule, const PipelineSha
   schedule.validate(shape);
 }
 
-PipelinePlan plan_pipeline(const PipelineSchedule& schedule, const PipelineShape& shape) {
+PipelineProgram compile_pipeline(const PipelineSchedule& schedule, const PipelineShape& shape) {
   validate_pipeline_shape(schedule, shape);
   RankActions compute = schedule.compute_actions(shape);
   const std::string label = "pipeline schedule " + schedule.name();
@@ -77,7 +97,7 @@ PipelinePlan plan_pipeline(const PipelineSchedule& schedule, const PipelineShape
                 std::to_string(shape.ranks) + " (" + kPipelineDegreeKey + ")");
   }
   RankActions actions = lower_to_comm(compute, schedule.placement(), shape);
-  PipelinePlan plan =
+  PipelineProgram plan =
       pipeline_detail::finish_plan(label, schedule.placement(), shape, std::move(compute), std::move(actions));
   plan.name = schedule.name();
   return plan;

@@ -2,12 +2,12 @@
 #pragma once
 #include <string>
 
-#include "titan/pipeline_plan.hpp"
+#include "titan/pipeline_program.hpp"
 
 namespace titan::pipeline_detail {
 
 // Checks the full lists and packs the plan.
-PipelinePlan finish_plan(std::string label, StagePlacement placement, const PipelineShape& shape, RankActions compute,
+PipelineProgram finish_plan(std::string label, StagePlacement placement, const PipelineShape& shape, RankActions compute,
                          RankActions actions);
 
 }  // namespace titan::pipeline_detail

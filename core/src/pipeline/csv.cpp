@@ -4,9 +4,9 @@
 // static check as a plugin's.
 #include <fstream>
 
-#include "plan_internal.hpp"
+#include "compile_internal.hpp"
 #include "titan/error.hpp"
-#include "titan/pipeline_plan.hpp"
+#include "titan/pipeline_program.hpp"
 
 namespace titan {
 
@@ -93,7 +93,7 @@ CsvSchedule read_schedule_csv(const std::string& path) {
   return csv;
 }
 
-PipelinePlan plan_pipeline_csv(const CsvSchedule& csv, const PipelineShape& shape) {
+PipelineProgram compile_pipeline_csv(const CsvSchedule& csv, const PipelineShape& shape) {
   const std::string label = std::string(kScheduleCsvKey) + " " + csv.path;
   auto differs = [&](const std::string& key, int64_t run, const std::string& what, int64_t file) {
     throw Error(label + " " + what + " " + std::to_string(file) + ", but " + key + " gives " + std::to_string(run) +
@@ -130,7 +130,7 @@ PipelinePlan plan_pipeline_csv(const CsvSchedule& csv, const PipelineShape& shap
       }
     }
   }
-  PipelinePlan plan = pipeline_detail::finish_plan(label, placement, shape, std::move(compute), std::move(actions));
+  PipelineProgram plan = pipeline_detail::finish_plan(label, placement, shape, std::move(compute), std::move(actions));
   plan.name = csv.path;
   return plan;
 }

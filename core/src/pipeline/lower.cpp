@@ -6,7 +6,7 @@
 #include <cstdint>
 
 #include "titan/error.hpp"
-#include "titan/pipeline_plan.hpp"
+#include "titan/pipeline_program.hpp"
 
 namespace titan {
 

@@ -48,7 +48,7 @@ struct PipelineExecutor::Run {
   at::Tensor loss_sum;
 };
 
-PipelineExecutor::PipelineExecutor(PipelinePlan plan, std::vector<std::shared_ptr<CausalLM>> parts,
+PipelineExecutor::PipelineExecutor(PipelineProgram plan, std::vector<std::shared_ptr<CausalLM>> parts,
                                    std::vector<int64_t> stages, Comm* pp, int64_t pp_rank,
                                    PipelineExecutorOptions options)
     : plan_(std::move(plan)),

@@ -1,4 +1,4 @@
-// Runs one rank's checked pipeline action list (titan/pipeline_plan.hpp)
+// Runs one rank's checked pipeline action list (titan/pipeline_program.hpp)
 // over its model parts: forwards, backwards (whole, or split into the input
 // gradient and the weight gradient for the zero-bubble schedules), and the
 // activations and gradients sent between pp ranks with tagged non-blocking
@@ -13,7 +13,7 @@
 
 #include "titan/comm.hpp"
 #include "titan/model.hpp"
-#include "titan/pipeline_plan.hpp"
+#include "titan/pipeline_program.hpp"
 #include "titan/schedule.hpp"
 
 namespace titan {
@@ -31,7 +31,7 @@ class PipelineExecutor : public Schedule {
  public:
   // `parts[i]` runs stage `stages[i]` (rank_to_stages order); `pp` is the pp
   // group (null when the degree is 1); `pp_rank` this rank's place in it.
-  PipelineExecutor(PipelinePlan plan, std::vector<std::shared_ptr<CausalLM>> parts, std::vector<int64_t> stages,
+  PipelineExecutor(PipelineProgram plan, std::vector<std::shared_ptr<CausalLM>> parts, std::vector<int64_t> stages,
                    Comm* pp, int64_t pp_rank, PipelineExecutorOptions options);
   ~PipelineExecutor() override;
 
@@ -54,7 +54,7 @@ class PipelineExecutor : public Schedule {
   void backward(Run& run, const Action& action, bool input_gradient, bool weight_gradient);
   void write_trace() const;
 
-  PipelinePlan plan_;
+  PipelineProgram plan_;
   std::vector<std::shared_ptr<CausalLM>> parts_;
   std::vector<int64_t> stages_;
   std::vector<std::vector<at::Tensor>> part_parameters_;

@@ -45,7 +45,7 @@ PipelineRun plan_pipeline_run(const RunPlan& plan, int64_t pp_degree) {
   shape.ranks = pp_degree;
   shape.stages = static_cast<int64_t>(run.stage_modules.size());
   shape.microbatches = microbatches;
-  run.plan = csv ? plan_pipeline_csv(*csv, shape) : plan_pipeline(*plan.pipeline_schedule, shape);
+  run.program = csv ? compile_pipeline_csv(*csv, shape) : compile_pipeline(*plan.pipeline_schedule, shape);
   return run;
 }
 

@@ -41,7 +41,7 @@ PipelineModel build_pipeline_model(const RunPlan& plan, const PipelineRun& run, 
                                    int global_rank, const c10::Device& device,
                                    const std::function<void(CausalLM&)>& transform) {
   const int64_t pp_rank = mesh ? mesh->coordinate("pp") : 0;
-  const std::vector<int64_t> stages = rank_to_stages(run.plan.placement, run.plan.shape, pp_rank);
+  const std::vector<int64_t> stages = rank_to_stages(run.program.placement, run.program.shape, pp_rank);
   std::vector<std::shared_ptr<CausalLM>> parts;
   for (int64_t stage : stages) {
     std::shared_ptr<CausalLM> part = plan.model->build(c10::Device(c10::kMeta));
@@ -59,21 +59,21 @@ PipelineModel build_pipeline_model(const RunPlan& plan, const PipelineRun& run, 
   const PipelineSettings& settings = plan.pipeline->settings();
   if (!settings.trace.empty()) options.trace_path = trace_file(settings.trace, global_rank);
   const bool splits = [&] {
-    for (const auto& list : run.plan.compute) {
+    for (const auto& list : run.program.compute) {
       for (const auto& action : list) {
         if (action.type == ActionType::backward_weight) return true;
       }
     }
     return false;
   }();
-  spdlog::info("pipeline: schedule {}, {}, {} placement; theoretical bubble {:.3f}{}", run.plan.name,
-               run.plan.shape.to_string(), placement_name(run.plan.placement), run.plan.timeline.bubble_fraction,
+  spdlog::info("pipeline: schedule {}, {}, {} placement; theoretical bubble {:.3f}{}", run.program.name,
+               run.program.shape.to_string(), placement_name(run.program.placement), run.program.timeline.bubble_fraction,
                splits && !options.split_backward
                    ? "; I runs the whole backward and W nothing (" + c10::Join(", ", whole_backward) +
                          " act when a block's input gradient is computed)"
                    : std::string());
-  Comm* pp = run.plan.shape.ranks > 1 ? &mesh->group("pp") : nullptr;
-  built.executor = std::make_unique<PipelineExecutor>(run.plan, std::move(parts), stages, pp, pp_rank,
+  Comm* pp = run.program.shape.ranks > 1 ? &mesh->group("pp") : nullptr;
+  built.executor = std::make_unique<PipelineExecutor>(run.program, std::move(parts), stages, pp, pp_rank,
                                                       std::move(options));
   return built;
 }

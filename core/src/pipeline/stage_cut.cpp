@@ -12,11 +12,6 @@ namespace titan {
 
 PipelineSplitter::~PipelineSplitter() = default;
 
-void PipelineSplitter::parallelize(CausalLM& /*model*/, const ParallelizeContext& /*context*/) {
-  throw Error("the pipeline split is applied by the trainer, which builds one model part per stage; "
-              "parallelize() is not called on a PipelineSplitter");
-}
-
 namespace {
 
 // Keeps `path` (relative to the root) when it is kept or leads to a kept path.

@@ -23,6 +23,7 @@ namespace build_info {
 const char* plugin_build_dir();
 const char* plugin_install_dir();
 const char* plugin_dir_from_libdir();
+const std::map<std::string, std::string>& default_plugins();
 }  // namespace build_info
 
 namespace fs = std::filesystem;
@@ -31,7 +32,6 @@ namespace {
 
 constexpr const char* kFilePrefix = "libtitan_plugin_";
 constexpr const char* kFileSuffix = ".so";
-constexpr const char* kBuiltinPipelineSchedules = "pp_schedules";
 
 std::string plugin_name_of(const fs::path& file) {
   std::string stem = file.filename().string();
@@ -264,6 +264,11 @@ std::vector<std::string> PluginRegistry::search_dirs() const {
   return impl_->dirs();
 }
 
+std::string PluginRegistry::default_plugin(const std::string& section) {
+  auto found = build_info::default_plugins().find(section);
+  return found == build_info::default_plugins().end() ? "" : found->second;
+}
+
 std::vector<std::string> PluginRegistry::available() const {
   std::lock_guard<std::mutex> lock(impl_->mutex);
   std::vector<std::string> names;
@@ -312,10 +317,10 @@ std::unique_ptr<PipelineSchedule> PluginRegistry::create_pipeline_schedule(const
     return {nullptr, nullptr};
   };
   auto [plugin, entry] = find();
-  // TorchTitan names schedules without a plugin: the built-in ones load on first use.
-  if (!plugin && !impl_->plugins.count(kBuiltinPipelineSchedules) &&
-      impl_->discover().count(kBuiltinPipelineSchedules)) {
-    impl_->get(kBuiltinPipelineSchedules);
+  // TorchTitan names schedules without a plugin: the build's default ones load on first use.
+  const std::string builtin = default_plugin("pipeline_schedule");
+  if (!plugin && !builtin.empty() && !impl_->plugins.count(builtin) && impl_->discover().count(builtin)) {
+    impl_->get(builtin);
     std::tie(plugin, entry) = find();
   }
   if (!plugin) {

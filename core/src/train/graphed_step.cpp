@@ -17,8 +17,12 @@ at::Tensor GraphedStep::run(const std::vector<Microbatch>& microbatches, const F
     compat::run_on_side_stream(device_, [&] { loss = forward_backward(microbatches); });
     return loss;
   }
-  if (!graph_) capture(microbatches, forward_backward);
-  copy_into_static(microbatches);
+  // The capture's static inputs are clones of this step's batch already.
+  if (!graph_) {
+    capture(microbatches, forward_backward);
+  } else {
+    copy_into_static(microbatches);
+  }
   graph_->replay();
   // The optimizer's zero_grad drops .grad after every step; the graph keeps
   // writing the tensors it captured, so they are handed back each time.

@@ -10,7 +10,7 @@
 namespace titan {
 
 ParallelSetup::ParallelSetup(const World& world, const RunPlan& plan) {
-  const std::vector<MeshDimRequest> requests = mesh_requests(plan.parallelizers);
+  const std::vector<MeshDimRequest> requests = mesh_requests(plan);
   if (!world.distributed() && requests.empty()) {
     validate_parallelism(plan, {});  // parallelizers without mesh dims still check the model
     return;
@@ -20,8 +20,8 @@ ParallelSetup::ParallelSetup(const World& world, const RunPlan& plan) {
     degrees = resolve_mesh_degrees(requests, world.world_size);
   } catch (const Error& error) {
     throw Error(std::string(error.what()) +
-                (requests.empty() ? ". No plugin uses the other ranks: add a data-parallel plugin "
-                                    "(plugins: [{name: fsdp}] or [{name: ddp}])"
+                (requests.empty() ? ". No plugin uses the other ranks: add a data-parallel plugin to plugins: (one that "
+                                    "asks for dp_shard or dp_replicate: `titan plugins list` shows them)"
                                   : ""));
   }
   pipeline_run_ = validate_parallelism(plan, degrees);  // before any group or weight exists
@@ -31,7 +31,7 @@ ParallelSetup::ParallelSetup(const World& world, const RunPlan& plan) {
   test_signal_point("startup", 0);  // test-only: a rank lost before the rendezvous
   const bool cuda = c10::Device(plan.core.training.device).is_cuda();
   runtime_ = std::make_unique<DistRuntime>(world, timeouts, cuda ? "nccl" : "gloo");
-  mesh_ = std::make_unique<DeviceMesh>(*runtime_, degrees);
+  mesh_ = std::make_unique<DeviceMesh>(*runtime_, degrees, mesh_splits(plan));
   if (!world.distributed()) return;
   spdlog::info("device mesh: {}", mesh_->describe());
   std::vector<int> everyone(world.world_size);
