@@ -280,9 +280,9 @@ metrics: {log_freq: 2}
                         (dir / "run.yaml").string();
     auto off = titan::test::run_command(check + " --set metrics.enable_tensorboard=false --set metrics.save_tb_folder=x");
     CHECK_MESSAGE(off.exit_code == 0, off.output);
-    auto empty = titan::test::run_command(check + " --set metrics.enable_tensorboard=false --set metrics.save_tb_folder=");
-    CHECK(empty.exit_code != 0);
-    CHECK_MESSAGE(titan::test::has(empty.output, "metrics.save_tb_folder: expected a folder name"), empty.output);
+    auto list = titan::test::run_command(check + " --set metrics.enable_tensorboard=false --set 'metrics.save_tb_folder=[a]'");
+    CHECK(list.exit_code != 0);
+    CHECK_MESSAGE(titan::test::has(list.output, "metrics.save_tb_folder: expected string"), list.output);
     auto unknown = titan::test::run_command(check + " --set metrics.enable_wandb=true");
     CHECK(unknown.exit_code != 0);
     CHECK_MESSAGE(titan::test::has(unknown.output, "metrics.enable_wandb: no metrics_sink plugin 'wandb' on the plugin path"),
