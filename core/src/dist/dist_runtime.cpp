@@ -14,6 +14,7 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
 
+#include <algorithm>
 #include <cstdlib>
 #include <map>
 
@@ -77,6 +78,8 @@ std::vector<std::shared_ptr<::gloo::transport::Device>> gloo_devices(const World
   return devices;
 }
 
+std::string endpoint_key(int rank) { return "titan/gloo_endpoint/" + std::to_string(rank); }
+
 std::string store_failure(const World& world, const std::string& network) {
   return "rank " + std::to_string(world.rank) + " could not join the job's TCPStore at " + world.master_addr + ":" +
          std::to_string(world.master_port) + " from " + network;
@@ -90,6 +93,35 @@ std::string store_hint(const World& world, const std::string& network) {
            "host an address the others reach (titan launch --master-addr, or torchrun --local-addr on each node)";
   }
   return ". Check MASTER_ADDR/MASTER_PORT, that every rank was started, and that the port is free";
+}
+
+// A group that could not connect, named with both ends' interfaces.
+Error group_failure(c10d::Store& store, const std::string& network, std::chrono::milliseconds init, int self,
+                    const std::string& name, const std::vector<int>& ranks, const std::string& cause) {
+  // The peers' published interfaces, read without waiting: the store may be
+  // what failed.
+  std::string peers;
+  int named = 0;
+  for (int rank : ranks) {
+    if (rank == self) continue;
+    if (++named > 8) {  // a message, not a roster
+      peers += ", ...";
+      break;
+    }
+    try {
+      if (!store.check({endpoint_key(rank)})) continue;
+      auto bytes = store.get(endpoint_key(rank));
+      peers += (peers.empty() ? "" : ", ") + std::string("rank ") + std::to_string(rank) + " on " +
+               std::string(bytes.begin(), bytes.end());
+    } catch (const std::exception&) {
+      break;
+    }
+  }
+  return Error("rank " + std::to_string(self) + " could not connect process group '" + name + "' from " +
+               network + (peers.empty() ? "" : " to its peers (" + peers + ")") + " within " +
+               "comm.init_timeout_seconds (" + std::to_string(init.count() / 1000) + " s): " + cause +
+               " (every member rank must create it; check that all ranks are alive, that each reaches the others' "
+               "addresses, and GLOO_SOCKET_IFNAME on each host)");
 }
 
 }  // namespace
@@ -136,6 +168,9 @@ DistRuntime::DistRuntime(const World& world, const DistTimeouts& timeouts, const
   } catch (const std::exception& error) {
     throw Error(store_failure(world, impl_->network) + ": " + error.what() + store_hint(world, impl_->network));
   }
+  // Where this rank's Gloo listens, for the peers' messages should they
+  // fail to connect to it (Gloo's own names no address when unreachable).
+  impl_->store->set(endpoint_key(world.rank), std::vector<uint8_t>(impl_->network.begin(), impl_->network.end()));
   std::vector<int> everyone;
   for (int rank = 0; rank < world.world_size; ++rank) everyone.push_back(rank);
   impl_->world_group = new_group("world", everyone);
@@ -144,6 +179,7 @@ DistRuntime::DistRuntime(const World& world, const DistTimeouts& timeouts, const
 }
 
 DistRuntime::~DistRuntime() = default;
+
 
 Comm& DistRuntime::world_group() { return *impl_->world_group; }
 
@@ -162,9 +198,18 @@ std::unique_ptr<Comm> DistRuntime::new_group(const std::string& name, const std:
   const int size = static_cast<int>(ranks.size());
   auto group = c10::make_intrusive<c10d::ProcessGroup>(store, index, size);
   try {
+    // Every member arrives first, within the init timeout, so that Gloo's
+    // own waits on the store (a fifth of it, below) only cover the moments
+    // between arrival and connection.
+    store->set("arrived/" + std::to_string(world_.rank), std::vector<uint8_t>{1});
+    std::vector<std::string> arrivals;
+    for (int rank : ranks) arrivals.push_back("arrived/" + std::to_string(rank));
+    store->wait(arrivals, impl_->timeouts.init);
     // Connecting to the peers is joining: it gets the init timeout, then
-    // every collective the train timeout.
-    auto options = c10d::ProcessGroupGloo::Options::create(impl_->timeouts.init);
+    // every collective the train timeout. Gloo waits five times its timeout
+    // for a pair's first connection, hence a fifth.
+    auto connect = std::max(impl_->timeouts.init / 5, std::chrono::milliseconds(100));
+    auto options = c10d::ProcessGroupGloo::Options::create(connect);
     options->devices = impl_->devices;
     options->threads = 2;
     auto gloo = c10::make_intrusive<c10d::ProcessGroupGloo>(store, index, size, options);
@@ -183,12 +228,10 @@ std::unique_ptr<Comm> DistRuntime::new_group(const std::string& name, const std:
     }
 #endif
   } catch (const c10::Error& error) {
-    throw Error("rank " + std::to_string(world_.rank) + " could not create process group '" + name + "' from " +
-                impl_->network + ": " + error.what_without_backtrace() +
-                " (every member rank must create it; check that all ranks are alive, that they reach each other "
-                "at the addresses named, and GLOO_SOCKET_IFNAME on each host)");
+    throw group_failure(*impl_->store, impl_->network, impl_->timeouts.init, world_.rank, name, ranks,
+                        error.what_without_backtrace());
   } catch (const std::exception& error) {
-    throw Error("could not create process group '" + name + "': " + error.what());
+    throw group_failure(*impl_->store, impl_->network, impl_->timeouts.init, world_.rank, name, ranks, error.what());
   }
   return make_process_group_comm(group, name, ranks, impl_->timeouts.collective);
 }

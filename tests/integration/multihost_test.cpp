@@ -1,0 +1,210 @@
+// Jobs across machines: hosts are network namespaces on one bridge
+// (netns_hosts.hpp), each running `titan launch --nnodes 2 --node-rank R
+// --master-addr <host 0>` as a user would on two machines. FSDP, HSDP, PP
+// and a DCP save resumed on another layout each train the loss curve of
+// the same job on one host's loopback (within 1e-5, as the loopback
+// equivalence tests), with every rank on eth0; a store or a peer that
+// cannot be reached ends the job within the init timeout, naming address,
+// port and interface, without spinning. The hosts share this machine's
+// file system, as nodes share a cluster file system for checkpoints.
+#include "doctest_torch.hpp"
+#include "test_support.hpp"
+
+#include <chrono>
+#include <functional>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "netns_hosts.hpp"
+
+namespace {
+
+namespace fs = std::filesystem;
+using titan::test::CommandResult;
+using titan::test::has;
+using titan::test::NetnsHosts;
+using titan::test::titan_binary;
+
+#define REQUIRE_HOSTS(hosts)                                  \
+  if (!(hosts).made()) {                                      \
+    MESSAGE("TITAN_SKIPPED: " << (hosts).reason());           \
+    return;                                                   \
+  }
+
+// A small Llama and a global batch of 4 windows, so a job takes seconds.
+std::string train(const fs::path& dump, int steps, int local_batch, const std::string& plugins,
+                  const std::string& extra = "") {
+  return titan_binary() + " train " + titan::test::source_dir() +
+         "/configs/llama3_debugmodel.yaml --set model.dim=64 --set model.n_layers=2 --set model.n_heads=4"
+         " --set training.seq_len=32 --set training.threads=1 --set lr_scheduler.warmup_steps=2"
+         " --set metrics.log_freq=1 --set comm.init_timeout_seconds=60 --set training.steps=" +
+         std::to_string(steps) + " --set training.local_batch_size=" + std::to_string(local_batch) +
+         " --set 'plugins=[" + plugins + "]' --set job.dump_folder=" + dump.string() + extra;
+}
+
+// Every rank under one launcher: the job on one host's loopback.
+std::string on_loopback(int ranks, const std::string& command) {
+  return titan_binary() + " launch --nproc-per-node " + std::to_string(ranks) + " --grace-period-s 5 -- " + command;
+}
+
+// This host's share of a job over `nnodes` hosts (default: all), rank 0's
+// store on host 0.
+std::string on_node(const NetnsHosts& hosts, int node, int nproc, const std::string& command, int nnodes = 0) {
+  return titan_binary() + " launch --nnodes " + std::to_string(nnodes > 0 ? nnodes : hosts.size()) + " --node-rank " +
+         std::to_string(node) + " --nproc-per-node " + std::to_string(nproc) + " --master-addr " +
+         hosts.address(0) + " --master-port 29500 --grace-period-s 5 -- " + command;
+}
+
+std::map<int64_t, double> losses_of(const fs::path& dump) {
+  std::map<int64_t, double> losses;
+  std::istringstream lines(titan::test::read_file(dump / "metrics.jsonl"));
+  for (std::string line; std::getline(lines, line);) {
+    auto record = nlohmann::json::parse(line);
+    losses[record["step"].get<int64_t>()] = record["loss"].get<double>();
+  }
+  return losses;
+}
+
+// The steps of `across` follow `loopback`'s curve within 1e-5 relative.
+void check_same_curve(const std::map<int64_t, double>& across, const std::map<int64_t, double>& loopback,
+                      size_t steps) {
+  REQUIRE(across.size() == steps);
+  double worst = 0;
+  for (const auto& [step, loss] : across) {
+    REQUIRE_MESSAGE(loopback.count(step), "step ", step, " is not in the loopback run");
+    double reference = loopback.at(step);
+    worst = std::max(worst, std::abs(loss - reference) / std::max(std::abs(reference), 1e-12));
+  }
+  MESSAGE("max relative loss difference across hosts vs loopback: " << worst);
+  CHECK(worst <= 1e-5);
+}
+
+// Runs the job on host 0's loopback, then across the hosts with `nproc`
+// ranks each; checks that each host's ranks used its eth0.
+struct TwoRuns {
+  std::map<int64_t, double> loopback, across;
+};
+TwoRuns run_both(const NetnsHosts& hosts, const std::string& name, int nproc,
+                 const std::function<std::string(const fs::path&)>& command) {
+  fs::path logs = titan::test::temp_dir(name + "_logs");
+  fs::path loopback_dump = titan::test::temp_dir(name + "_loopback");
+  auto local = hosts.run_all({on_loopback(hosts.size() * nproc, command(loopback_dump))}, 120, logs / "loopback");
+  REQUIRE_MESSAGE(local[0].exit_code == 0, local[0].output);
+  CHECK_MESSAGE(has(local[0].output, "gloo: interface lo (127.0.0.1)"), local[0].output);
+  fs::path across_dump = titan::test::temp_dir(name + "_across");
+  std::vector<std::string> commands;
+  for (int host = 0; host < hosts.size(); ++host) commands.push_back(on_node(hosts, host, nproc, command(across_dump)));
+  auto results = hosts.run_all(commands, 120, logs);
+  for (int host = 0; host < hosts.size(); ++host) {
+    const CommandResult& result = results[host];
+    REQUIRE_MESSAGE(result.exit_code == 0, "host ", host, ":\n", result.output);
+    std::string chosen = "gloo: interface eth0 (" + hosts.address(host) + ") (its address routes to MASTER_ADDR " +
+                         hosts.address(0) + ")";
+    CHECK_MESSAGE(has(result.output, chosen), chosen, " not in host ", host, "'s log:\n", result.output);
+  }
+  return {losses_of(loopback_dump), losses_of(across_dump)};
+}
+
+}  // namespace
+
+TEST_CASE("multihost: FSDP on 2 hosts x 1 rank trains the loopback curve, and its DCP save resumes as HSDP on "
+          "2 hosts x 2 ranks on the same curve") {
+  NetnsHosts hosts(2, "fsdp");
+  REQUIRE_HOSTS(hosts);
+  const std::string checkpoint = " --set checkpoint.enable=true --set checkpoint.interval=3 --set checkpoint.keep_latest_k=0";
+  TwoRuns fsdp = run_both(hosts, "multihost_fsdp", 1, [&](const fs::path& dump) {
+    return train(dump, 6, 2, "{name: fsdp}", checkpoint);
+  });
+  check_same_curve(fsdp.across, fsdp.loopback, 6);
+  // Step 3 of the run across hosts, resumed by 2 x 2 ranks that replicate
+  // across the hosts and shard within each.
+  fs::path dump = titan::test::temp_dir("multihost_resume_hsdp");
+  fs::create_directories(dump / "checkpoint");
+  fs::copy(titan::test::temp_path("multihost_fsdp_across") / "checkpoint/step-3", dump / "checkpoint/step-3",
+           fs::copy_options::recursive);
+  std::string command = train(dump, 6, 1, "{name: fsdp, dp_replicate: 2}", checkpoint);
+  auto results = hosts.run_all({on_node(hosts, 0, 2, command), on_node(hosts, 1, 2, command)}, 120,
+                               titan::test::temp_dir("multihost_resume_hsdp_logs"));
+  REQUIRE_MESSAGE(results[0].exit_code == 0, results[0].output, results[1].output);
+  REQUIRE_MESSAGE(results[1].exit_code == 0, results[1].output);
+  CHECK_MESSAGE(has(results[0].output, "resumed from checkpoint at step 3"), results[0].output);
+  check_same_curve(losses_of(dump), fsdp.loopback, 3);
+}
+
+TEST_CASE("multihost: HSDP on 2 hosts x 2 ranks (replicate across hosts, shard within) trains the loopback curve") {
+  NetnsHosts hosts(2, "hsdp");
+  REQUIRE_HOSTS(hosts);
+  // dp_replicate is the outer mesh dim: ranks {0,1} and {2,3} (one host
+  // each) shard together; {0,2} and {1,3} all-reduce across the link.
+  TwoRuns hsdp = run_both(hosts, "multihost_hsdp", 2, [](const fs::path& dump) {
+    return train(dump, 4, 1, "{name: fsdp, dp_replicate: 2}");
+  });
+  check_same_curve(hsdp.across, hsdp.loopback, 4);
+}
+
+TEST_CASE("multihost: PP with its 2 stages on 2 hosts trains the loopback curve") {
+  NetnsHosts hosts(2, "pp");
+  REQUIRE_HOSTS(hosts);
+  TwoRuns pp = run_both(hosts, "multihost_pp", 1, [](const fs::path& dump) {
+    return train(dump, 4, 4,
+                 "{name: pipeline, pipeline_parallel_degree: 2, pipeline_parallel_schedule: 1F1B, "
+                 "pipeline_parallel_microbatch_size: 1}");
+  });
+  check_same_curve(pp.across, pp.loopback, 4);
+}
+
+TEST_CASE("multihost: a store or a peer that cannot be reached ends the job within the init timeout, naming the "
+          "address, port and interface, without spinning") {
+  NetnsHosts hosts(3, "unreachable");
+  REQUIRE_HOSTS(hosts);
+  // Host 1's Gloo on a second interface (one end of a veth pair inside
+  // host 1), whose network host 0 has no route to: the store is reached
+  // over eth0, the peer is not. Gloo's lower address listens and the higher
+  // connects, so host 0 (10.231.0.1) dials 10.230.0.2 and fails at once;
+  // host 1 waits for a connection that never comes.
+  const std::string& host1 = hosts.name(1);
+  auto second = titan::test::run_command("ip -n " + host1 + " link add x0 type veth peer name x1 && ip -n " + host1 +
+                                         " addr add 10.230.0.2/24 dev x0 && ip -n " + host1 + " link set x1 up && ip -n " +
+                                         host1 + " link set x0 up");
+  REQUIRE_MESSAGE(second.exit_code == 0, second.output);
+  const int timeout_s = 4;
+  fs::path dump = titan::test::temp_dir("multihost_unreachable");
+  std::string command = train(dump, 2, 2, "{name: fsdp}", " --set comm.init_timeout_seconds=" + std::to_string(timeout_s));
+  // bash's `time`: wall and CPU seconds of everything the command ran.
+  auto timed = [](const std::string& line) {
+    return "exec bash -c " + NetnsHosts::quoted("TIMEFORMAT='TIMES cpu %U %S wall %R'; time " + line);
+  };
+  // Host 2 joins a job whose store would be at 10.231.0.9, where no host is.
+  std::string lost = "RANK=1 WORLD_SIZE=2 MASTER_ADDR=10.231.0.9 MASTER_PORT=29500 " + command;
+  auto results = hosts.run_all({timed(on_node(hosts, 0, 1, command, 2)),
+                                timed("GLOO_SOCKET_IFNAME=x0 " + on_node(hosts, 1, 1, command, 2)), timed(lost)},
+                               120, titan::test::temp_dir("multihost_unreachable_logs"));
+  struct Expected {
+    const char* who;
+    std::vector<std::string> named;
+  };
+  const Expected expected[] = {
+      {"rank 0 (host 0), whose peer advertised an unroutable address",
+       {"could not connect process group 'world' from interface eth0 (10.231.0.1) to its peers (rank 1 on "
+        "interface x0 (10.230.0.2))"}},
+      {"rank 1 (host 1), whose peer cannot reach it", {"could not connect process group 'world' from interface x0 "
+                                                        "(10.230.0.2)"}},
+      {"a rank whose store is on no host", {"10.231.0.9:29500", "interface eth0 (10.231.0.3)", "TCPStore"}},
+  };
+  for (int host = 0; host < 3; ++host) {
+    const std::string& output = results[host].output;
+    INFO(std::string(expected[host].who), ":\n", output);
+    CHECK(results[host].exit_code != 0);
+    for (const auto& part : expected[host].named) CHECK_MESSAGE(has(output, part), "missing '", part, "'");
+    auto at = output.rfind("TIMES cpu ");
+    REQUIRE(at != std::string::npos);
+    double user = 0, system = 0, wall = 0;
+    REQUIRE(std::sscanf(output.c_str() + at, "TIMES cpu %lf %lf wall %lf", &user, &system, &wall) == 3);
+    MESSAGE(std::string(expected[host].who) << ": failed after " << wall << " s wall, " << user + system << " s CPU");
+    // Start-up (~2 s) + the timeout + the launcher's grace period.
+    CHECK(wall < timeout_s + 15);
+    // Waiting must sleep: a retry loop at full speed would burn the whole
+    // wait in CPU time (start-up alone costs about a second).
+    CHECK(user + system < 0.5 * wall + 1.0);
+  }
+}
