@@ -92,6 +92,7 @@ void StepMetrics::log(const StepRecord& record) {
                                        {"memory_bytes", double(memory)},
                                        {"state_bytes", double(record.state_bytes)},
                                        {"elapsed_s", elapsed_s}};
+  values.insert(record.extra.begin(), record.extra.end());
   if (jsonl_) {
     nlohmann::json line = {{"step", record.step}};
     for (const auto& [key, value] : values) line[key] = value;

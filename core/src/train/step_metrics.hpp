@@ -3,6 +3,7 @@
 #pragma once
 #include <chrono>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -19,6 +20,7 @@ struct StepRecord {
   double lr = 0;
   int64_t tokens = 0;  // tokens processed by this rank in the step
   int64_t state_bytes = 0;  // this rank's parameter + gradient + optimizer-state bytes
+  std::map<std::string, double> extra;  // model metrics of the step (MoE loads: moe/<router>/imbalance, ...)
 };
 
 class StepMetrics {

@@ -7,6 +7,7 @@
 #include "training_run.hpp"
 #include "titan/error.hpp"
 #include "titan/logging.hpp"
+#include "titan/moe.hpp"
 
 namespace titan {
 
@@ -25,6 +26,16 @@ StepOutcome TrainingRun::step(int64_t step) {
   const double loss = hooks.loss_seen(parallel->loss_over_job(local_loss));
   const double grad_norm = clip_grad_norm(parameters_, training.max_norm, 2.0, norm_reduce_, norm_weights_);
   const double lr = plan.optimizer->base_lr() * plan.lr_schedule->factor(step);
+  // MoE load balancing before the optimizer (TorchTitan's pre-step hook):
+  // each router's token counts of the step, summed over the ranks that saw
+  // other tokens (dp and cp; tp ranks saw the same), move its expert bias.
+  const DeviceMesh* mesh = parallel->mesh();
+  const std::vector<RouterLoad> moe_loads = balance_experts(*model, [mesh](at::Tensor& counts) {
+    if (!mesh || mesh->size("dp_cp") == 1) return;
+    at::Tensor host = counts.to(at::kCPU);
+    mesh->group("dp_cp").all_reduce(host, ReduceOp::sum);
+    counts.copy_(host);
+  });
   StepOutcome outcome;
   if (std::isfinite(loss) && std::isfinite(grad_norm)) {
     hooks.before_optimizer();
@@ -43,7 +54,7 @@ StepOutcome TrainingRun::step(int64_t step) {
     verifier.verify(parallel->mesh()->group("world"), step);
   }
   const int64_t tokens = training.local_batch_size * training.seq_len * accumulation_;
-  outcome.record = {step, loss, grad_norm, lr, tokens, state_bytes()};
+  outcome.record = {step, loss, grad_norm, lr, tokens, state_bytes(), moe_metrics(moe_loads)};
   optimizer->zero_grad();
   return outcome;
 }

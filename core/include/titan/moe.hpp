@@ -1,0 +1,163 @@
+// Mixture-of-Experts as a core layer (TorchTitan's MoE semantics): a token-
+// choice top-k router with auxiliary-loss-free load balancing, routed
+// experts held as grouped weights, an optional dense shared expert. Each
+// part is a named child the model looks up at every call, so plugins swap
+// them by path: "layers.3.moe.router.gate" (a Linear), "...moe.experts",
+// "...moe.dispatcher" (where expert parallelism puts its all-to-all) and
+// "...moe.shared_experts" (a FeedForward).
+#pragma once
+#include <functional>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "titan/layers.hpp"
+
+namespace titan {
+
+enum class RouterScore { softmax, sigmoid };
+// How the routed experts multiply: `loop` one matmul per expert (any
+// device); `grouped_mm` LibTorch's grouped GEMM (a CUTLASS kernel on CUDA
+// sm90+ for bf16; LibTorch's own loop elsewhere; dim and the experts' width
+// must make 16-byte rows); `automatic` the grouped GEMM on CUDA when the
+// sizes allow it, the loop otherwise.
+enum class ExpertsBackend { automatic, loop, grouped_mm };
+
+struct MoEOptions {
+  int64_t num_experts = 8;
+  int64_t top_k = 1;
+  int64_t hidden_dim = 0;             // each expert's FFN width (F)
+  int64_t num_shared_experts = 0;     // shared expert width = hidden_dim * this; 0: none
+  RouterScore score_func = RouterScore::sigmoid;
+  bool route_norm = false;            // gate values of a token divided by their sum
+  double route_scale = 1.0;
+  int64_t num_expert_groups = 0;      // > 0: group-limited routing over this many groups
+  int64_t num_limited_groups = 0;     // groups a token may use when num_expert_groups > 0
+  double load_balance_coeff = 1e-3;   // <= 0 disables the expert bias (TorchTitan's None)
+  bool force_load_balance = false;    // debug: round-robin routing, exactly balanced
+  bool score_before_experts = true;   // gate values scale the experts' input (else their output)
+  ExpertsBackend backend = ExpertsBackend::automatic;
+  int64_t token_group_alignment = 0;  // rows each expert's group is padded to; 0: 16 on CUDA, 1 on CPU
+};
+
+// What is wrong with the options for a model of width `dim`, as {key,
+// message} for ConfigNode::fail; both empty when nothing.
+std::pair<std::string, std::string> find_moe_problem(const MoEOptions& options, int64_t dim);
+
+// Where each token goes: gate values [tokens, top_k] (fp32) and expert ids
+// [tokens, top_k] (int64).
+struct Routing {
+  at::Tensor top_scores;
+  at::Tensor selected;
+};
+
+// Scores in fp32 (gate linear, softmax or sigmoid); top-k on scores +
+// expert_bias, optionally within the best groups; gate values from the
+// unbiased scores. Buffers: tokens_per_expert (fp32, counted in every
+// forward that is not a recompute inside a backward) and expert_bias (when
+// load_balance_coeff > 0).
+class Router : public torch::nn::Module {
+ public:
+  Router(int64_t dim, const MoEOptions& options, const at::TensorOptions& tensor_options);
+  Routing forward(const at::Tensor& x);  // x [tokens, dim]
+  // Zeroes both buffers (after materialization: they are not parameters).
+  void reset_buffers();
+  // expert_bias += coeff * sign(mean - counts), centred, from `counts` [E]
+  // summed over every data-parallel rank; then tokens_per_expert = 0.
+  void update_expert_bias(const at::Tensor& counts);
+  const MoEOptions& options() const { return options_; }
+  at::Tensor tokens_per_expert;
+  at::Tensor expert_bias;  // undefined when load balancing is off
+
+ private:
+  MoEOptions options_;
+};
+
+// The routed experts' SwiGLU on grouped weights w1 [E, F, D], w2 [E, D, F],
+// w3 [E, F, D]. Expert parallelism shards dim 0: E is w1.size(0), the
+// experts this rank holds.
+class GroupedExperts : public torch::nn::Module {
+ public:
+  GroupedExperts(int64_t num_experts, int64_t dim, int64_t hidden_dim, const MoEOptions& options,
+                 const at::TensorOptions& tensor_options);
+  // tokens [rows, D], each expert's rows together in expert order;
+  // tokens_per_expert sums to rows.
+  at::Tensor forward(const at::Tensor& tokens, const std::vector<int64_t>& tokens_per_expert);
+  at::Tensor w1, w2, w3;
+
+ private:
+  ExpertsBackend backend_;
+  int64_t alignment_;
+};
+
+// The two ways GroupedExperts multiplies, for tests and benchmarks.
+at::Tensor run_experts_loop(const at::Tensor& w1, const at::Tensor& w2, const at::Tensor& w3,
+                            const at::Tensor& tokens, const std::vector<int64_t>& tokens_per_expert);
+// Pads each expert's group with zero rows to a multiple of `alignment`
+// (what the CUDA kernel needs), runs at::_grouped_mm, drops the padding.
+at::Tensor run_experts_grouped_mm(const at::Tensor& w1, const at::Tensor& w2, const at::Tensor& w3,
+                                  const at::Tensor& tokens, const std::vector<int64_t>& tokens_per_expert,
+                                  int64_t alignment);
+
+// Tokens grouped by expert for the experts, and what combine needs.
+struct DispatchedTokens {
+  at::Tensor tokens;                       // [rows, D], expert 0's rows first
+  std::vector<int64_t> tokens_per_expert;  // rows per (local) expert
+  at::Tensor order;                        // [rows]: each row's (token * top_k + slot)
+};
+
+// The token dispatch seam: local sorting here; expert parallelism replaces
+// it (by path "...moe.dispatcher") with an all-to-all to the experts' ranks.
+class TokenDispatcher : public torch::nn::Module {
+ public:
+  ~TokenDispatcher() override;
+  // x [N, D]; selected [N, K]; row_scale [N * K] fp32 or undefined: each
+  // (token, slot) row multiplied by it before leaving (gate before experts).
+  virtual DispatchedTokens dispatch(const at::Tensor& x, const at::Tensor& selected, int64_t num_experts,
+                                    const at::Tensor& row_scale);
+  // The experts' rows back in (token, slot) order: [N, K, D]. Deterministic:
+  // every row has one place, nothing is added concurrently.
+  virtual at::Tensor combine(const at::Tensor& expert_output, const DispatchedTokens& dispatched, int64_t tokens,
+                             int64_t top_k);
+};
+
+// router -> dispatcher -> experts -> combine (+ shared experts).
+class MoE : public Layer {
+ public:
+  MoE(int64_t dim, const MoEOptions& options, const at::TensorOptions& tensor_options);
+  at::Tensor forward(const at::Tensor& x) override;  // [batch, seq, D] or [tokens, D]
+  const MoEOptions& options() const { return options_; }
+
+ private:
+  MoEOptions options_;
+};
+
+// The change load balancing makes to expert_bias for `counts` [E]:
+// coeff * sign(mean - counts), minus its mean.
+at::Tensor expert_bias_delta(const at::Tensor& counts, double coeff);
+
+// Every Router in a model with its module path, in module order.
+std::vector<std::pair<std::string, std::shared_ptr<Router>>> find_routers(const torch::nn::Module& model);
+
+// One router's load over a step: max / mean of tokens per expert (1 is
+// perfectly balanced) and the L2 norm of its expert bias after the update.
+struct RouterLoad {
+  std::string path;
+  double imbalance = 0;
+  double expert_bias_norm = 0;
+};
+
+// Sums [routers, experts] counts over the ranks that saw different tokens
+// (dp and cp), in place.
+using CountReduction = std::function<void(at::Tensor& counts)>;
+
+// The step's load balancing, for the trainer to call after the last
+// backward and before the optimizer (TorchTitan's optimizer pre-step hook):
+// every router's counts, summed over ranks by `reduce` (may be empty on one
+// process), update its expert bias and are reset. Returns each router's load.
+std::vector<RouterLoad> balance_experts(const torch::nn::Module& model, const CountReduction& reduce);
+// The loads as metrics: "moe/<path>/imbalance", "moe/<path>/expert_bias_norm".
+std::map<std::string, double> moe_metrics(const std::vector<RouterLoad>& loads);
+
+}  // namespace titan

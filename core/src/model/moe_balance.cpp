@@ -1,0 +1,54 @@
+// Auxiliary-loss-free load balancing over a whole model (TorchTitan's
+// _update_expert_bias): every router's counts of the step, summed over the
+// data-parallel ranks in one collective, update its expert bias; the loads
+// become metrics.
+#include <ATen/ATen.h>
+
+#include "titan/moe.hpp"
+
+namespace titan {
+
+std::vector<std::pair<std::string, std::shared_ptr<Router>>> find_routers(const torch::nn::Module& model) {
+  std::vector<std::pair<std::string, std::shared_ptr<Router>>> routers;
+  for (const auto& item : model.named_modules("", /*include_self=*/false)) {
+    if (auto router = std::dynamic_pointer_cast<Router>(item.value())) routers.emplace_back(item.key(), router);
+  }
+  return routers;
+}
+
+std::vector<RouterLoad> balance_experts(const torch::nn::Module& model, const CountReduction& reduce) {
+  auto routers = find_routers(model);
+  std::vector<RouterLoad> loads;
+  if (routers.empty()) return loads;
+  std::vector<at::Tensor> rows;
+  for (const auto& [path, router] : routers) rows.push_back(router->tokens_per_expert);
+  // Routers may differ in expert count: pad to the widest, one collective.
+  int64_t widest = 0;
+  for (const auto& row : rows) widest = std::max(widest, row.size(0));
+  at::Tensor counts = at::zeros({static_cast<int64_t>(rows.size()), widest}, rows.front().options());
+  for (size_t i = 0; i < rows.size(); ++i) counts[static_cast<int64_t>(i)].narrow(0, 0, rows[i].size(0)).copy_(rows[i]);
+  if (reduce) reduce(counts);
+  for (size_t i = 0; i < routers.size(); ++i) {
+    auto& [path, router] = routers[i];
+    at::Tensor mine = counts[static_cast<int64_t>(i)].narrow(0, 0, rows[i].size(0));
+    router->update_expert_bias(mine);
+    RouterLoad load;
+    load.path = path;
+    double mean = mine.mean().item<double>();
+    load.imbalance = mean > 0 ? mine.max().item<double>() / mean : 0.0;
+    load.expert_bias_norm = router->expert_bias.defined() ? router->expert_bias.norm().item<double>() : 0.0;
+    loads.push_back(load);
+  }
+  return loads;
+}
+
+std::map<std::string, double> moe_metrics(const std::vector<RouterLoad>& loads) {
+  std::map<std::string, double> metrics;
+  for (const auto& load : loads) {
+    metrics["moe/" + load.path + "/imbalance"] = load.imbalance;
+    metrics["moe/" + load.path + "/expert_bias_norm"] = load.expert_bias_norm;
+  }
+  return metrics;
+}
+
+}  // namespace titan

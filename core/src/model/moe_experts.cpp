@@ -1,0 +1,109 @@
+// The routed experts' SwiGLU on grouped weights: one matmul per expert, or
+// LibTorch's grouped GEMM with each expert's rows padded to the alignment
+// the CUDA kernel needs. Both give the same numbers (tests/unit/moe_test.cpp).
+#include <ATen/ATen.h>
+
+#include <numeric>
+
+#include "titan/error.hpp"
+#include "titan/moe.hpp"
+
+namespace titan {
+
+namespace {
+
+void check_counts(const at::Tensor& w1, const at::Tensor& tokens, const std::vector<int64_t>& counts) {
+  int64_t rows = std::accumulate(counts.begin(), counts.end(), int64_t{0});
+  if (static_cast<int64_t>(counts.size()) != w1.size(0) || rows != tokens.size(0)) {
+    throw Error("moe experts: " + std::to_string(counts.size()) + " groups of " + std::to_string(rows) +
+                " rows for " + std::to_string(w1.size(0)) + " experts and " + std::to_string(tokens.size(0)) +
+                " token rows; the dispatcher's counts must match both");
+  }
+}
+
+// LibTorch's grouped GEMM (its CPU loop included) takes only operands whose
+// rows are whole multiples of 16 bytes.
+bool rows_fit_grouped_mm(const at::Tensor& w1, const at::Tensor& tokens) {
+  int64_t element = static_cast<int64_t>(tokens.element_size());
+  return (w1.size(2) * element) % 16 == 0 && (w1.size(1) * element) % 16 == 0;
+}
+
+}  // namespace
+
+at::Tensor run_experts_loop(const at::Tensor& w1, const at::Tensor& w2, const at::Tensor& w3,
+                            const at::Tensor& tokens, const std::vector<int64_t>& tokens_per_expert) {
+  check_counts(w1, tokens, tokens_per_expert);
+  std::vector<at::Tensor> outputs;
+  int64_t start = 0;
+  for (size_t e = 0; e < tokens_per_expert.size(); ++e) {
+    int64_t count = tokens_per_expert[e];
+    if (count == 0) continue;
+    at::Tensor x = tokens.narrow(0, start, count);
+    int64_t expert = static_cast<int64_t>(e);
+    at::Tensor h = at::silu(at::matmul(x, w1[expert].t())) * at::matmul(x, w3[expert].t());
+    outputs.push_back(at::matmul(h, w2[expert].t()));
+    start += count;
+  }
+  if (outputs.empty()) return at::zeros({0, w2.size(1)}, tokens.options());
+  return at::cat(outputs, 0);
+}
+
+at::Tensor run_experts_grouped_mm(const at::Tensor& w1, const at::Tensor& w2, const at::Tensor& w3,
+                                  const at::Tensor& tokens, const std::vector<int64_t>& tokens_per_expert,
+                                  int64_t alignment) {
+  check_counts(w1, tokens, tokens_per_expert);
+  if (alignment < 1) throw Error("moe experts: token group alignment must be >= 1, got " + std::to_string(alignment));
+  if (!rows_fit_grouped_mm(w1, tokens)) {
+    throw Error("moe experts: the grouped GEMM needs dim (" + std::to_string(w1.size(2)) + ") and the experts' hidden "
+                "size (" + std::to_string(w1.size(1)) + ") to be multiples of " +
+                std::to_string(16 / tokens.element_size()) + " for " + std::string(c10::toString(tokens.scalar_type())) +
+                " (16-byte rows); change them or use experts_backend: loop");
+  }
+  // Each group padded with rows of a zero token (index `rows`); the real
+  // rows' places in the padded layout, to take the output back.
+  const int64_t rows = tokens.size(0);
+  std::vector<int64_t> gather, keep, offsets;
+  int64_t start = 0, padded_end = 0;
+  for (int64_t count : tokens_per_expert) {
+    int64_t padded = (count + alignment - 1) / alignment * alignment;
+    for (int64_t i = 0; i < padded; ++i) {
+      if (i < count) keep.push_back(padded_end + i);
+      gather.push_back(i < count ? start + i : rows);
+    }
+    start += count;
+    padded_end += padded;
+    offsets.push_back(padded_end);
+  }
+  const bool padding = padded_end != rows;
+  auto on_device = [&](const std::vector<int64_t>& values, at::ScalarType dtype) {
+    return at::tensor(values, at::TensorOptions().dtype(at::kLong)).to(tokens.device(), dtype);
+  };
+  at::Tensor x = tokens;
+  if (padding) {
+    x = at::cat({tokens, at::zeros({1, tokens.size(1)}, tokens.options())}, 0).index_select(0, on_device(gather, at::kLong));
+  }
+  at::Tensor offs = on_device(offsets, at::kInt);
+  at::Tensor h = at::silu(at::_grouped_mm(x, w1.transpose(-2, -1), offs)) * at::_grouped_mm(x, w3.transpose(-2, -1), offs);
+  at::Tensor out = at::_grouped_mm(h, w2.transpose(-2, -1), offs);
+  return padding ? out.index_select(0, on_device(keep, at::kLong)) : out;
+}
+
+GroupedExperts::GroupedExperts(int64_t num_experts, int64_t dim, int64_t hidden_dim, const MoEOptions& options,
+                               const at::TensorOptions& tensor_options)
+    : backend_(options.backend), alignment_(options.token_group_alignment) {
+  w1 = register_parameter("w1", at::empty({num_experts, hidden_dim, dim}, tensor_options));
+  w2 = register_parameter("w2", at::empty({num_experts, dim, hidden_dim}, tensor_options));
+  w3 = register_parameter("w3", at::empty({num_experts, hidden_dim, dim}, tensor_options));
+}
+
+at::Tensor GroupedExperts::forward(const at::Tensor& tokens, const std::vector<int64_t>& tokens_per_expert) {
+  const bool cuda = tokens.is_cuda();
+  bool grouped = backend_ == ExpertsBackend::grouped_mm ||
+                 (backend_ == ExpertsBackend::automatic && cuda && rows_fit_grouped_mm(w1, tokens));
+  if (!grouped) return run_experts_loop(w1, w2, w3, tokens, tokens_per_expert);
+  // 16 rows: the CUTLASS kernel's alignment (TorchTitan's TOKEN_GROUP_ALIGN_SIZE_M).
+  int64_t alignment = alignment_ > 0 ? alignment_ : (cuda ? 16 : 1);
+  return run_experts_grouped_mm(w1, w2, w3, tokens, tokens_per_expert, alignment);
+}
+
+}  // namespace titan

@@ -1,0 +1,84 @@
+// The MoE layer's forward (TorchTitan's MoE.forward) and the local token
+// dispatcher: tokens sorted by expert (stable, so the order is fixed) and
+// put back by index, one place per row, so the combine is deterministic.
+#include <ATen/ATen.h>
+
+#include "titan/error.hpp"
+#include "titan/feed_forward.hpp"
+#include "titan/module_path.hpp"
+#include "titan/moe.hpp"
+
+namespace titan {
+
+TokenDispatcher::~TokenDispatcher() = default;
+
+DispatchedTokens TokenDispatcher::dispatch(const at::Tensor& x, const at::Tensor& selected, int64_t num_experts,
+                                           const at::Tensor& row_scale) {
+  const int64_t top_k = selected.size(1);
+  at::Tensor flat = selected.reshape({-1});
+  DispatchedTokens out;
+  out.order = at::argsort(flat, /*stable=*/true);
+  // The experts need the group sizes on the host (one sync, as TorchTitan's loop).
+  at::Tensor counts = at::bincount(flat, {}, num_experts).cpu();
+  out.tokens_per_expert.assign(counts.data_ptr<int64_t>(), counts.data_ptr<int64_t>() + num_experts);
+  at::Tensor rows = x.index_select(0, at::div(out.order, top_k, "floor"));
+  if (row_scale.defined()) {
+    rows = (rows.to(at::kFloat) * row_scale.index_select(0, out.order).unsqueeze(1)).to(x.scalar_type());
+  }
+  out.tokens = rows;
+  return out;
+}
+
+at::Tensor TokenDispatcher::combine(const at::Tensor& expert_output, const DispatchedTokens& dispatched,
+                                    int64_t tokens, int64_t top_k) {
+  at::Tensor unsorted = at::zeros({tokens * top_k, expert_output.size(1)}, expert_output.options())
+                            .index_copy(0, dispatched.order, expert_output);
+  return unsorted.view({tokens, top_k, expert_output.size(1)});
+}
+
+MoE::MoE(int64_t dim, const MoEOptions& options, const at::TensorOptions& tensor_options) : options_(options) {
+  auto [key, problem] = find_moe_problem(options, dim);
+  if (!key.empty()) throw Error("moe: " + key + ": " + problem);
+  register_module("router", std::make_shared<Router>(dim, options, tensor_options));
+  register_module("experts",
+                  std::make_shared<GroupedExperts>(options.num_experts, dim, options.hidden_dim, options, tensor_options));
+  register_module("dispatcher", std::make_shared<TokenDispatcher>());
+  if (options.num_shared_experts > 0) {
+    register_module("shared_experts",
+                    std::make_shared<FeedForward>(dim, options.hidden_dim * options.num_shared_experts, tensor_options));
+  }
+}
+
+namespace {
+
+template <typename T>
+std::shared_ptr<T> part(const torch::nn::Module& moe, const std::string& name) {
+  auto found = std::dynamic_pointer_cast<T>(find_module(moe, name));
+  if (!found) throw Error("moe: '" + name + "' is missing or not of the type the MoE layer calls");
+  return found;
+}
+
+}  // namespace
+
+at::Tensor MoE::forward(const at::Tensor& input) {
+  const int64_t dim = input.size(-1);
+  at::Tensor x = input.reshape({-1, dim});
+  const int64_t tokens = x.size(0), top_k = options_.top_k;
+  Routing routing = part<Router>(*this, "router")->forward(x);
+  auto dispatcher = part<TokenDispatcher>(*this, "dispatcher");
+  at::Tensor scale = options_.score_before_experts ? routing.top_scores.reshape({-1}) : at::Tensor();
+  DispatchedTokens dispatched = dispatcher->dispatch(x, routing.selected, options_.num_experts, scale);
+  at::Tensor expert_rows = part<GroupedExperts>(*this, "experts")->forward(dispatched.tokens, dispatched.tokens_per_expert);
+  at::Tensor per_slot = dispatcher->combine(expert_rows, dispatched, tokens, top_k);  // [N, K, D]
+  at::Tensor routed;
+  if (options_.score_before_experts) {
+    routed = per_slot.sum(1);
+  } else {
+    // Gate values weigh the experts' outputs in fp32, as TorchTitan's bmm.
+    routed = at::bmm(routing.top_scores.view({tokens, 1, top_k}), per_slot.to(at::kFloat)).squeeze(1).to(x.scalar_type());
+  }
+  if (auto shared = find_child_layer(*this, "shared_experts")) routed = shared->forward(x) + routed;
+  return routed.view(input.sizes());
+}
+
+}  // namespace titan

@@ -1,0 +1,117 @@
+// Transformer::init_parameter: TorchTitan's qwen3 init, each parameter drawn
+// from its own CPU generator seeded by (seed, parameter name), so values do
+// not depend on init order, on the device, or on which other layers exist.
+// The MoE buffers (expert bias, token counts) start at zero in init_buffers.
+#include <ATen/CPUGeneratorImpl.h>
+#include <torch/torch.h>
+
+#include <cmath>
+
+#include "qwen3_model.h"
+#include "titan/compat.hpp"
+#include "titan/error.hpp"
+#include "titan/moe.hpp"
+
+namespace titan::qwen3 {
+
+namespace {
+
+uint64_t splitmix64(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+// FNV-1a: stable across compilers and runs, unlike std::hash.
+uint64_t name_hash(const std::string& name) {
+  uint64_t hash = 0xCBF29CE484222325ull;
+  for (unsigned char c : name) hash = (hash ^ c) * 0x100000001B3ull;
+  return hash;
+}
+
+// As torch.nn.init.trunc_normal_: inverse CDF of a uniform draw; a, b absolute.
+void trunc_normal(at::Tensor& t, double mean, double std, double a, double b, at::Generator& gen) {
+  auto cdf = [](double x) { return (1.0 + std::erf(x / std::sqrt(2.0))) / 2.0; };
+  double low = cdf((a - mean) / std), high = cdf((b - mean) / std);
+  t.uniform_(2 * low - 1, 2 * high - 1, gen);
+  t.erfinv_();
+  t.mul_(std * std::sqrt(2.0));
+  t.add_(mean);
+  t.clamp_(a, b);
+}
+
+bool ends_with(const std::string& text, const std::string& suffix) {
+  return text.size() >= suffix.size() && text.compare(text.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+int64_t layer_id_of(const std::string& name) {
+  const std::string prefix = "layers.";
+  if (name.rfind(prefix, 0) != 0) throw Error("qwen3: '" + name + "' is not inside a block");
+  return std::stoll(name.substr(prefix.size(), name.find('.', prefix.size()) - prefix.size()));
+}
+
+void draw(const std::string& name, at::Tensor& t, const Qwen3Args& args, at::Generator& gen) {
+  auto depth_std = [&] {
+    int64_t depth = args.depth_init ? layer_id_of(name) + 1 : args.n_layers;
+    return 0.02 / std::sqrt(2.0 * static_cast<double>(depth));
+  };
+  auto any_of = [&](std::initializer_list<const char*> suffixes) {
+    for (const char* suffix : suffixes) {
+      if (ends_with(name, suffix)) return true;
+    }
+    return false;
+  };
+  if (name == "tok_embeddings.weight") {
+    t.normal_(0.0, 1.0, gen);
+  } else if (name == "output.weight") {
+    double std = 1.0 / std::sqrt(static_cast<double>(args.dim));
+    trunc_normal(t, 0.0, std, -3 * std, 3 * std, gen);
+  } else if (ends_with(name, "norm.weight")) {  // attention_norm, ffn_norm, norm, q_norm, k_norm
+    t.fill_(1.0);
+  } else if (any_of({"attention.wq.weight", "attention.wk.weight", "attention.wv.weight", "feed_forward.w1.weight",
+                     "moe.experts.w1", "moe.shared_experts.w1.weight"})) {
+    trunc_normal(t, 0.0, 0.02, -2.0, 2.0, gen);
+  } else if (any_of({"attention.wo.weight", "feed_forward.w2.weight", "feed_forward.w3.weight",
+                     "moe.router.gate.weight", "moe.experts.w2", "moe.experts.w3", "moe.shared_experts.w2.weight",
+                     "moe.shared_experts.w3.weight"})) {
+    trunc_normal(t, 0.0, depth_std(), -2.0, 2.0, gen);
+  } else {
+    throw Error("qwen3: no init rule for parameter '" + name + "'");
+  }
+}
+
+}  // namespace
+
+void Transformer::init_parameter(const std::string& name, at::Tensor& values, uint64_t seed) const {
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(splitmix64(seed ^ splitmix64(name_hash(name))));
+  draw(name, values, args_, gen);
+}
+
+void Transformer::init_buffers() {
+  compute_rope_tables();
+  for (auto& [path, router] : find_routers(*this)) {
+    // Materialized buffers hold garbage; a router on meta (another stage) cannot be there.
+    if (router->tokens_per_expert.is_meta()) throw Error("qwen3: " + path + "'s buffers are still on the meta device");
+    router->reset_buffers();
+  }
+}
+
+void Transformer::compute_rope_tables() {
+  c10::Device device = freqs_cos_.device();
+  if (device.is_meta()) {  // materialized by someone who skipped the buffers
+    for (const auto& param : parameters()) {
+      if (!param.is_meta()) device = param.device();
+    }
+    if (device.is_meta()) throw Error("qwen3: rotary tables cannot be computed on the meta device");
+    compat::materialize_in_place(freqs_cos_, device);
+    compat::materialize_in_place(freqs_sin_, device);
+  }
+  auto [cos, sin] = rope_tables(args_);
+  torch::NoGradGuard no_grad;
+  // set_data, not copy_: the tables stay fp32 even in a bf16 model.
+  freqs_cos_.set_data(cos.to(device));
+  freqs_sin_.set_data(sin.to(device));
+}
+
+}  // namespace titan::qwen3

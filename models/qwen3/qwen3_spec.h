@@ -1,0 +1,35 @@
+// Qwen3Spec: the titan::ModelSpec of the qwen3 plugin (build, sizes, FLOPs).
+// Plugin-private header.
+#pragma once
+#include <string>
+
+#include "qwen3_args.h"
+#include "titan/model.hpp"
+
+namespace titan {
+class ConfigNode;
+}
+
+namespace titan::qwen3 {
+
+class Qwen3Spec : public ModelSpec {
+ public:
+  Qwen3Spec(std::string flavor, const Qwen3Args& args);
+  std::string flavor() const override { return flavor_; }
+  void set_vocab_size(int64_t vocab_size) override;
+  std::shared_ptr<CausalLM> build(const c10::Device& device) const override;
+  int64_t vocab_size() const override { return args_.vocab_size; }
+  int64_t num_params(bool include_embedding = true) const override;
+  double flops_per_token(int64_t seq_len) const override;
+  const Qwen3Args& args() const { return args_; }
+
+ private:
+  std::string flavor_;
+  Qwen3Args args_;
+};
+
+// The `model:` options (flavor, shape and MoE overrides), read and checked
+// (qwen3_options.cpp).
+Qwen3Spec read_qwen3_spec(const ConfigNode& options);
+
+}  // namespace titan::qwen3

@@ -1,0 +1,101 @@
+// The qwen3 model plugin through the registry: TorchTitan's flavors (the
+// parameter counts Hugging Face's Qwen3-0.6B and Qwen3-30B-A3B have), the
+// MoE blocks built from core's MoE layer, a forward and backward that reach
+// every parameter and count each routed token once, refusals naming the key.
+#include "doctest_torch.hpp"
+
+#include "titan/config.hpp"
+#include "titan/error.hpp"
+#include "titan/model.hpp"
+#include "titan/moe.hpp"
+#include "titan/registry.hpp"
+
+namespace {
+
+std::unique_ptr<titan::ModelSpec> qwen3(const std::string& options_yaml) {
+  titan::PluginContext context;
+  context.options = titan::ConfigNode::parse("model:\n" + options_yaml, "run.yaml").child("model");
+  return titan::PluginRegistry::instance().create_model("qwen3", context);
+}
+
+std::string refusal(const std::string& options_yaml) {
+  try {
+    qwen3(options_yaml);
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "";
+}
+
+bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+const char* kSmallMoE =
+    "  flavor: debugmodel_moe\n  dim: 32\n  n_layers: 2\n  n_heads: 4\n  n_kv_heads: 2\n  head_dim: 8\n"
+    "  num_experts: 4\n  top_k: 2\n  moe_hidden_dim: 16\n  max_seq_len: 32\n";
+
+}  // namespace
+
+TEST_SUITE("qwen3") {
+  TEST_CASE("qwen3 flavors have Hugging Face's parameter counts (0.6B tied, 30B-A3B with 3.3B active)") {
+    auto small = qwen3("  flavor: 0.6B\n");
+    const int64_t vocab_by_dim = 151936 * 1024;
+    // HF ties Qwen3-0.6B's head to its embeddings (596,049,920 parameters);
+    // Titan trains it untied, one more vocab x dim matrix.
+    CHECK(small->num_params(true) - vocab_by_dim == 596049920);
+    auto moe = qwen3("  flavor: 30B-A3B\n");
+    CHECK(moe->num_params(true) == 30532122624);
+    // Active per token: the dense part and top 8 of 128 experts (HF: "3.3B activated").
+    double active = moe->flops_per_token(0) / 6 + 151936.0 * 2048;
+    CHECK(active > 3.3e9);
+    CHECK(active < 3.4e9);
+    auto model = moe->build(c10::Device(c10::kMeta));
+    int64_t total = 0;
+    for (const auto& p : model->parameters()) total += p.numel();
+    CHECK(total == moe->num_params(true));
+    auto params = model->named_parameters();
+    CHECK(params["layers.0.attention.q_norm.weight"].sizes() == at::IntArrayRef({128}));
+    CHECK(params["layers.0.attention.wq.weight"].sizes() == at::IntArrayRef({32 * 128, 2048}));
+    CHECK(params["layers.0.attention.wk.weight"].sizes() == at::IntArrayRef({4 * 128, 2048}));
+    CHECK(params["layers.47.moe.experts.w1"].sizes() == at::IntArrayRef({128, 768, 2048}));
+    CHECK(params["layers.47.moe.experts.w2"].sizes() == at::IntArrayRef({128, 2048, 768}));
+    CHECK(params["layers.0.moe.router.gate.weight"].sizes() == at::IntArrayRef({128, 2048}));
+    CHECK(params.find("layers.0.moe.shared_experts.w1.weight") == nullptr);  // Qwen3 has none
+    auto routers = titan::find_routers(*model);
+    REQUIRE(routers.size() == 48);
+    const titan::MoEOptions& o = routers[0].second->options();
+    CHECK(o.score_func == titan::RouterScore::softmax);
+    CHECK(o.route_norm);
+    CHECK_FALSE(o.score_before_experts);
+    CHECK(routers[0].second->expert_bias.defined());
+  }
+
+  TEST_CASE("a small qwen3 MoE: forward and backward reach every parameter, each token counted top_k times") {
+    auto spec = qwen3(kSmallMoE);
+    spec->set_vocab_size(64);
+    auto model = spec->build(c10::Device(c10::kCPU));
+    model->init_weights(5);
+    at::Tensor tokens = at::randint(0, 64, {2, 12}, at::kLong);
+    at::Tensor logits = model->forward(tokens);
+    CHECK(logits.sizes() == at::IntArrayRef({2, 12, 64}));
+    titan::cross_entropy_loss(logits, tokens).backward();
+    for (const auto& item : model->named_parameters()) {
+      CAPTURE(item.key());
+      REQUIRE(item.value().grad().defined());
+      CHECK(item.value().grad().abs().sum().item<double>() > 0);
+    }
+    for (auto& [path, router] : titan::find_routers(*model)) {
+      CAPTURE(path);
+      CHECK(router->tokens_per_expert.sum().item<double>() == 2 * 12 * 2);
+      CHECK(router->expert_bias.abs().sum().item<double>() == 0);  // zeroed by init, not garbage
+    }
+  }
+
+  TEST_CASE("qwen3 refuses bad MoE options naming the key") {
+    std::string message = refusal("  flavor: debugmodel_moe\n  num_experts: 4\n  top_k: 5\n");
+    CHECK(has(message, "model.top_k"));
+    CHECK(has(message, "must be in [1, num_experts = 4], got 5"));
+    CHECK(has(refusal("  flavor: 0.6B\n  num_experts: 8\n"), "flavor 0.6B is dense"));
+    CHECK(has(refusal(std::string(kSmallMoE) + "  experts_backend: cutlass\n"), "grouped_mm"));
+    CHECK(has(refusal(std::string(kSmallMoE) + "  load_balance_coeff: -1\n"), "load_balance_coeff"));
+  }
+}
