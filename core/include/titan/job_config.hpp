@@ -58,10 +58,22 @@ struct DebugConfig {
   int64_t crash_at_step = -1;  // ... once this step (and its checkpoint) is done
 };
 
+// TorchTitan's profiling section: every profile_freq steps, profiler_warmup
+// steps of warm-up then profiler_active recorded steps; each rank writes
+// <dump_folder>/<save_traces_folder>/iteration_<step>/rank<r>_trace.json.
+struct ProfilingConfig {
+  bool enable_profiling = false;
+  std::string save_traces_folder = "profile_traces";
+  int64_t profile_freq = 10;
+  int64_t profiler_warmup = 3;
+  int64_t profiler_active = 1;
+};
+
 struct CoreConfig {
   JobConfig job;
   TrainingConfig training;
   MetricsConfig metrics;
+  ProfilingConfig profiling;
   CommConfig comm;
   DebugConfig debug;
   std::string tokenizer_path;

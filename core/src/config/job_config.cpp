@@ -66,6 +66,28 @@ CoreConfig read_core_config(const ConfigNode& root) {
   m.peak_flops = metrics.get<double>("peak_flops", 0.0, "peak FLOP/s for MFU; 0 = the GPU's datasheet bf16 peak (H100, H200, A100, B200) or measured on CPU");
   if (m.peak_flops < 0) metrics.fail("peak_flops", "expected >= 0");
 
+  ConfigNode profiling = root.child("profiling");
+  auto& p = config.profiling;
+  p.enable_profiling = profiling.get<bool>("enable_profiling", p.enable_profiling,
+                                           "write Chrome traces of some steps (LibTorch's profiler)");
+  p.save_traces_folder = profiling.get<std::string>("save_traces_folder", p.save_traces_folder,
+                                                    "trace folder under dump_folder");
+  p.profile_freq = profiling.get<int64_t>("profile_freq", p.profile_freq, "a trace every N steps");
+  p.profiler_warmup = profiling.get<int64_t>("profiler_warmup", p.profiler_warmup,
+                                             "steps the profiler runs unrecorded before each trace");
+  p.profiler_active = profiling.get<int64_t>("profiler_active", p.profiler_active, "steps each trace records");
+  require_positive(profiling, "profile_freq", p.profile_freq);
+  require_positive(profiling, "profiler_active", p.profiler_active);
+  if (p.profiler_warmup < 0) profiling.fail("profiler_warmup", "expected >= 0");
+  if (p.save_traces_folder.empty()) profiling.fail("save_traces_folder", "expected a folder name");
+  if (p.profile_freq < p.profiler_warmup + p.profiler_active) {
+    profiling.fail("profile_freq", std::to_string(p.profile_freq) + " is less than profiler_warmup (" +
+                                       std::to_string(p.profiler_warmup) + ") + profiler_active (" +
+                                       std::to_string(p.profiler_active) +
+                                       "): each trace's warm-up and recorded steps must fit in one period; raise "
+                                       "profile_freq or lower the other two");
+  }
+
   ConfigNode comm = root.child("comm");
   auto& c = config.comm;
   c.init_timeout_seconds = comm.get<int64_t>("init_timeout_seconds", 300, "rendezvous timeout");

@@ -8,6 +8,7 @@
 
 #include <fstream>
 
+#include "titan/profile_range.hpp"
 #include "titan/error.hpp"
 #include "titan/logging.hpp"
 
@@ -123,6 +124,7 @@ void PipelineExecutor::run_actions(Run& run) {
 }
 
 void PipelineExecutor::run_action(Run& run, const Action& action) {
+  ProfileRange range("pipeline " + action.to_string());
   const int64_t s = action.stage, m = action.microbatch;
   const int64_t last_stage = plan_.shape.stages - 1;
   Slot& slot = run.slots[{s, m}];

@@ -3,6 +3,8 @@
 
 #include <torch/torch.h>
 
+#include "titan/profile_range.hpp"
+
 namespace titan {
 
 at::Tensor AccumulationSchedule::step(CausalLM& model, const std::vector<Microbatch>& microbatches,
@@ -12,9 +14,16 @@ at::Tensor AccumulationSchedule::step(CausalLM& model, const std::vector<Microba
   for (size_t i = 0; i < microbatches.size(); ++i) {
     const Microbatch& microbatch = microbatches[i];
     model.set_gradient_sync(i + 1 == microbatches.size());
-    at::Tensor logits = model.run(microbatch.inputs);
-    at::Tensor value = loss(logits, microbatch.labels) * scale;
-    value.backward();
+    at::Tensor value;
+    {
+      ProfileRange range("forward");
+      at::Tensor logits = model.run(microbatch.inputs);
+      value = loss(logits, microbatch.labels) * scale;
+    }
+    {
+      ProfileRange range("backward");
+      value.backward();
+    }
     at::Tensor detached = value.detach();
     total = total.defined() ? total + detached : detached;
   }

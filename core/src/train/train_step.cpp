@@ -8,6 +8,7 @@
 #include "titan/error.hpp"
 #include "titan/logging.hpp"
 #include "titan/moe.hpp"
+#include "titan/profile_range.hpp"
 
 namespace titan {
 
@@ -18,6 +19,7 @@ StepOutcome TrainingRun::step(int64_t step) {
 
   std::vector<Microbatch> microbatches = next_microbatches();
   auto forward_backward = [&](const std::vector<Microbatch>& batch) {
+    ProfileRange range("forward_backward");
     return schedule_->step(*model, batch, model->loss());
   };
   at::Tensor local_loss = graphed_ ? graphed_->run(microbatches, forward_backward) : forward_backward(microbatches);
@@ -39,6 +41,7 @@ StepOutcome TrainingRun::step(int64_t step) {
   StepOutcome outcome;
   if (std::isfinite(loss) && std::isfinite(grad_norm)) {
     hooks.before_optimizer();
+    ProfileRange range("optimizer");
     optimizer->step(lr);
   } else if (training.on_nonfinite_loss == "error") {
     throw Error("step " + std::to_string(step) + ": loss is " + std::to_string(loss) + " and grad norm " +

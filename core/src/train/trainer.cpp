@@ -65,7 +65,9 @@ TrainResult train(RunPlan& plan, const World& world) {
   StopSignal stop;
   StepRecord record;
   for (int64_t step = run.resumed_step + 1; step <= core.training.steps; ++step) {
+    run.profiler->before_step(step);
     record = run.step(step).record;
+    run.profiler->after_step(step);
     run.metrics->record(record);
     const bool stopping = stop.requested();
     if (plan.checkpointer->should_save(step, step == core.training.steps) ||

@@ -96,9 +96,10 @@ void check_cuda_graph_plan(const RunPlan& plan, const World& world) {
 
 // Observers (e.g. the flight recorder) see every collective while it lives.
 struct TrainingRun::ObserverScope {
-  ObserverScope(RunPlan& plan, CollectiveVerifier* verifier) {
+  ObserverScope(RunPlan& plan, CollectiveVerifier* verifier, StepProfiler* profiler) {
     for (auto& observer : plan.comm_observers) add_comm_observer(observer.get());
     if (verifier) add_comm_observer(verifier);
+    if (profiler->enabled()) add_comm_observer(profiler);
   }
   ~ObserverScope() { clear_comm_observers(); }
 };
@@ -114,8 +115,9 @@ TrainingRun::TrainingRun(RunPlan& plan_, const World& world_)
   plan.model->set_vocab_size(tokenizer->vocab_size());
   const std::string data = training.dataset_path.empty() ? training.dataset : resolve_asset(training.dataset_path);
 
-  observers = std::make_unique<ObserverScope>(plan, core.comm.verify_collectives && world.distributed() ? &verifier
-                                                                                                        : nullptr);
+  profiler = std::make_unique<StepProfiler>(core.profiling, core.job.dump_folder, world.rank, device.is_cuda());
+  observers = std::make_unique<ObserverScope>(
+      plan, core.comm.verify_collectives && world.distributed() ? &verifier : nullptr, profiler.get());
   parallel = std::make_unique<ParallelSetup>(world, plan);
   plan.checkpointer->attach(CheckpointEnv{world.rank, world.world_size, parallel->mesh(), parallel->checkpoint_comm(),
                                           plan.root.dump()});

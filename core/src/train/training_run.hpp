@@ -9,6 +9,7 @@
 
 #include "collective_verifier.hpp"
 #include "graphed_step.hpp"
+#include "step_profiler.hpp"
 #include "parallel_setup.hpp"
 #include "step_metrics.hpp"
 #include "test_hooks.hpp"
@@ -44,6 +45,7 @@ class TrainingRun {
   const World world;
   const c10::Device device;
   CollectiveVerifier verifier;  // comm.verify_collectives: the first step's sequences across ranks
+  std::unique_ptr<StepProfiler> profiler;  // the profiling section (also sees every collective)
   struct ObserverScope;
   std::unique_ptr<ObserverScope> observers;
   std::unique_ptr<ParallelSetup> parallel;
