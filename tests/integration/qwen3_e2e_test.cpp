@@ -1,7 +1,8 @@
 // The qwen3 MoE debug config trained by `titan train`: deterministic, its
 // loss falls, the MoE loads reach metrics.jsonl, activation checkpointing
-// changes no number, and DDP on 2 ranks (the expert-bias counts summed over
-// dp) reproduces one process.
+// changes no number, DDP on 2 ranks (the expert-bias counts summed over
+// dp) reproduces one process, and a resumed run (expert biases in the
+// checkpoint) continues the loss curve exactly.
 #include "equivalence_runs.hpp"
 
 namespace {
@@ -74,4 +75,23 @@ TEST_CASE("qwen3 MoE: DDP on 2 ranks, expert-bias counts summed over dp, reprodu
   REQUIRE(result.exit_code == 0);
   // fp32, the gradient mean over 2 ranks in another order: the llama3 DDP band.
   titan::test::check_equivalent(titan::test::read_run(dump), reference, 1e-5);
+}
+
+TEST_CASE("qwen3 MoE: 6 straight steps equal 3 + resume + 3, bit for bit (expert biases are checkpointed)") {
+  const std::string checkpoint = " --set training.steps=6 --set checkpoint.enable=true --set checkpoint.interval=3";
+  RunOutput straight = run_moe("qwen3_moe_straight", checkpoint);
+  auto dump = titan::test::temp_dir("qwen3_moe_resumed");
+  const std::string command = "timeout 300 " + titan::test::titan_binary() + " train " + titan::test::source_dir() +
+                              "/configs/qwen3_debugmodel_moe.yaml" + titan::test::common_sets(dump) + kMoE + checkpoint;
+  auto first = titan::test::run_command(command);
+  REQUIRE_MESSAGE(first.exit_code == 0, first.output);
+  std::filesystem::remove_all(dump / "checkpoint" / "step-6");  // "crashed" after its step-3 checkpoint
+  std::filesystem::remove(dump / "metrics.jsonl");
+  auto second = titan::test::run_command(command);
+  REQUIRE_MESSAGE(second.exit_code == 0, second.output);
+  CHECK(titan::test::has(second.output, "resumed from checkpoint at step 3"));
+  RunOutput resumed = titan::test::read_run(dump);
+  REQUIRE(straight.losses.size() == 6);
+  REQUIRE(resumed.losses.size() == 3);
+  for (size_t i = 0; i < 3; ++i) CHECK_MESSAGE(resumed.losses[i] == straight.losses[i + 3], "step ", i + 4);
 }
