@@ -39,6 +39,7 @@ struct TrainingConfig {
 struct MetricsConfig {
   int64_t log_freq = 10;
   bool enable_jsonl = true;
+  std::string progress = "auto";  // auto: a live line on a terminal, the ETA in log lines; off: neither
   // FLOP/s that MFU divides by. 0: the GPU's datasheet bf16 peak from its
   // name (0, so MFU 0, for an unknown GPU), or measured at start on CPU.
   double peak_flops = 0;

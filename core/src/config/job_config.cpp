@@ -63,6 +63,9 @@ CoreConfig read_core_config(const ConfigNode& root) {
   m.log_freq = metrics.get<int64_t>("log_freq", 10, "log every N steps");
   require_positive(metrics, "log_freq", m.log_freq);
   m.enable_jsonl = metrics.get<bool>("enable_jsonl", true, "write metrics.jsonl under dump_folder");
+  m.progress = metrics.choice("progress", m.progress, {"auto", "off"},
+                              "auto: rank 0 keeps a live step/ETA line on a terminal, and log lines end with the "
+                              "ETA; off: neither");
   m.peak_flops = metrics.get<double>("peak_flops", 0.0, "peak FLOP/s for MFU; 0 = the GPU's datasheet bf16 peak (H100, H200, A100, B200) or measured on CPU");
   if (m.peak_flops < 0) metrics.fail("peak_flops", "expected >= 0");
 

@@ -66,10 +66,17 @@ StepMetrics::~StepMetrics() {
 
 void StepMetrics::record(const StepRecord& record) {
   window_tokens_ += record.tokens;
-  if (record.step % config_.log_freq == 0) log(record);
+  if (progress_) progress_->step_done(record.step, record.tokens);
+  if (record.step % config_.log_freq == 0) {
+    if (progress_) progress_->clear();
+    log(record);
+  } else if (progress_) {
+    progress_->show();
+  }
 }
 
 void StepMetrics::flush_pending(const StepRecord& last) {
+  if (progress_) progress_->clear();
   if (last.step > last_logged_step_ && window_tokens_ > 0) log(last);
   for (auto* sink : sinks_) sink->flush();
 }
@@ -81,9 +88,9 @@ void StepMetrics::log(const StepRecord& record) {
   double tokens_per_sec = window_s > 0 ? window_tokens_ / window_s : 0;
   double mfu = peak_flops_ > 0 ? tokens_per_sec * flops_per_token_ / peak_flops_ : 0;
   int64_t memory = device_.is_cuda() ? compat::device_peak_memory(device_) : max_resident_bytes();
-  spdlog::info("step {:>6}  loss {:8.4f}  grad_norm {:7.3f}  lr {:.3e}  tokens/s {:9.0f}  mfu {:5.2f}%  memory {:.2f} GiB",
+  spdlog::info("step {:>6}  loss {:8.4f}  grad_norm {:7.3f}  lr {:.3e}  tokens/s {:9.0f}  mfu {:5.2f}%  memory {:.2f} GiB{}",
                record.step, record.loss, record.grad_norm, record.lr, tokens_per_sec, 100 * mfu,
-               memory / double(1ull << 30));
+               memory / double(1ull << 30), progress_ ? progress_->eta_suffix() : std::string());
   std::map<std::string, double> values{{"loss", record.loss},
                                        {"grad_norm", record.grad_norm},
                                        {"lr", record.lr},

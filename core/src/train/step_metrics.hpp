@@ -10,6 +10,7 @@
 
 #include "titan/job_config.hpp"
 #include "titan/metrics_sink.hpp"
+#include "titan/progress.hpp"
 
 namespace titan {
 
@@ -30,6 +31,8 @@ class StepMetrics {
               double peak_flops, std::vector<MetricsSink*> sinks, const c10::Device& device);
   ~StepMetrics();
   void record(const StepRecord& record);  // logs when step % log_freq == 0
+  // Progress and ETA between and in the log lines (metrics.progress).
+  void set_progress(std::unique_ptr<Progress> progress) { progress_ = std::move(progress); }
   // Logs `last` unless it was logged (a run that ends between two log_freq
   // steps still reports its last one), then flushes the sinks.
   void flush_pending(const StepRecord& last);
@@ -45,6 +48,7 @@ class StepMetrics {
   std::chrono::steady_clock::time_point start_, window_start_;
   int64_t window_tokens_ = 0;
   int64_t last_logged_step_ = 0;
+  std::unique_ptr<Progress> progress_;
 };
 
 // Dense float32 matmul FLOP/s of this CPU with the current thread count.

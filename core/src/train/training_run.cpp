@@ -4,6 +4,8 @@
 // optimizer -> resume from a checkpoint -> metrics.
 #include "training_run.hpp"
 
+#include <unistd.h>
+
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -166,6 +168,10 @@ TrainingRun::TrainingRun(RunPlan& plan_, const World& world_)
   metrics = std::make_unique<StepMetrics>(metrics_config, core.job.dump_folder,
                                           plan.model->flops_per_token(training.seq_len) / pp_degree, peak, sinks,
                                           device);
+  // Only rank 0 draws the live line, and only on a terminal (a launcher
+  // pipes the ranks' output, so they print plain lines).
+  metrics->set_progress(std::make_unique<Progress>(resumed_step + 1, training.steps, core.metrics.progress != "off",
+                                                   world.rank == 0 && isatty(STDERR_FILENO) == 1));
 }
 
 TrainingRun::~TrainingRun() = default;
