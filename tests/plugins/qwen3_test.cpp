@@ -1,14 +1,18 @@
 // The qwen3 model plugin through the registry: TorchTitan's flavors (the
 // parameter counts Hugging Face's Qwen3-0.6B and Qwen3-30B-A3B have), the
 // MoE blocks built from core's MoE layer, a forward and backward that reach
-// every parameter and count each routed token once, refusals naming the key.
+// every parameter and count each routed token once, logits equal to a Qwen3
+// written out in PyTorch (tests/python/qwen3_reference.py), refusals naming
+// the key.
 #include "doctest_torch.hpp"
+#include "test_support.hpp"
 
 #include "titan/config.hpp"
 #include "titan/error.hpp"
 #include "titan/model.hpp"
 #include "titan/moe.hpp"
 #include "titan/registry.hpp"
+#include "titan/safetensors.hpp"
 
 namespace {
 
@@ -87,6 +91,64 @@ TEST_SUITE("qwen3") {
       CAPTURE(path);
       CHECK(router->tokens_per_expert.sum().item<double>() == 2 * 12 * 2);
       CHECK(router->expert_bias.abs().sum().item<double>() == 0);  // zeroed by init, not garbage
+    }
+  }
+
+  TEST_CASE("qwen3's logits, dense and MoE, match a Qwen3 written out in PyTorch") {
+    const std::string python = titan::test::source_dir() + "/.venv/bin/python";
+    if (titan::test::run_command("test -x " + python).exit_code != 0) {
+      MESSAGE("TITAN_SKIPPED: " << python << " not found (scripts/setup.sh installs torch into .venv)");
+      return;
+    }
+    const auto dir = titan::test::temp_dir("qwen3_reference");
+    const char* dense = "  flavor: debugmodel\n  dim: 32\n  n_layers: 2\n  n_heads: 4\n  n_kv_heads: 2\n"
+                        "  head_dim: 8\n  hidden_dim: 48\n  max_seq_len: 32\n";
+    std::vector<std::pair<std::string, std::shared_ptr<titan::CausalLM>>> runs;
+    std::string arguments;
+    for (const auto& [name, yaml] : {std::pair<std::string, std::string>{"dense", dense}, {"moe", kSmallMoE}}) {
+      auto spec = qwen3(yaml);
+      spec->set_vocab_size(64);
+      auto model = spec->build(c10::Device(c10::kCPU));
+      model->init_weights(9);
+      std::map<std::string, at::Tensor> tensors;
+      {
+        torch::NoGradGuard no_grad;
+        for (auto& item : model->named_parameters()) {
+          // Norm weights away from 1 and a trained-looking scale, so a
+          // missing or misplaced norm or rotary shows.
+          if (item.key().find("norm") != std::string::npos) item.value().uniform_(0.5, 1.5);
+          else item.value().mul_(item.key() == "tok_embeddings.weight" ? 1.0 : 10.0);
+          tensors[item.key()] = item.value().clone();
+        }
+        for (auto& [path, router] : titan::find_routers(*model)) {
+          router->expert_bias.copy_(at::randn({router->expert_bias.size(0)}) * 0.02);
+          tensors[path + ".expert_bias"] = router->expert_bias.clone();
+        }
+      }
+      at::Tensor tokens = at::randint(0, 64, {2, 12}, at::kLong);
+      tensors["tokens"] = tokens;
+      titan::safetensors::save_file((dir / (name + "_in.safetensors")).string(), tensors,
+                                    {{"n_layers", "2"}, {"n_heads", "4"}, {"n_kv_heads", "2"}, {"head_dim", "8"},
+                                     {"norm_eps", "1e-06"}, {"rope_theta", "1000000"},
+                                     {"moe", name == "moe" ? "1" : "0"}, {"top_k", "2"}});
+      tensors.clear();
+      torch::NoGradGuard no_grad;
+      titan::safetensors::save_file((dir / (name + "_ours.safetensors")).string(), {{"logits", model->forward(tokens)}});
+      arguments += " " + (dir / (name + "_in.safetensors")).string() + " " + (dir / (name + "_out.safetensors")).string();
+      runs.emplace_back(name, model);
+    }
+    auto result = titan::test::run_command("timeout 120 " + python + " " + titan::test::source_dir() +
+                                           "/tests/python/qwen3_reference.py" + arguments);
+    REQUIRE_MESSAGE(result.exit_code == 0, result.output);
+    for (const auto& [name, model] : runs) {
+      CAPTURE(name);
+      at::Tensor ours = titan::safetensors::File((dir / (name + "_ours.safetensors")).string()).read("logits");
+      at::Tensor theirs = titan::safetensors::File((dir / (name + "_out.safetensors")).string()).read("logits");
+      REQUIRE(ours.sizes() == theirs.sizes());
+      // fp32 both sides, other kernels and summation orders: 1e-5 of the logits' scale.
+      double scale = theirs.abs().max().item<double>();
+      CHECK(scale > 0.1);
+      CHECK((ours - theirs).abs().max().item<double>() <= 1e-5 * (1 + scale));
     }
   }
 
