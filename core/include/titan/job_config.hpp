@@ -70,11 +70,24 @@ struct ProfilingConfig {
   int64_t profiler_active = 1;
 };
 
+// TorchTitan's validation section: every `freq` steps, a no-grad pass in
+// eval mode over a held-out set, from its start each time.
+struct ValidationConfig {
+  bool enable = false;
+  std::string dataset = "stories_validation";  // a built-in held-out set, or see dataset_path
+  std::string dataset_path;                    // a file (as training.dataset_path); wins over dataset
+  int64_t freq = 10;
+  int64_t steps = -1;             // batches per validation; -1: the whole set once
+  int64_t local_batch_size = 0;   // 0: training.local_batch_size
+  int64_t seq_len = 0;            // 0: training.seq_len
+};
+
 struct CoreConfig {
   JobConfig job;
   TrainingConfig training;
   MetricsConfig metrics;
   ProfilingConfig profiling;
+  ValidationConfig validation;
   CommConfig comm;
   DebugConfig debug;
   std::string tokenizer_path;

@@ -91,6 +91,24 @@ CoreConfig read_core_config(const ConfigNode& root) {
                                        "profile_freq or lower the other two");
   }
 
+  ConfigNode validation = root.child("validation");
+  auto& v = config.validation;
+  v.enable = validation.get<bool>("enable", v.enable, "a validation pass every freq steps");
+  v.dataset = validation.get<std::string>("dataset", v.dataset,
+                                          "held-out set: stories_validation (built in) or a file as in dataset_path");
+  v.dataset_path = validation.get<std::string>("dataset_path", v.dataset_path, "a held-out file; wins over dataset");
+  v.freq = validation.get<int64_t>("freq", v.freq, "validate every N steps");
+  v.steps = validation.get<int64_t>("steps", v.steps, "batches per validation; -1: the whole set once");
+  v.local_batch_size = validation.get<int64_t>("local_batch_size", v.local_batch_size,
+                                               "sequences per rank and batch (0: training.local_batch_size)");
+  v.seq_len = validation.get<int64_t>("seq_len", v.seq_len, "tokens per sequence (0: training.seq_len)");
+  require_positive(validation, "freq", v.freq);
+  if (v.steps == 0 || v.steps < -1) validation.fail("steps", "expected a count >= 1, or -1 for the whole set once");
+  if (v.local_batch_size < 0) validation.fail("local_batch_size", "expected >= 1, or 0 for training.local_batch_size");
+  if (v.seq_len < 0) validation.fail("seq_len", "expected >= 1, or 0 for training.seq_len");
+  if (v.local_batch_size == 0) v.local_batch_size = t.local_batch_size;
+  if (v.seq_len == 0) v.seq_len = t.seq_len;
+
   ConfigNode comm = root.child("comm");
   auto& c = config.comm;
   c.init_timeout_seconds = comm.get<int64_t>("init_timeout_seconds", 300, "rendezvous timeout");

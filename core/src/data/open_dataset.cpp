@@ -13,12 +13,16 @@ bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
-const char* const kFormats = "\"stories\", *.jsonl, *.jsonl.gz, *.txt, *.txt.gz, *.bin, *.u16 or *.u32";
+const char* const kFormats = "\"stories\", \"stories_validation\", *.jsonl, *.jsonl.gz, *.txt, *.txt.gz, *.bin, *.u16 or *.u32";
 
 }  // namespace
 
 std::unique_ptr<DocumentSource> open_dataset(const std::string& name_or_path) {
   if (name_or_path == "stories") return data::make_stories_source(data::kStoriesSeed, data::kStoriesPerEpoch);
+  // Held out: other stories (another seed), a tenth as many.
+  if (name_or_path == "stories_validation") {
+    return data::make_stories_source(data::kStoriesSeed + 1, data::kStoriesPerEpoch / 10);
+  }
   const std::string& path = name_or_path;
   std::error_code ec;
   if (path.empty()) throw Error(std::string("no dataset given; use one of ") + kFormats);

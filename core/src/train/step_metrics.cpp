@@ -75,6 +75,22 @@ void StepMetrics::record(const StepRecord& record) {
   }
 }
 
+void StepMetrics::record_validation(int64_t step, double loss, double tokens_per_sec, int64_t batches) {
+  if (progress_) progress_->clear();
+  spdlog::info("validation at step {}: loss {:8.4f} over {} batches, tokens/s {:9.0f}", step, loss, batches,
+               tokens_per_sec);
+  const std::map<std::string, double> values{{"validation_loss", loss},
+                                             {"validation_tokens_per_sec", tokens_per_sec},
+                                             {"validation_batches", double(batches)}};
+  if (jsonl_) {
+    nlohmann::json line = {{"step", step}};
+    for (const auto& [key, value] : values) line[key] = value;
+    *jsonl_ << line.dump() << "\n";
+    jsonl_->flush();
+  }
+  for (auto* sink : sinks_) sink->write(step, values);
+}
+
 void StepMetrics::flush_pending(const StepRecord& last) {
   if (progress_) progress_->clear();
   if (last.step > last_logged_step_ && window_tokens_ > 0) log(last);

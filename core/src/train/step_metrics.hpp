@@ -31,6 +31,9 @@ class StepMetrics {
               double peak_flops, std::vector<MetricsSink*> sinks, const c10::Device& device);
   ~StepMetrics();
   void record(const StepRecord& record);  // logs when step % log_freq == 0
+  // A validation pass at `step`: logged, and a line of metrics.jsonl and the
+  // sinks with validation_loss and validation_tokens_per_sec.
+  void record_validation(int64_t step, double loss, double tokens_per_sec, int64_t batches);
   // Progress and ETA between and in the log lines (metrics.progress).
   void set_progress(std::unique_ptr<Progress> progress) { progress_ = std::move(progress); }
   // Logs `last` unless it was logged (a run that ends between two log_freq

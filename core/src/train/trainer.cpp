@@ -69,6 +69,10 @@ TrainResult train(RunPlan& plan, const World& world) {
     record = run.step(step).record;
     run.profiler->after_step(step);
     run.metrics->record(record);
+    if (run.validator && run.validator->due(step)) {
+      const ValidationResult validation = run.validator->run(*run.model);
+      run.metrics->record_validation(step, validation.loss, validation.tokens_per_sec, validation.batches);
+    }
     const bool stopping = stop.requested();
     if (plan.checkpointer->should_save(step, step == core.training.steps) ||
         (stopping && plan.checkpointer->enabled())) {

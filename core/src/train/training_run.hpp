@@ -10,6 +10,7 @@
 #include "collective_verifier.hpp"
 #include "graphed_step.hpp"
 #include "step_profiler.hpp"
+#include "validator.hpp"
 #include "parallel_setup.hpp"
 #include "step_metrics.hpp"
 #include "test_hooks.hpp"
@@ -56,6 +57,7 @@ class TrainingRun {
   std::unique_ptr<TrainStateView> state;
   int64_t resumed_step = 0;  // the step a checkpoint resumed after (0: a fresh start)
   std::unique_ptr<StepMetrics> metrics;
+  std::unique_ptr<Validator> validator;  // the validation section (null when off)
   TestHooks hooks;
 
  private:

@@ -1,0 +1,53 @@
+#include "validator.hpp"
+
+#include <torch/torch.h>
+
+#include <chrono>
+
+#include "parallel_setup.hpp"
+#include "titan/assets.hpp"
+#include "titan/profile_range.hpp"
+
+namespace titan {
+
+Validator::Validator(const ValidationConfig& config, std::shared_ptr<const Tokenizer> tokenizer,
+                     const ParallelSetup& parallel, const c10::Device& device)
+    : config_(config), tokenizer_(std::move(tokenizer)), parallel_(parallel), device_(device) {}
+
+// Every rank of the job votes, so that data-, context-, tensor- and
+// pipeline-parallel peers leave the loop at the same batch.
+bool Validator::all_ranks_continue(bool mine) const {
+  const DeviceMesh* mesh = parallel_.mesh();
+  if (!mesh || mesh->world_size() == 1) return mine;
+  at::Tensor vote = at::full({1}, mine ? 1 : 0, at::kInt);
+  mesh->group("world").all_reduce(vote, ReduceOp::min);
+  return vote.item<int>() == 1;
+}
+
+ValidationResult Validator::run(CausalLM& model) {
+  ProfileRange range("validation");
+  const std::string data = config_.dataset_path.empty() ? config_.dataset : resolve_asset(config_.dataset_path);
+  // A fresh loader: every validation sees the same windows from the start.
+  TokenWindowLoader loader(open_dataset(data), tokenizer_, config_.seq_len, parallel_.dp_rank(),
+                           parallel_.dp_degree());
+  torch::NoGradGuard no_grad;
+  model.eval();
+  const auto start = std::chrono::steady_clock::now();
+  at::Tensor total = at::zeros({}, at::TensorOptions(device_).dtype(at::kDouble));
+  ValidationResult result;
+  while (config_.steps < 0 ? all_ranks_continue(loader.epoch() == 0) : result.batches < config_.steps) {
+    at::Tensor windows = loader.next_batch(config_.local_batch_size).to(device_);
+    const int64_t length = windows.size(1) - 1;
+    at::Tensor logits = model.run(windows.narrow(1, 0, length));
+    total += model.loss()(logits, windows.narrow(1, 1, length)).detach().to(at::kDouble);
+    ++result.batches;
+  }
+  model.train();
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (result.batches > 0) result.loss = parallel_.loss_over_job(total / static_cast<double>(result.batches));
+  result.tokens_per_sec =
+      seconds > 0 ? static_cast<double>(result.batches * config_.local_batch_size * config_.seq_len) / seconds : 0;
+  return result;
+}
+
+}  // namespace titan

@@ -1,0 +1,40 @@
+// The validation section (TorchTitan's validator): every `freq` steps a
+// pass in eval mode without gradients over a held-out set, from its start
+// each time, through the same model and parallelisms as training; the loss
+// is reduced over the job like the training loss. `steps: -1` runs the set
+// once: the ranks agree on the end (a global window count) and stop
+// together, so none waits on a collective the others never issue.
+#pragma once
+#include <cstdint>
+#include <memory>
+
+#include "titan/data.hpp"
+#include "titan/job_config.hpp"
+#include "titan/model.hpp"
+
+namespace titan {
+
+class ParallelSetup;
+
+struct ValidationResult {
+  double loss = 0;
+  int64_t batches = 0;
+  double tokens_per_sec = 0;  // this rank's
+};
+
+class Validator {
+ public:
+  Validator(const ValidationConfig& config, std::shared_ptr<const Tokenizer> tokenizer, const ParallelSetup& parallel,
+            const c10::Device& device);
+  bool due(int64_t step) const { return config_.enable && step % config_.freq == 0; }
+  ValidationResult run(CausalLM& model);
+
+ private:
+  bool all_ranks_continue(bool mine) const;
+  ValidationConfig config_;
+  std::shared_ptr<const Tokenizer> tokenizer_;
+  const ParallelSetup& parallel_;
+  c10::Device device_;
+};
+
+}  // namespace titan

@@ -1,0 +1,116 @@
+// The validation section: a no-grad eval pass over a held-out set every
+// `freq` steps, from the set's start each time, the same under FSDP as on
+// one process; `steps: -1` runs the whole set once and the ranks stop
+// together.
+#include "doctest_torch.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include "test_support.hpp"
+
+namespace fs = std::filesystem;
+using titan::test::has;
+
+namespace {
+
+struct Validation {
+  int64_t step;
+  double loss;
+  int64_t batches;
+};
+
+std::vector<Validation> validations(const fs::path& dump) {
+  std::vector<Validation> out;
+  std::istringstream lines(titan::test::read_file(dump / "metrics.jsonl"));
+  for (std::string line; std::getline(lines, line);) {
+    auto record = nlohmann::json::parse(line);
+    if (!record.contains("validation_loss")) continue;
+    out.push_back({record["step"].get<int64_t>(), record["validation_loss"].get<double>(),
+                   static_cast<int64_t>(record["validation_batches"].get<double>())});
+  }
+  return out;
+}
+
+// The debug model shrunk to seconds; `extra` adds --set options.
+std::string train(const fs::path& dump, const std::string& extra) {
+  return titan::test::titan_binary() + " train " + titan::test::source_dir() +
+         "/configs/llama3_debugmodel.yaml --set model.dim=64 --set model.n_layers=2 --set model.n_heads=4"
+         " --set training.seq_len=32 --set training.threads=1 --set training.steps=4 --set checkpoint.enable=false"
+         " --set validation.enable=true --set validation.freq=2 --set job.dump_folder=" +
+         dump.string() + extra;
+}
+
+std::string launch(int ranks, int port) {
+  return titan::test::titan_binary() + " launch --nproc-per-node " + std::to_string(ranks) + " --master-port " +
+         std::to_string(port) + " --grace-period-s 5 -- ";
+}
+
+}  // namespace
+
+TEST_SUITE("validation") {
+  TEST_CASE("validation: each pass starts the held-out set afresh and sees the model as trained so far") {
+    fs::path frozen = titan::test::temp_dir("validation_frozen") / "out";
+    auto result = titan::test::run_command("timeout 300 " + train(frozen, " --set training.local_batch_size=4"
+                                                                          " --set validation.steps=3"
+                                                                          " --set optimizer.lr=0"));
+    REQUIRE_MESSAGE(result.exit_code == 0, result.output);
+    auto same = validations(frozen);
+    REQUIRE(same.size() == 2);
+    CHECK(same[0].step == 2);
+    CHECK(same[1].step == 4);
+    CHECK(same[0].batches == 3);
+    // lr 0: the model does not change, so a fresh pass gives the same loss.
+    CHECK(same[0].loss == same[1].loss);
+    CHECK(has(result.output, "validation at step 2: loss"));
+
+    fs::path trained = titan::test::temp_dir("validation_trained") / "out";
+    result = titan::test::run_command("timeout 300 " + train(trained, " --set training.local_batch_size=4"
+                                                                      " --set validation.steps=3"));
+    REQUIRE_MESSAGE(result.exit_code == 0, result.output);
+    auto moved = validations(trained);
+    REQUIRE(moved.size() == 2);
+    CHECK(moved[0].loss != moved[1].loss);
+    CHECK(moved[1].loss != same[1].loss);
+  }
+
+  TEST_CASE("validation: FSDP on 2 ranks gives the single process's validation losses, the whole set once included") {
+    // A small held-out file, so steps: -1 (the whole set) is a few batches.
+    fs::path dir = titan::test::temp_dir("validation_fsdp");
+    std::string docs;
+    for (int i = 0; i < 9; ++i) {
+      docs += "{\"text\": \"Held-out story " + std::to_string(i) +
+              ": a small fox found a red ball near the river and played with it until the sun went down.\"}\n";
+    }
+    titan::test::write_file(dir / "heldout.jsonl", docs);
+    const std::string whole = " --set validation.steps=-1 --set validation.dataset_path=" + (dir / "heldout.jsonl").string();
+    auto one = titan::test::run_command("timeout 300 " + train(dir / "one", " --set training.local_batch_size=4" + whole));
+    REQUIRE_MESSAGE(one.exit_code == 0, one.output);
+    auto two = titan::test::run_command("timeout 300 " + launch(2, 29993) +
+                                        train(dir / "two", " --set training.local_batch_size=2 --set 'plugins=[{name: fsdp}]'" +
+                                                               whole));
+    REQUIRE_MESSAGE(two.exit_code == 0, two.output);
+    auto reference = validations(dir / "one"), sharded = validations(dir / "two");
+    REQUIRE(reference.size() == 2);
+    REQUIRE(sharded.size() == 2);
+    for (size_t i = 0; i < 2; ++i) {
+      CAPTURE(i);
+      CHECK(reference[i].batches >= 2);
+      CHECK(sharded[i].batches == reference[i].batches);
+      CHECK(std::abs(sharded[i].loss - reference[i].loss) <= 1e-5 * std::abs(reference[i].loss));
+    }
+  }
+
+  TEST_CASE("validation: bad settings and a pipelined run are refused naming the key") {
+    auto check = titan::test::run_command(titan::test::titan_binary() + " config check " +
+                                          titan::test::source_dir() + "/configs/llama3_debugmodel.yaml" +
+                                          " --set validation.steps=0");
+    CHECK(check.exit_code != 0);
+    CHECK_MESSAGE(has(check.output, "validation.steps: expected a count >= 1, or -1"), check.output);
+    fs::path dump = titan::test::temp_dir("validation_pp") / "out";
+    auto pp = titan::test::run_command("timeout 300 " + launch(2, 29995) +
+                                       train(dump, " --set training.local_batch_size=2"
+                                                   " --set 'plugins=[{name: pipeline, pipeline_parallel_degree: 2}]'"));
+    CHECK(pp.exit_code != 0);
+    CHECK_MESSAGE(has(pp.output, "validation.enable: a validation pass through a pipeline"), pp.output);
+  }
+}
