@@ -34,7 +34,7 @@ Qwen3Spec read_qwen3_spec(const ConfigNode& options) {
   moe.backend = options.choice(
       "experts_backend", ExpertsBackend::automatic,
       {{"auto", ExpertsBackend::automatic}, {"loop", ExpertsBackend::loop}, {"grouped_mm", ExpertsBackend::grouped_mm}},
-      "routed experts' matmuls: auto = grouped GEMM on CUDA, a loop over experts on the CPU");
+      "routed experts' matmuls: auto = grouped GEMM on CUDA when dim and moe_hidden_dim make 16-byte rows, else a loop over experts");
   moe.token_group_alignment = options.get<int64_t>(
       "token_group_alignment", 0, "rows each expert's token group is padded to for the grouped GEMM (0: 16 on CUDA)");
   auto [key, problem] = find_problem(args);
