@@ -11,7 +11,7 @@ namespace {
 
 class ReverseAccumulation : public titan::Schedule {
  public:
-  at::Tensor step(titan::CausalLM& model, const std::vector<titan::Microbatch>& microbatches,
+  at::Tensor forward_backward(titan::CausalLM& model, const std::vector<titan::Microbatch>& microbatches,
                   const titan::LossFn& loss) override {
 #ifdef TITAN_TEST_FORGET_MICROBATCH_SCALE
     const double scale = 1.0;  // the bug: no 1/N

@@ -88,7 +88,7 @@ CheckResults check_schedule(const std::string& plugin, const ConfigNode& declara
     at::Tensor part = windows.narrow(0, i * rows, rows);
     microbatches.push_back({part.narrow(1, 0, length), part.narrow(1, 1, length)});
   }
-  at::Tensor loss = schedule->step(*model, microbatches, model->loss());
+  at::Tensor loss = schedule->forward_backward(*model, microbatches, model->loss());
   auto grads = gradients_of(*model);
 
   CheckResults results;

@@ -27,7 +27,8 @@ namespace titan {
 // 8: ModelSpec::pipeline_split_points removed (nothing called it); Stage -> ApplyOrder (apply_order.hpp),
 //    Parallelizer::stage() -> apply_order(); ValidateContext::apply_orders; Parallelizer::allows_split_backward
 // 9: PipelineSplitter is its own kind (kind_pipeline_splitter, PluginRegistrar::pipeline_splitter), no longer a
-//    Parallelizer; ApplyOrder::pipeline_split removed; Parallelizer::mesh_splits (plugin-declared mesh dims)
+//    Parallelizer; ApplyOrder::pipeline_split removed; Parallelizer::mesh_splits (plugin-declared mesh dims);
+//    Schedule::step -> Schedule::forward_backward
 constexpr int kPluginAbiVersion = 9;
 
 // The kinds a plugin registers one factory of: name, interface, PluginKind

@@ -23,8 +23,10 @@ class Schedule {
   // returns that mean loss as a 0-dim tensor (detached). Gradient sync
   // (CausalLM::set_gradient_sync) should be on for the last microbatch only,
   // so data parallelism reduces once per step, not once per microbatch.
-  virtual at::Tensor step(CausalLM& model, const std::vector<Microbatch>& microbatches,
-                          const LossFn& loss) = 0;
+  // (Named for what it does: "step" is the trainer's whole step, of which
+  // this is the forward and backward part.)
+  virtual at::Tensor forward_backward(CausalLM& model, const std::vector<Microbatch>& microbatches,
+                                      const LossFn& loss) = 0;
 };
 
 }  // namespace titan

@@ -83,7 +83,7 @@ size_t PipelineExecutor::local_index(int64_t stage) const {
   throw Error("pipeline: stage " + std::to_string(stage) + " is not on pp rank " + std::to_string(pp_rank_));
 }
 
-at::Tensor PipelineExecutor::step(CausalLM& /*model*/, const std::vector<Microbatch>& batches,
+at::Tensor PipelineExecutor::forward_backward(CausalLM& /*model*/, const std::vector<Microbatch>& batches,
                                   const LossFn& /*loss*/) {
   const int64_t microbatches = plan_.shape.microbatches;
   at::Tensor loss_sum = at::zeros({1}, at::kDouble);

@@ -41,7 +41,7 @@ class PipelineExecutor : public Schedule {
   // with each last stage's own loss. Returns that mean loss on the rank of
   // the last stage and 0 on the others (0-dim, detached; the trainer sums
   // it over pp).
-  at::Tensor step(CausalLM& model, const std::vector<Microbatch>& batches, const LossFn& loss) override;
+  at::Tensor forward_backward(CausalLM& model, const std::vector<Microbatch>& batches, const LossFn& loss) override;
 
  private:
   struct Slot;  // one (stage, microbatch)'s tensors in a step

@@ -7,7 +7,7 @@
 
 namespace titan {
 
-at::Tensor AccumulationSchedule::step(CausalLM& model, const std::vector<Microbatch>& microbatches,
+at::Tensor AccumulationSchedule::forward_backward(CausalLM& model, const std::vector<Microbatch>& microbatches,
                                       const LossFn& loss) {
   at::Tensor total;
   const double scale = 1.0 / static_cast<double>(microbatches.size());

@@ -7,7 +7,7 @@ namespace titan {
 
 class AccumulationSchedule : public Schedule {
  public:
-  at::Tensor step(CausalLM& model, const std::vector<Microbatch>& microbatches, const LossFn& loss) override;
+  at::Tensor forward_backward(CausalLM& model, const std::vector<Microbatch>& microbatches, const LossFn& loss) override;
 };
 
 }  // namespace titan

@@ -20,7 +20,7 @@ StepOutcome TrainingRun::step(int64_t step) {
   std::vector<Microbatch> microbatches = next_microbatches();
   auto forward_backward = [&](const std::vector<Microbatch>& batch) {
     ProfileRange range("forward_backward");
-    return schedule_->step(*model, batch, model->loss());
+    return schedule_->forward_backward(*model, batch, model->loss());
   };
   at::Tensor local_loss = graphed_ ? graphed_->run(microbatches, forward_backward) : forward_backward(microbatches);
   model->finalize_gradients();
