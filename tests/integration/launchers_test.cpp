@@ -104,6 +104,39 @@ TEST_CASE("torchrun: PyTorch's torchrun with --rdzv-backend c10d starts FSDP on 
   check_single_process_curve(dump, "torchrun_c10d_two_hosts");
 }
 
+TEST_CASE("torchrun: without --local-addr where the host name is loopback, the job fails saying why the ranks "
+          "cannot meet") {
+  if (!have_torchrun()) return;
+  NetnsHosts hosts(2, "torchrun_loopback");
+  if (!hosts.made()) {
+    MESSAGE("TITAN_SKIPPED: " << hosts.reason());
+    return;
+  }
+  fs::path dump = titan::test::temp_dir("torchrun_loopback_master");
+  // torchrun hands every rank MASTER_ADDR=localhost here (rank 0's host
+  // name resolves to loopback): host 1's rank dials itself.
+  std::vector<std::string> commands;
+  for (int host = 0; host < 2; ++host) {
+    commands.push_back("cd " + dump.string() + " && " + kTorchrun +
+                       " --nnodes 2 --nproc_per_node 1 --rdzv-backend c10d --rdzv-endpoint " + hosts.address(0) +
+                       ":29400 --rdzv-id loopback" + (host == 0 ? " --rdzv-conf is_host=1" : "") + " --no-python " +
+                       train(dump, 2) + " --set comm.init_timeout_seconds=4");
+  }
+  auto results = hosts.run_all(commands, 90, titan::test::temp_dir("torchrun_loopback_master_logs"));
+  // Which host gets rank 0 is the rendezvous's choice: the rank on the
+  // other one cannot reach the store, rank 0 its peer. Both fail at about
+  // the same moment, and the first failure makes torchrun stop the other
+  // before it may print: at least one of them tells why.
+  std::string both = results[0].output + results[1].output;
+  INFO(both);
+  CHECK(results[0].exit_code != 0);
+  CHECK(results[1].exit_code != 0);
+  CHECK((has(both, "rank 1 could not join the job's TCPStore at localhost:") ||
+         has(both, "rank 0 could not connect process group 'world' from interface lo (127.0.0.1)")));
+  CHECK(has(both, "MASTER_ADDR localhost is loopback but the job has ranks on other hosts: give rank 0's host an "
+                  "address the others reach (titan launch --master-addr, or torchrun --local-addr on each node)"));
+}
+
 TEST_CASE("slurm: an srun-style environment starts FSDP on 2 hosts x 2 tasks, rank 0's host from SLURM_NODELIST") {
   NetnsHosts hosts(2, "slurm");
   if (!hosts.made()) {

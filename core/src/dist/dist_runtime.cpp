@@ -85,14 +85,20 @@ std::string store_failure(const World& world, const std::string& network) {
          std::to_string(world.master_port) + " from " + network;
 }
 
-std::string store_hint(const World& world, const std::string& network) {
-  // torchrun hands out rank 0's host name, which resolves to loopback in
-  // many containers: the other nodes then dial themselves.
+// torchrun hands out rank 0's host name, which resolves to loopback in many
+// containers: the other nodes then dial themselves.
+std::string loopback_hint(const World& world, const std::string& network) {
   if (world.local_world_size < world.world_size && network.find("(127.") != std::string::npos) {
     return ". MASTER_ADDR " + world.master_addr + " is loopback but the job has ranks on other hosts: give rank 0's "
            "host an address the others reach (titan launch --master-addr, or torchrun --local-addr on each node)";
   }
-  return ". Check MASTER_ADDR/MASTER_PORT, that every rank was started, and that the port is free";
+  return "";
+}
+
+std::string store_hint(const World& world, const std::string& network) {
+  std::string loopback = loopback_hint(world, network);
+  return loopback.empty() ? ". Check MASTER_ADDR/MASTER_PORT, that every rank was started, and that the port is free"
+                          : loopback;
 }
 
 // A group that could not connect, named with both ends' interfaces.
@@ -229,9 +235,10 @@ std::unique_ptr<Comm> DistRuntime::new_group(const std::string& name, const std:
 #endif
   } catch (const c10::Error& error) {
     throw group_failure(*impl_->store, impl_->network, impl_->timeouts.init, world_.rank, name, ranks,
-                        error.what_without_backtrace());
+                        error.what_without_backtrace() + loopback_hint(world_, impl_->network));
   } catch (const std::exception& error) {
-    throw group_failure(*impl_->store, impl_->network, impl_->timeouts.init, world_.rank, name, ranks, error.what());
+    throw group_failure(*impl_->store, impl_->network, impl_->timeouts.init, world_.rank, name, ranks,
+                        error.what() + loopback_hint(world_, impl_->network));
   }
   return make_process_group_comm(group, name, ranks, impl_->timeouts.collective);
 }
