@@ -1,7 +1,6 @@
 // Transformer::init_parameter: TorchTitan's init scheme, each parameter drawn
 // from its own CPU generator seeded by (seed, parameter name), so values do
 // not depend on init order, on the device, or on which other layers exist.
-#include <ATen/CPUGeneratorImpl.h>
 #include <torch/torch.h>
 
 #include <cmath>
@@ -9,46 +8,11 @@
 #include "llama3_model.h"
 #include "titan/compat.hpp"
 #include "titan/error.hpp"
+#include "titan/param_init.hpp"
 
 namespace titan::llama3 {
 
 namespace {
-
-uint64_t splitmix64(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
-
-// FNV-1a: stable across compilers and runs, unlike std::hash.
-uint64_t name_hash(const std::string& name) {
-  uint64_t hash = 0xCBF29CE484222325ull;
-  for (unsigned char c : name) hash = (hash ^ c) * 0x100000001B3ull;
-  return hash;
-}
-
-// As torch.nn.init.trunc_normal_: inverse CDF of a uniform draw; a, b absolute.
-void trunc_normal(at::Tensor& t, double mean, double std, double a, double b, at::Generator& gen) {
-  auto cdf = [](double x) { return (1.0 + std::erf(x / std::sqrt(2.0))) / 2.0; };
-  double low = cdf((a - mean) / std), high = cdf((b - mean) / std);
-  t.uniform_(2 * low - 1, 2 * high - 1, gen);
-  t.erfinv_();
-  t.mul_(std * std::sqrt(2.0));
-  t.add_(mean);
-  t.clamp_(a, b);
-}
-
-bool ends_with(const std::string& text, const std::string& suffix) {
-  return text.size() >= suffix.size() && text.compare(text.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
-// "layers.7.attention.wo.weight" -> 7
-int64_t layer_id_of(const std::string& name) {
-  const std::string prefix = "layers.";
-  if (name.rfind(prefix, 0) != 0) throw Error("llama3: '" + name + "' is not inside a block");
-  return std::stoll(name.substr(prefix.size(), name.find('.', prefix.size()) - prefix.size()));
-}
 
 // Fills one fp32 CPU tensor following TorchTitan's rule for this parameter.
 void draw(const std::string& name, at::Tensor& t, const Llama3Args& args, at::Generator& gen) {
@@ -57,14 +21,14 @@ void draw(const std::string& name, at::Tensor& t, const Llama3Args& args, at::Ge
   } else if (name == "output.weight") {
     double std = 1.0 / std::sqrt(static_cast<double>(args.dim));
     trunc_normal(t, 0.0, std, -3 * std, 3 * std, gen);
-  } else if (ends_with(name, "norm.weight")) {
+  } else if (name_ends_with(name, "norm.weight")) {
     t.fill_(1.0);
-  } else if (ends_with(name, "attention.wq.weight") || ends_with(name, "attention.wk.weight") ||
-             ends_with(name, "attention.wv.weight") || ends_with(name, "feed_forward.w1.weight")) {
+  } else if (name_ends_with(name, "attention.wq.weight") || name_ends_with(name, "attention.wk.weight") ||
+             name_ends_with(name, "attention.wv.weight") || name_ends_with(name, "feed_forward.w1.weight")) {
     trunc_normal(t, 0.0, 0.02, -2.0, 2.0, gen);
-  } else if (ends_with(name, "attention.wo.weight") || ends_with(name, "feed_forward.w2.weight") ||
-             ends_with(name, "feed_forward.w3.weight")) {
-    int64_t depth = args.depth_init ? layer_id_of(name) + 1 : args.n_layers;
+  } else if (name_ends_with(name, "attention.wo.weight") || name_ends_with(name, "feed_forward.w2.weight") ||
+             name_ends_with(name, "feed_forward.w3.weight")) {
+    int64_t depth = args.depth_init ? block_index_of(name, "llama3") + 1 : args.n_layers;
     trunc_normal(t, 0.0, 0.02 / std::sqrt(2.0 * static_cast<double>(depth)), -2.0, 2.0, gen);
   } else {
     throw Error("llama3: no init rule for parameter '" + name + "'");
@@ -74,7 +38,7 @@ void draw(const std::string& name, at::Tensor& t, const Llama3Args& args, at::Ge
 }  // namespace
 
 void Transformer::init_parameter(const std::string& name, at::Tensor& values, uint64_t seed) const {
-  auto gen = at::make_generator<at::CPUGeneratorImpl>(splitmix64(seed ^ splitmix64(name_hash(name))));
+  at::Generator gen = parameter_generator(seed, name);
   draw(name, values, args_, gen);
 }
 

@@ -63,22 +63,6 @@ at::Tensor Attention::forward(const at::Tensor& x, const at::Tensor& cos, const 
   return child_layer(*this, "wo")->forward(out);
 }
 
-FeedForward::FeedForward(int64_t dim, int64_t hidden_dim, const at::TensorOptions& options) {
-  register_module("w1", std::make_shared<Linear>(dim, hidden_dim, options));
-  register_module("w2", std::make_shared<Linear>(hidden_dim, dim, options));
-  register_module("w3", std::make_shared<Linear>(dim, hidden_dim, options));
-  register_module("swiglu", std::make_shared<SwiGLU>());
-}
-
-at::Tensor FeedForward::forward(const at::Tensor& x) {
-  auto swiglu = std::dynamic_pointer_cast<SwiGLU>(find_module(*this, "swiglu"));
-  if (!swiglu) throw Error("llama3: feed_forward's 'swiglu' is missing or not a titan::SwiGLU");
-  at::Tensor gate = child_layer(*this, "w1")->forward(x);
-  at::Tensor up = child_layer(*this, "w3")->forward(x);
-  at::Tensor hidden = swiglu->forward(gate, up);
-  return child_layer(*this, "w2")->forward(hidden);
-}
-
 TransformerBlock::TransformerBlock(int64_t id, const Llama3Args& args, const at::TensorOptions& options)
     : layer_id(id) {
   register_module("attention", std::make_shared<Attention>(args, options));

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "llama3_args.h"
+#include "titan/feed_forward.hpp"
 #include "titan/layers.hpp"
 #include "titan/model.hpp"
 
@@ -24,13 +25,6 @@ class Attention : public torch::nn::Module {
 
  private:
   int64_t head_dim_;
-};
-
-// w2(silu(w1 x) * w3 x)
-class FeedForward : public Layer {
- public:
-  FeedForward(int64_t dim, int64_t hidden_dim, const at::TensorOptions& options);
-  at::Tensor forward(const at::Tensor& x) override;
 };
 
 class TransformerBlock : public torch::nn::Module {

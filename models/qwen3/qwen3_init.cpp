@@ -2,7 +2,6 @@
 // from its own CPU generator seeded by (seed, parameter name), so values do
 // not depend on init order, on the device, or on which other layers exist.
 // The MoE buffers (expert bias, token counts) start at zero in init_buffers.
-#include <ATen/CPUGeneratorImpl.h>
 #include <torch/torch.h>
 
 #include <cmath>
@@ -10,55 +9,21 @@
 #include "qwen3_model.h"
 #include "titan/compat.hpp"
 #include "titan/error.hpp"
+#include "titan/param_init.hpp"
 #include "titan/moe.hpp"
 
 namespace titan::qwen3 {
 
 namespace {
 
-uint64_t splitmix64(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
-
-// FNV-1a: stable across compilers and runs, unlike std::hash.
-uint64_t name_hash(const std::string& name) {
-  uint64_t hash = 0xCBF29CE484222325ull;
-  for (unsigned char c : name) hash = (hash ^ c) * 0x100000001B3ull;
-  return hash;
-}
-
-// As torch.nn.init.trunc_normal_: inverse CDF of a uniform draw; a, b absolute.
-void trunc_normal(at::Tensor& t, double mean, double std, double a, double b, at::Generator& gen) {
-  auto cdf = [](double x) { return (1.0 + std::erf(x / std::sqrt(2.0))) / 2.0; };
-  double low = cdf((a - mean) / std), high = cdf((b - mean) / std);
-  t.uniform_(2 * low - 1, 2 * high - 1, gen);
-  t.erfinv_();
-  t.mul_(std * std::sqrt(2.0));
-  t.add_(mean);
-  t.clamp_(a, b);
-}
-
-bool ends_with(const std::string& text, const std::string& suffix) {
-  return text.size() >= suffix.size() && text.compare(text.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
-int64_t layer_id_of(const std::string& name) {
-  const std::string prefix = "layers.";
-  if (name.rfind(prefix, 0) != 0) throw Error("qwen3: '" + name + "' is not inside a block");
-  return std::stoll(name.substr(prefix.size(), name.find('.', prefix.size()) - prefix.size()));
-}
-
 void draw(const std::string& name, at::Tensor& t, const Qwen3Args& args, at::Generator& gen) {
   auto depth_std = [&] {
-    int64_t depth = args.depth_init ? layer_id_of(name) + 1 : args.n_layers;
+    int64_t depth = args.depth_init ? block_index_of(name, "qwen3") + 1 : args.n_layers;
     return 0.02 / std::sqrt(2.0 * static_cast<double>(depth));
   };
   auto any_of = [&](std::initializer_list<const char*> suffixes) {
     for (const char* suffix : suffixes) {
-      if (ends_with(name, suffix)) return true;
+      if (name_ends_with(name, suffix)) return true;
     }
     return false;
   };
@@ -67,7 +32,7 @@ void draw(const std::string& name, at::Tensor& t, const Qwen3Args& args, at::Gen
   } else if (name == "output.weight") {
     double std = 1.0 / std::sqrt(static_cast<double>(args.dim));
     trunc_normal(t, 0.0, std, -3 * std, 3 * std, gen);
-  } else if (ends_with(name, "norm.weight")) {  // attention_norm, ffn_norm, norm, q_norm, k_norm
+  } else if (name_ends_with(name, "norm.weight")) {  // attention_norm, ffn_norm, norm, q_norm, k_norm
     t.fill_(1.0);
   } else if (any_of({"attention.wq.weight", "attention.wk.weight", "attention.wv.weight", "feed_forward.w1.weight",
                      "moe.experts.w1", "moe.shared_experts.w1.weight"})) {
@@ -84,7 +49,7 @@ void draw(const std::string& name, at::Tensor& t, const Qwen3Args& args, at::Gen
 }  // namespace
 
 void Transformer::init_parameter(const std::string& name, at::Tensor& values, uint64_t seed) const {
-  auto gen = at::make_generator<at::CPUGeneratorImpl>(splitmix64(seed ^ splitmix64(name_hash(name))));
+  at::Generator gen = parameter_generator(seed, name);
   draw(name, values, args_, gen);
 }
 

@@ -1,0 +1,22 @@
+// How model plugins draw a parameter's initial values (TorchTitan's
+// schemes): one CPU generator per (seed, parameter name), so a value does
+// not depend on init order, device or sharding, and torch.nn.init's
+// truncated normal.
+#pragma once
+#include <ATen/core/Generator.h>
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <string>
+
+namespace titan {
+
+// A CPU generator seeded by a stable hash of (seed, name).
+at::Generator parameter_generator(uint64_t seed, const std::string& name);
+// As torch.nn.init.trunc_normal_: inverse CDF of a uniform draw; a, b absolute.
+void trunc_normal(at::Tensor& values, double mean, double std, double a, double b, at::Generator& generator);
+// "layers.7.attention.wo.weight" -> 7; an Error naming `model` for a name outside the blocks.
+int64_t block_index_of(const std::string& name, const std::string& model);
+bool name_ends_with(const std::string& name, const std::string& suffix);
+
+}  // namespace titan

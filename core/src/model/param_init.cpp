@@ -1,0 +1,55 @@
+// The parameter-init helpers model plugins share (titan/param_init.hpp).
+#include "titan/param_init.hpp"
+
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <cmath>
+
+#include "titan/error.hpp"
+
+namespace titan {
+
+namespace {
+
+uint64_t splitmix64(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+// FNV-1a: stable across compilers and runs, unlike std::hash.
+uint64_t name_hash(const std::string& name) {
+  uint64_t hash = 0xCBF29CE484222325ull;
+  for (unsigned char c : name) hash = (hash ^ c) * 0x100000001B3ull;
+  return hash;
+}
+
+}  // namespace
+
+at::Generator parameter_generator(uint64_t seed, const std::string& name) {
+  return at::make_generator<at::CPUGeneratorImpl>(splitmix64(seed ^ splitmix64(name_hash(name))));
+}
+
+void trunc_normal(at::Tensor& t, double mean, double std, double a, double b, at::Generator& gen) {
+  auto cdf = [](double x) { return (1.0 + std::erf(x / std::sqrt(2.0))) / 2.0; };
+  double low = cdf((a - mean) / std), high = cdf((b - mean) / std);
+  t.uniform_(2 * low - 1, 2 * high - 1, gen);
+  t.erfinv_();
+  t.mul_(std * std::sqrt(2.0));
+  t.add_(mean);
+  t.clamp_(a, b);
+}
+
+int64_t block_index_of(const std::string& name, const std::string& model) {
+  const std::string prefix = "layers.";
+  if (name.rfind(prefix, 0) != 0) throw Error(model + ": '" + name + "' is not inside a block");
+  return std::stoll(name.substr(prefix.size(), name.find('.', prefix.size()) - prefix.size()));
+}
+
+bool name_ends_with(const std::string& name, const std::string& suffix) {
+  return name.size() >= suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+}  // namespace titan
