@@ -38,20 +38,21 @@ std::vector<std::unique_ptr<MetricsSink>> switched_metrics_sinks(const ConfigNod
   auto& registry = PluginRegistry::instance();
   const std::string prefix = "enable_";
   std::vector<std::unique_ptr<MetricsSink>> sinks;
+  std::vector<std::string> available;  // the plugin path, scanned once when a switch is present
   for (const std::string& key : metrics.keys()) {
     if (key.rfind(prefix, 0) != 0 || key == "enable_jsonl") continue;
     const std::string name = key.substr(prefix.size());
     const bool enabled = metrics.get<bool>(key, false, "write metrics through the metrics_sink plugin '" + name + "'");
-    std::vector<std::string> available = registry.available();
+    if (available.empty()) available = registry.available();
     if (std::find(available.begin(), available.end(), name) == available.end()) {
       if (!enabled) continue;
       metrics.fail(key, "no metrics_sink plugin '" + name + "' on the plugin path (" +
                             c10::Join(", ", registry.search_dirs()) + "); set it to false, or add the plugin's "
                             "folder to job.plugin_path");
     }
-    if (!(registry.load(name).kinds & kind_metrics_sink)) {
-      metrics.fail(key, "plugin '" + name + "' provides " + kinds_to_string(registry.load(name).kinds) +
-                            ", not a metrics_sink");
+    const uint32_t kinds = registry.load(name).kinds;
+    if (!(kinds & kind_metrics_sink)) {
+      metrics.fail(key, "plugin '" + name + "' provides " + kinds_to_string(kinds) + ", not a metrics_sink");
     }
     auto sink = registry.create_metrics_sink(name, make_context(metrics));
     if (enabled) sinks.push_back(std::move(sink));

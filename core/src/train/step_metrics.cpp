@@ -82,6 +82,10 @@ void StepMetrics::record_validation(int64_t step, double loss, double tokens_per
   const std::map<std::string, double> values{{"validation_loss", loss},
                                              {"validation_tokens_per_sec", tokens_per_sec},
                                              {"validation_batches", double(batches)}};
+  write(step, values);
+}
+
+void StepMetrics::write(int64_t step, const std::map<std::string, double>& values) {
   if (jsonl_) {
     nlohmann::json line = {{"step", step}};
     for (const auto& [key, value] : values) line[key] = value;
@@ -116,13 +120,7 @@ void StepMetrics::log(const StepRecord& record) {
                                        {"state_bytes", double(record.state_bytes)},
                                        {"elapsed_s", elapsed_s}};
   values.insert(record.extra.begin(), record.extra.end());
-  if (jsonl_) {
-    nlohmann::json line = {{"step", record.step}};
-    for (const auto& [key, value] : values) line[key] = value;
-    *jsonl_ << line.dump() << "\n";
-    jsonl_->flush();
-  }
-  for (auto* sink : sinks_) sink->write(record.step, values);
+  write(record.step, values);
   window_tokens_ = 0;
   window_start_ = now;
   last_logged_step_ = record.step;

@@ -42,6 +42,8 @@ class StepMetrics {
 
  private:
   void log(const StepRecord& record);
+  // One line of metrics.jsonl and every sink's write.
+  void write(int64_t step, const std::map<std::string, double>& values);
   MetricsConfig config_;
   double flops_per_token_;
   double peak_flops_;

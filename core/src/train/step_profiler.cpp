@@ -6,8 +6,6 @@
 #include <torch/csrc/autograd/profiler_kineto.h>
 
 #include <filesystem>
-#include <map>
-#include <memory>
 
 #include "titan/error.hpp"
 #include "titan/logging.hpp"
@@ -18,10 +16,6 @@ namespace profiler = torch::autograd::profiler;
 using torch::profiler::impl::ActivityType;
 using torch::profiler::impl::ProfilerConfig;
 using torch::profiler::impl::ProfilerState;
-
-struct StepProfiler::Open {
-  std::map<std::pair<std::string, uint64_t>, std::unique_ptr<at::RecordFunction>> ranges;
-};
 
 namespace {
 
@@ -36,17 +30,16 @@ ProfilerConfig kineto_config() { return ProfilerConfig(ProfilerState::KINETO, /*
 }  // namespace
 
 StepProfiler::StepProfiler(const ProfilingConfig& config, const std::string& dump_folder, int rank, bool cuda)
-    : config_(config), dump_folder_(dump_folder), rank_(rank), cuda_(cuda), open_(new Open) {}
+    : config_(config), dump_folder_(dump_folder), rank_(rank), cuda_(cuda) {}
 
 StepProfiler::~StepProfiler() {
-  open_->ranges.clear();
+  open_ranges_.clear();
   if (recording_ || warming_) {
     try {
       profiler::disableProfiler();  // a run that stopped inside a period: nothing is written
     } catch (const std::exception&) {
     }
   }
-  delete open_;
 }
 
 void StepProfiler::before_step(int64_t step) {
@@ -68,7 +61,7 @@ void StepProfiler::before_step(int64_t step) {
 
 void StepProfiler::after_step(int64_t step) {
   if (!recording_ || step % config_.profile_freq != 0) return;
-  open_->ranges.clear();
+  open_ranges_.clear();
   std::unique_ptr<profiler::ProfilerResult> result = profiler::disableProfiler();
   recording_ = false;
   namespace fs = std::filesystem;
@@ -86,20 +79,14 @@ void StepProfiler::after_step(int64_t step) {
 }
 
 void StepProfiler::on_start(const CollectiveEvent& event) {
-  if (!recording_ || !at::hasCallbacks()) return;
-  auto record = std::make_unique<at::RecordFunction>(at::RecordScope::USER_SCOPE);
-  if (!record->isActive()) return;
+  if (!recording_) return;
   std::string name = event.op + " " + event.group + " " + std::to_string(event.bytes) + " B";
   if (event.peer >= 0) name += " peer " + std::to_string(event.peer);
-  record->before(name);
-  open_->ranges[{event.group, event.sequence}] = std::move(record);
+  open_ranges_[{event.group, event.sequence}] = std::make_unique<ProfileRange>(name);
 }
 
 void StepProfiler::on_complete(const CollectiveEvent& event, bool /*ok*/) {
-  auto found = open_->ranges.find({event.group, event.sequence});
-  if (found == open_->ranges.end()) return;
-  found->second->end();
-  open_->ranges.erase(found);
+  open_ranges_.erase({event.group, event.sequence});  // the range ends with it
 }
 
 }  // namespace titan

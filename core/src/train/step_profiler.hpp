@@ -7,14 +7,14 @@
 // collective with its group and bytes (it watches the comm layer).
 #pragma once
 #include <cstdint>
+#include <map>
+#include <memory>
 #include <string>
+#include <utility>
 
 #include "titan/comm_observer.hpp"
 #include "titan/job_config.hpp"
-
-namespace c10 {
-struct Device;
-}
+#include "titan/profile_range.hpp"
 
 namespace titan {
 
@@ -31,14 +31,14 @@ class StepProfiler : public CommObserver {
   void on_complete(const CollectiveEvent& event, bool ok) override;
 
  private:
-  struct Open;  // collectives in flight, ended when they complete
   ProfilingConfig config_;
   std::string dump_folder_;
   int rank_ = 0;
   bool cuda_ = false;
   bool recording_ = false;
   bool warming_ = false;
-  Open* open_ = nullptr;
+  // Collectives in flight by (group, sequence): each range ends when its collective completes.
+  std::map<std::pair<std::string, uint64_t>, std::unique_ptr<ProfileRange>> open_ranges_;
 };
 
 }  // namespace titan
