@@ -31,6 +31,7 @@ commands:
   checkpoint export|import ...         convert between checkpoints and Hugging Face safetensors
   pp-schedule --schedule NAME --stages S --microbatches M [--svg FILE]
                                        a pipeline schedule's actions per rank, checked, and its bubble
+  report RUN_DIR [--output FILE]       one HTML page of a run's metrics, charts and config
 
 `titan <command> --help` explains each command.
 )";
@@ -55,6 +56,7 @@ int dispatch(const titan::cli::Args& args) {
   if (command == "fr-analyze") return titan::cli::fr_analyze_command(rest);
   if (command == "checkpoint") return titan::cli::checkpoint_command(rest);
   if (command == "pp-schedule") return titan::cli::pp_schedule_command(rest);
+  if (command == "report") return titan::cli::report_command(rest);
   std::cerr << "titan: unknown command '" << command << "'\n\n" << kUsage;
   return 2;
 }
