@@ -68,8 +68,8 @@ titan_rate() {
 import json, sys
 lines = [json.loads(line) for line in open(sys.argv[1]) if line.strip()]
 warmup, tokens = int(sys.argv[2]), int(sys.argv[3])
-seconds = lines[-1]["elapsed_s"] - lines[warmup - 1]["elapsed_s"]
-print(f"{(len(lines) - warmup) * tokens / seconds:.1f} {lines[-1]['loss']:.6f}")
+seconds = lines[-1]["time_metrics/elapsed(s)"] - lines[warmup - 1]["time_metrics/elapsed(s)"]
+print(f"{(len(lines) - warmup) * tokens / seconds:.1f} {lines[-1]['loss_metrics/global_avg_loss']:.6f}")
 EOF
 }
 

@@ -17,7 +17,7 @@ common=(--set training.steps=$steps --set training.seq_len=64 --set training.loc
 run() {  # name, plugins
   ${TITAN_BENCH_LOCK:+flock "$TITAN_BENCH_LOCK"} "$build/bin/titan" train "$root/configs/llama3_debugmodel.yaml" "${common[@]}" --set job.dump_folder="$out/$1" \
     --set "plugins=[$2]" > "$out/$1.log" 2>&1 || { echo "run $1 failed: see $out/$1.log"; exit 1; }
-  tail -n 1 "$out/$1/metrics.jsonl" | sed -E 's/.*"loss":([0-9.eE+-]+).*/\1/'
+  tail -n 1 "$out/$1/metrics.jsonl" | sed -E 's/.*"loss_metrics\/global_avg_loss":([0-9.eE+-]+).*/\1/'
 }
 bf16=$(run bf16 "{name: fsdp}")
 printf '%-22s %-10s %s\n' run final_loss gap_vs_bf16 bf16 "$bf16" -

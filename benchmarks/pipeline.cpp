@@ -75,8 +75,8 @@ class StepMemorySink : public titan::MetricsSink {
   void write(int64_t step, const std::map<std::string, double>& metrics) override {
     const int64_t peak = tracker_.take_peak();
     std::printf("RESULT %d %ld %ld %ld %.0f %.6f %.17g\n", rank_, static_cast<long>(step),
-                static_cast<long>(peak - rest_), static_cast<long>(rest_), metrics.at("state_bytes"),
-                metrics.at("elapsed_s"), metrics.at("loss"));
+                static_cast<long>(peak - rest_), static_cast<long>(rest_), metrics.at("memory/state(GiB)") * double(1ull << 30),
+                metrics.at("time_metrics/elapsed(s)"), metrics.at("loss_metrics/global_avg_loss"));
     std::fflush(stdout);
     rest_ = tracker_.live();
   }

@@ -135,9 +135,9 @@ for config in configs:
         steps_seen = [json.loads(l) for l in open(metrics) if l.strip()]
         steady = steps_seen[len(steps_seen) // 3:]  # drop warm-up steps, as the reference does
         if steady:
-            titan = (sum(s["tokens_per_sec"] for s in steady) / len(steady),
-                     sum(s["mfu"] for s in steady) / len(steady),
-                     max(s["memory_bytes"] for s in steps_seen) / 2**30)
+            titan = (sum(s["throughput(tps)"] for s in steady) / len(steady),
+                     sum(s["mfu(%)"] for s in steady) / len(steady) / 100,
+                     max(s["memory/max_active(GiB)"] for s in steps_seen))
     row.append(cell(*titan) if titan else ("failed" if os.path.exists(f"{out}/titan_{name}.log") else "not run"))
     for m in modes:
         if m == "graph" and flavor != "debugmodel":

@@ -241,11 +241,12 @@ TEST_CASE("titan-conformance: a plugin of two kinds (metrics sink and paralleliz
   CHECK(result.output.find("metrics_sink.accepts_steps               PASS") != std::string::npos);
   CHECK(result.output.find("parallelizer.params@1                    PASS") != std::string::npos);
   CHECK(result.output.find("parallelizer.run@2                       SKIP") != std::string::npos);
-  // The sink really received every step's metrics: 500 steps x 9 keys.
+  // The sink really received every step's metrics: 400 training steps x 9
+  // keys and 100 validation lines x 2.
   std::ifstream echoed(dir / "echo.txt");
   int lines = 0;
   for (std::string line; std::getline(echoed, line);) ++lines;
-  CHECK(lines == 500 * 9);
+  CHECK(lines == 400 * 9 + 100 * 2);
 }
 
 // One deliberately wrong plugin per remaining kind: each fails the check

@@ -18,14 +18,40 @@ using titan::test::RunOutput;
 
 }  // namespace
 
-TEST_CASE("data parallel: FSDP on 2 ranks reproduces the single process, with half the state per rank") {
+TEST_CASE("data parallel: FSDP on 2 ranks reproduces the single process, with half the state per rank; every rank "
+          "saves its metrics with metrics.save_for_all_ranks") {
   RunOutput reference = run_single("dp_fsdp2_reference");
-  RunOutput fsdp = run_ranks("dp_fsdp2", 2, 29811, "{name: fsdp}");
+  RunOutput fsdp = run_ranks("dp_fsdp2", 2, 29811, "{name: fsdp}",
+                             " --set metrics.save_for_all_ranks=true --set metrics.enable_tensorboard=true");
   check_equivalent(fsdp, reference, 1e-5);
   // Rank 0 holds the most rows; uneven splits pad nothing into the state.
   double share = fsdp.state_bytes.back() / reference.state_bytes.back();
   MESSAGE("FSDP x2 rank 0 state: " << fsdp.state_bytes.back() << " of " << reference.state_bytes.back() << " bytes");
   CHECK(share == doctest::Approx(0.5).epsilon(0.05));
+
+  // The max over ranks is one rank's loss: the mean's on one process, at or
+  // above it on two (whose halves of the batch differ).
+  CHECK(reference.max_losses == reference.losses);
+  bool above = false;
+  for (size_t i = 0; i < fsdp.losses.size(); ++i) {
+    CHECK(fsdp.max_losses[i] >= fsdp.losses[i]);
+    above = above || fsdp.max_losses[i] > fsdp.losses[i] * (1 + 1e-6);
+  }
+  CHECK(above);
+  // Rank 1's own file, the same steps and global loss as rank 0's; each
+  // rank's TensorBoard folder.
+  std::vector<nlohmann::json> rank1;
+  std::istringstream lines(titan::test::read_file(fsdp.dump / "metrics.rank1.jsonl"));
+  for (std::string line; std::getline(lines, line);) rank1.push_back(nlohmann::json::parse(line));
+  REQUIRE(rank1.size() == fsdp.losses.size());
+  for (size_t i = 0; i < rank1.size(); ++i) {
+    CHECK(rank1[i]["step"].get<size_t>() == i + 1);
+    CHECK(rank1[i]["loss_metrics/global_avg_loss"].get<double>() == fsdp.losses[i]);
+  }
+  CHECK(!std::filesystem::exists(fsdp.dump / "metrics.rank0.jsonl"));
+  for (const char* rank : {"rank_0", "rank_1"}) {
+    CHECK_MESSAGE(!std::filesystem::is_empty(fsdp.dump / "tb" / rank), rank);
+  }
 }
 
 TEST_CASE("data parallel: FSDP on 4 ranks (reshard never) reproduces the single process, with a quarter of the state") {

@@ -67,7 +67,7 @@ Run train(const fs::path& dump, int ranks, int port, const std::string& plugin, 
   std::ifstream lines(dump / "metrics.jsonl");
   for (std::string line; std::getline(lines, line);) {
     auto record = nlohmann::json::parse(line);
-    run.losses[record["step"].get<int64_t>()] = record["loss"].get<double>();
+    run.losses[record["step"].get<int64_t>()] = record["loss_metrics/global_avg_loss"].get<double>();
   }
   return run;
 }
@@ -167,7 +167,7 @@ TEST_SUITE("dcp") {
     std::ifstream lines(dump / "metrics.jsonl");
     for (std::string line; std::getline(lines, line);) {
       auto record = nlohmann::json::parse(line);
-      losses[record["step"].get<int64_t>()] = record["loss"].get<double>();  // the restart's lines win
+      losses[record["step"].get<int64_t>()] = record["loss_metrics/global_avg_loss"].get<double>();  // the restart's lines win
     }
     REQUIRE(losses.size() == 20);
     for (const auto& [step, loss] : losses) CHECK_MESSAGE(loss == a.losses.at(step), "step ", step);  // exact

@@ -16,7 +16,9 @@ namespace titan::test {
 inline const std::string kSmallModel = " --set model.dim=64 --set model.n_layers=2 --set model.n_heads=4";
 
 struct RunOutput {
+  std::filesystem::path dump;  // the run's job.dump_folder
   std::vector<double> losses;
+  std::vector<double> max_losses;  // loss_metrics/global_max_loss
   std::vector<double> grad_norms;
   std::vector<double> state_bytes;
   c10::Dict<std::string, at::Tensor> params;
@@ -30,12 +32,14 @@ inline std::string common_sets(const std::filesystem::path& dump) {
 
 inline RunOutput read_run(const std::filesystem::path& dump) {
   RunOutput out;
+  out.dump = dump;
   std::istringstream lines(read_file(dump / "metrics.jsonl"));
   for (std::string line; std::getline(lines, line);) {
     auto record = nlohmann::json::parse(line);
-    out.losses.push_back(record["loss"].get<double>());
+    out.losses.push_back(record["loss_metrics/global_avg_loss"].get<double>());
+    out.max_losses.push_back(record["loss_metrics/global_max_loss"].get<double>());
     out.grad_norms.push_back(record["grad_norm"].get<double>());
-    out.state_bytes.push_back(record["state_bytes"].get<double>());
+    out.state_bytes.push_back(record["memory/state(GiB)"].get<double>() * double(1ull << 30));
   }
   std::string bytes = read_file(dump / "final.pt");
   out.params = c10::impl::toTypedDict<std::string, at::Tensor>(

@@ -35,7 +35,7 @@ std::string train(const fs::path& dump, int ranks) {
 std::vector<double> losses_of(const fs::path& dump) {
   std::vector<double> losses;
   std::istringstream lines(titan::test::read_file(dump / "metrics.jsonl"));
-  for (std::string line; std::getline(lines, line);) losses.push_back(nlohmann::json::parse(line)["loss"].get<double>());
+  for (std::string line; std::getline(lines, line);) losses.push_back(nlohmann::json::parse(line)["loss_metrics/global_avg_loss"].get<double>());
   return losses;
 }
 

@@ -60,7 +60,7 @@ std::map<int64_t, double> losses_of(const fs::path& dump) {
   std::istringstream lines(titan::test::read_file(dump / "metrics.jsonl"));
   for (std::string line; std::getline(lines, line);) {
     auto record = nlohmann::json::parse(line);
-    losses[record["step"].get<int64_t>()] = record["loss"].get<double>();
+    losses[record["step"].get<int64_t>()] = record["loss_metrics/global_avg_loss"].get<double>();
   }
   return losses;
 }

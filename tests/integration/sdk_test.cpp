@@ -78,7 +78,7 @@ std::vector<double> losses_of(const fs::path& dump) {
   for (std::string line; std::getline(text, line);) {
     if (line.empty()) continue;
     auto json = nlohmann::json::parse(line);
-    losses.push_back(json["loss"].is_number() ? json["loss"].get<double>() : std::nan(""));
+    losses.push_back(json["loss_metrics/global_avg_loss"].is_number() ? json["loss_metrics/global_avg_loss"].get<double>() : std::nan(""));
   }
   return losses;
 }

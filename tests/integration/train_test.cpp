@@ -7,6 +7,7 @@
 #include <spawn.h>
 
 #include <chrono>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -76,7 +77,7 @@ std::map<int64_t, double> losses_of(const fs::path& dir) {
   std::map<int64_t, double> losses;
   for (const auto& line : metrics_of(dir)) {
     // JSON has no NaN: a non-finite loss is written as null.
-    losses[line["step"].get<int64_t>()] = line["loss"].is_number() ? line["loss"].get<double>() : std::nan("");
+    losses[line["step"].get<int64_t>()] = line["loss_metrics/global_avg_loss"].is_number() ? line["loss_metrics/global_avg_loss"].get<double>() : std::nan("");
   }
   return losses;
 }
@@ -89,16 +90,59 @@ std::string bytes_of(const fs::path& path) {
 }  // namespace
 
 TEST_SUITE("train") {
-  TEST_CASE("the loss falls and metrics.jsonl has every documented field") {
+  TEST_CASE("the loss falls and metrics.jsonl has every documented field, each holding what docs/metrics.md says") {
     fs::path dir = write_run("learns");
-    auto result = train(dir, "--set training.steps=40 --set checkpoint.enable=false");
+    // A peak far below the real one: MFU is capped at 100% with one warning.
+    auto result = train(dir, "--set training.steps=40 --set checkpoint.enable=false --set metrics.peak_flops=1");
     REQUIRE_MESSAGE(result.exit_code == 0, result.output);
     auto lines = metrics_of(dir);
     REQUIRE(lines.size() == 40);
-    for (const char* key : {"step", "loss", "grad_norm", "lr", "tokens_per_sec", "mfu", "memory_bytes", "elapsed_s"}) {
+    size_t warnings = 0;
+    for (size_t at = 0; (at = result.output.find("logged as 100%", at)) != std::string::npos; ++at) ++warnings;
+    CHECK(warnings == 1);
+    const double capacity = [] {  // RAM, or the cgroup's limit when lower
+      std::istringstream meminfo(read_file("/proc/meminfo"));
+      std::string key;
+      double kib = 0;
+      meminfo >> key >> kib;
+      double bytes = kib * 1024;
+      std::ifstream limit("/sys/fs/cgroup/memory.max");
+      std::string value;
+      if (limit >> value && value != "max") bytes = std::min(bytes, std::stod(value));
+      return bytes;
+    }();
+    const double flops_per_token = lines[0]["tflops"].get<double>() / lines[0]["throughput(tps)"].get<double>();
+    for (const auto& line : lines) {
+      CAPTURE(line.dump());
+      const double step = line["step"].get<double>();
+      CHECK(line["loss_metrics/global_max_loss"] == line["loss_metrics/global_avg_loss"]);  // one rank
+      CHECK(line["n_tokens_seen"].get<double>() == step * 4 * 32);
+      CHECK(line["mfu(%)"].get<double>() == 100.0);
+      CHECK(line["tflops"].get<double>() / line["throughput(tps)"].get<double>() ==
+            doctest::Approx(flops_per_token).epsilon(1e-9));
+      CHECK(line["time_metrics/end_to_end(s)"].get<double>() > 0);
+      CHECK(line["time_metrics/data_loading(s)"].get<double>() < line["time_metrics/end_to_end(s)"].get<double>());
+      CHECK(line["time_metrics/data_loading(%)"].get<double>() >= 0);
+      CHECK(line["time_metrics/data_loading(%)"].get<double>() < 100);
+      for (const char* memory : {"memory/max_active", "memory/max_reserved"}) {
+        const double gib = line[std::string(memory) + "(GiB)"].get<double>();
+        CHECK(gib > 0);
+        CHECK(gib * double(1ull << 30) / (line[std::string(memory) + "(%)"].get<double>() / 100) ==
+              doctest::Approx(capacity).epsilon(1e-6));
+      }
+      CHECK(line["memory/num_ooms"].get<double>() == 0);  // CPU
+    }
+    // At least 6 FLOPs per token for each of the model's more than 100k parameters.
+    CHECK(flops_per_token * 1e12 > 6 * 100e3);
+    for (const char* key : {"step", "loss_metrics/global_avg_loss", "loss_metrics/global_max_loss", "grad_norm", "lr",
+                            "throughput(tps)", "tflops", "mfu(%)", "n_tokens_seen", "time_metrics/end_to_end(s)",
+                            "time_metrics/data_loading(s)", "time_metrics/data_loading(%)", "time_metrics/elapsed(s)",
+                            "memory/max_active(GiB)", "memory/max_active(%)", "memory/max_reserved(GiB)",
+                            "memory/max_reserved(%)", "memory/num_alloc_retries", "memory/num_ooms",
+                            "memory/state(GiB)"}) {
       CHECK_MESSAGE(lines.back().contains(key), key);
     }
-    double first = lines.front()["loss"], last = lines.back()["loss"];
+    double first = lines.front()["loss_metrics/global_avg_loss"], last = lines.back()["loss_metrics/global_avg_loss"];
     CHECK(first > 6.5);  // ~ln(1444) = 7.3 at init
     CHECK(last < 0.75 * first);
     CHECK(fs::exists(dir / "out" / "config.resolved.yaml"));

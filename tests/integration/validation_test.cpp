@@ -24,9 +24,9 @@ std::vector<Validation> validations(const fs::path& dump) {
   std::istringstream lines(titan::test::read_file(dump / "metrics.jsonl"));
   for (std::string line; std::getline(lines, line);) {
     auto record = nlohmann::json::parse(line);
-    if (!record.contains("validation_loss")) continue;
-    out.push_back({record["step"].get<int64_t>(), record["validation_loss"].get<double>(),
-                   static_cast<int64_t>(record["validation_batches"].get<double>())});
+    if (!record.contains("validation_metrics/loss")) continue;
+    out.push_back({record["step"].get<int64_t>(), record["validation_metrics/loss"].get<double>(),
+                   static_cast<int64_t>(record["validation_metrics/batches"].get<double>())});
   }
   return out;
 }

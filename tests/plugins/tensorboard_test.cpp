@@ -140,9 +140,10 @@ std::vector<fs::path> event_files(const fs::path& folder) {
   return files;
 }
 
-std::unique_ptr<titan::MetricsSink> sink(const fs::path& dump_folder, int rank) {
+std::unique_ptr<titan::MetricsSink> sink(const fs::path& dump_folder, int rank, bool all_ranks = false) {
   titan::PluginContext context;
-  context.options = titan::ConfigNode::parse("save_tb_folder: tb\n", "test.yaml");
+  context.options = titan::ConfigNode::parse(
+      std::string("save_tb_folder: tb\nsave_for_all_ranks: ") + (all_ranks ? "true" : "false") + "\n", "test.yaml");
   context.dump_folder = dump_folder.string();
   context.rank = rank;
   context.world_size = 2;
@@ -167,15 +168,15 @@ TEST_SUITE("tensorboard") {
     CHECK(event_files(dir / "tb").empty());  // opened on the first write, so
                                              // `config check` leaves nothing
     double before = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-    writer->write(10, {{"loss", 7.25},
+    writer->write(10, {{"loss_metrics/global_avg_loss", 7.25},
                        {"grad_norm", 1.5},
                        {"lr", 3e-4},
-                       {"tokens_per_sec", 12345.0},
-                       {"mfu", 0.41},
-                       {"memory_bytes", 2.0 * (1ull << 30)},
+                       {"throughput(tps)", 12345.0},
+                       {"mfu(%)", 41.0},
+                       {"memory/max_reserved(GiB)", 2.0},
                        {"a_key_added_later", -2.0}});
-    writer->write(20, {{"loss", NAN}, {"grad_norm", INFINITY}});
-    writer->write(30, {{"loss", 6.5}});
+    writer->write(20, {{"loss_metrics/global_avg_loss", NAN}, {"grad_norm", INFINITY}});
+    writer->write(30, {{"loss_metrics/global_avg_loss", 6.5}});
 
     // Each step reached the file before write() returned: a crash here loses
     // none.
@@ -202,7 +203,7 @@ TEST_SUITE("tensorboard") {
                                                             {"lr", 3e-4f},
                                                             {"throughput(tps)", 12345.0f},
                                                             {"mfu(%)", 41.0f},
-                                                            {"memory/peak(GiB)", 2.0f},
+                                                            {"memory/max_reserved(GiB)", 2.0f},
                                                             {"a_key_added_later", -2.0f}});
     // Non-finite values are written, not skipped: TensorBoard shows them.
     CHECK(events[2].step == 20);
@@ -213,13 +214,23 @@ TEST_SUITE("tensorboard") {
     CHECK(events[3].scalars == std::map<std::string, float>{{"loss_metrics/global_avg_loss", 6.5f}});
   }
 
-  TEST_CASE("tensorboard: ranks other than 0 write nothing") {
+  TEST_CASE("tensorboard: ranks other than 0 write nothing, unless metrics.save_for_all_ranks: each its rank_<r>/") {
     fs::path dir = titan::test::temp_dir("tensorboard_rank1");
     auto writer = sink(dir, 1);
-    writer->write(1, {{"loss", 1.0}});
+    writer->write(1, {{"loss_metrics/global_avg_loss", 1.0}});
     writer->flush();
     writer.reset();
     CHECK(!fs::exists(dir / "tb"));
+
+    for (int rank : {0, 1}) {
+      auto own = sink(dir, rank, /*all_ranks=*/true);
+      own->write(1, {{"throughput(tps)", 100.0 + rank}});
+      own.reset();
+      auto files = event_files(dir / "tb" / ("rank_" + std::to_string(rank)));
+      REQUIRE(files.size() == 1);
+      CHECK(read_events(files[0]).back().scalars.at("throughput(tps)") == 100.0f + rank);
+    }
+    for (const auto& entry : event_files(dir / "tb")) CHECK_MESSAGE(fs::is_directory(entry), entry);  // no job-wide file
   }
 
   TEST_CASE(
@@ -263,7 +274,7 @@ checkpoint: {enable: false}
       const Event& event = events[i + 1];
       CAPTURE(i);
       CHECK(event.step == lines[i]["step"].get<int64_t>());
-      CHECK(event.scalars.at("loss_metrics/global_avg_loss") == static_cast<float>(lines[i]["loss"].get<double>()));
+      CHECK(event.scalars.at("loss_metrics/global_avg_loss") == static_cast<float>(lines[i]["loss_metrics/global_avg_loss"].get<double>()));
       CHECK(event.scalars.at("grad_norm") == static_cast<float>(lines[i]["grad_norm"].get<double>()));
       CHECK(event.scalars.at("lr") == static_cast<float>(lines[i]["lr"].get<double>()));
     }

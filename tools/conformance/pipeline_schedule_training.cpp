@@ -92,7 +92,7 @@ RunTrace read_trace(const std::string& dump) {
   if (!metrics) throw Error("the run wrote no '" + dump + "/metrics.jsonl'");
   for (std::string line; std::getline(metrics, line);) {
     auto record = nlohmann::json::parse(line);
-    trace.losses.push_back(record.at("loss").get<double>());
+    trace.losses.push_back(record.at("loss_metrics/global_avg_loss").get<double>());
     trace.grad_norms.push_back(record.at("grad_norm").get<double>());
   }
   std::ifstream file(dump + "/final.pt", std::ios::binary);

@@ -40,9 +40,13 @@ struct MetricsConfig {
   int64_t log_freq = 10;
   bool enable_jsonl = true;
   std::string progress = "auto";  // auto: a live line on a terminal, the ETA in log lines; off: neither
-  // FLOP/s that MFU divides by. 0: the GPU's datasheet bf16 peak from its
-  // name (0, so MFU 0, for an unknown GPU), or measured at start on CPU.
+  // FLOP/s per device that MFU divides by. 0: the GPU's datasheet peak from
+  // its name for training.mixed_precision_param (0, so MFU 0, for an
+  // unknown GPU), or measured at start on CPU.
   double peak_flops = 0;
+  // Every rank writes its own metrics (metrics.rank<r>.jsonl, and a sink's
+  // per-rank files); otherwise rank 0 writes the job's.
+  bool save_for_all_ranks = false;
 };
 
 struct CommConfig {

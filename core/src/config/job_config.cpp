@@ -66,7 +66,7 @@ CoreConfig read_core_config(const ConfigNode& root) {
   m.progress = metrics.choice("progress", m.progress, {"auto", "off"},
                               "auto: rank 0 keeps a live step/ETA line on a terminal, and log lines end with the "
                               "ETA; off: neither");
-  m.peak_flops = metrics.get<double>("peak_flops", 0.0, "peak FLOP/s for MFU; 0 = the GPU's datasheet bf16 peak (H100, H200, A100, B200) or measured on CPU");
+  m.peak_flops = metrics.get<double>("peak_flops", 0.0, "peak FLOP/s per device for MFU; 0 = the GPU's datasheet peak (H100, H200, A100, B200) for training.mixed_precision_param, or measured on CPU");
   if (m.peak_flops < 0) metrics.fail("peak_flops", "expected >= 0");
 
   ConfigNode profiling = root.child("profiling");
@@ -82,6 +82,7 @@ CoreConfig read_core_config(const ConfigNode& root) {
   require_positive(profiling, "profile_freq", p.profile_freq);
   require_positive(profiling, "profiler_active", p.profiler_active);
   if (p.profiler_warmup < 0) profiling.fail("profiler_warmup", "expected >= 0");
+  m.save_for_all_ranks = metrics.get<bool>("save_for_all_ranks", false, "every rank writes its metrics (metrics.rank<r>.jsonl, per-rank TensorBoard folders), not only rank 0");
   if (p.save_traces_folder.empty()) profiling.fail("save_traces_folder", "expected a folder name");
   if (p.profile_freq < p.profiler_warmup + p.profiler_active) {
     profiling.fail("profile_freq", std::to_string(p.profile_freq) + " is less than profiler_warmup (" +

@@ -44,11 +44,16 @@ ParallelSetup::~ParallelSetup() = default;
 int ParallelSetup::dp_rank() const { return mesh_ ? static_cast<int>(mesh_->coordinate("dp")) : 0; }
 int ParallelSetup::dp_degree() const { return mesh_ ? static_cast<int>(mesh_->size("dp")) : 1; }
 
-double ParallelSetup::loss_over_job(const at::Tensor& local_loss) const {
+ParallelSetup::JobLoss ParallelSetup::loss_stats_over_job(const at::Tensor& local_loss, bool with_max) const {
   at::Tensor loss = local_loss.detach().to(at::kCPU, at::kDouble).reshape({1});
   if (mesh_ && mesh_->size("pp") > 1) mesh_->group("pp").all_reduce(loss, ReduceOp::sum);
-  if (mesh_ && mesh_->size("dp_cp") > 1) mesh_->group("dp_cp").all_reduce(loss, ReduceOp::avg);
-  return loss.item<double>();
+  at::Tensor largest = loss.clone();
+  if (mesh_ && mesh_->size("dp_cp") > 1) {
+    mesh_->group("dp_cp").all_reduce(loss, ReduceOp::avg);
+    if (with_max) mesh_->group("dp_cp").all_reduce(largest, ReduceOp::max);
+  }
+  const double average = loss.item<double>();
+  return {average, with_max ? largest.item<double>() : average};
 }
 
 NormReduceFn ParallelSetup::norm_reduce() const {

@@ -34,7 +34,13 @@ class ParallelSetup {
   // pipeline stage computed it (summed over pp), and data- and
   // context-parallel ranks each saw an equal share of the batch (the mean
   // over dp_cp). The one place the loss is reduced.
-  double loss_over_job(const at::Tensor& local_loss) const;
+  double loss_over_job(const at::Tensor& local_loss) const { return loss_stats_over_job(local_loss, false).average; }
+  // The same mean, and (with `with_max`) the largest of the dp_cp ranks'
+  // losses, TorchTitan's global_max_loss (otherwise max = average).
+  struct JobLoss {
+    double average = 0, max = 0;
+  };
+  JobLoss loss_stats_over_job(const at::Tensor& local_loss, bool with_max) const;
   // Sums a per-rank partial over the world (max for the inf norm).
   NormReduceFn norm_reduce() const;
   // Per parameter: 1 / the number of ranks holding the same gradient copy.

@@ -1,9 +1,11 @@
-// Step metrics: log line, metrics.jsonl, sinks, throughput and MFU.
+// Step metrics: the log line, the metrics files, the sinks; throughput,
+// TFLOPs, MFU, time and memory over each log window.
 #include "step_metrics.hpp"
 
 #include <sys/resource.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
@@ -29,11 +31,26 @@ double measure_cpu_peak_flops() {
   return 2.0 * n * n * n * iterations / elapsed;
 }
 
-double gpu_peak_flops(const std::string& name) {
-  if (name.find("H200") != std::string::npos) return 989.5e12;
-  if (name.find("H100") != std::string::npos) return name.find("PCIe") != std::string::npos ? 756e12 : 989.5e12;
-  if (name.find("A100") != std::string::npos) return 312e12;
-  if (name.find("B200") != std::string::npos) return 2250e12;
+namespace {
+
+// Dense datasheet TFLOP/s per GPU (no sparsity): tensor-core bf16/fp16, and
+// plain fp32 (what fp32 matmuls get without TF32, which Titan leaves off).
+struct GpuPeak {
+  const char* name_part;
+  double bf16, fp32;
+};
+constexpr GpuPeak kGpuPeaks[] = {
+    {"H200", 989.5, 67.0},  {"H100 PCIe", 756.0, 51.0}, {"H100", 989.5, 67.0},
+    {"A100", 312.0, 19.5},  {"B200", 2250.0, 75.0},
+};
+
+}  // namespace
+
+double gpu_peak_flops(const std::string& name, const std::string& dtype) {
+  for (const auto& peak : kGpuPeaks) {
+    if (name.find(peak.name_part) == std::string::npos) continue;
+    return 1e12 * (dtype == "float32" ? peak.fp32 : peak.bf16);
+  }
   return 0;
 }
 
@@ -43,31 +60,33 @@ int64_t max_resident_bytes() {
   return static_cast<int64_t>(usage.ru_maxrss) * 1024;
 }
 
-StepMetrics::StepMetrics(const MetricsConfig& config, const std::string& dump_folder, double flops_per_token,
-                         double peak_flops, std::vector<MetricsSink*> sinks, const c10::Device& device)
-    : config_(config),
-      flops_per_token_(flops_per_token),
-      peak_flops_(peak_flops),
-      sinks_(std::move(sinks)),
-      device_(device),
-      start_(std::chrono::steady_clock::now()),
-      window_start_(start_) {
-  if (config.enable_jsonl) {
-    std::filesystem::create_directories(dump_folder);
-    std::string path = dump_folder + "/metrics.jsonl";
+std::string metrics_file_name(const MetricsConfig& config, int rank) {
+  if (!config.enable_jsonl) return "";
+  if (rank == 0) return "metrics.jsonl";
+  return config.save_for_all_ranks ? "metrics.rank" + std::to_string(rank) + ".jsonl" : "";
+}
+
+StepMetrics::StepMetrics(MetricsSetup setup)
+    : setup_(std::move(setup)), start_(std::chrono::steady_clock::now()), window_start_(start_) {
+  const std::string name = metrics_file_name(setup_.config, setup_.rank);
+  if (!name.empty()) {
+    std::filesystem::create_directories(setup_.dump_folder);
+    const std::string path = setup_.dump_folder + "/" + name;
     jsonl_ = std::make_unique<std::ofstream>(path, std::ios::app);
     if (!*jsonl_) throw Error("cannot write metrics file '" + path + "' (check job.dump_folder)");
   }
 }
 
 StepMetrics::~StepMetrics() {
-  for (auto* sink : sinks_) sink->flush();
+  for (auto* sink : setup_.sinks) sink->flush();
 }
 
 void StepMetrics::record(const StepRecord& record) {
   window_tokens_ += record.tokens;
+  window_data_loading_s_ += record.data_loading_s;
+  ++window_steps_;
   if (progress_) progress_->step_done(record.step, record.tokens);
-  if (record.step % config_.log_freq == 0) {
+  if (record.step % setup_.config.log_freq == 0) {
     if (progress_) progress_->clear();
     log(record);
   } else if (progress_) {
@@ -79,9 +98,9 @@ void StepMetrics::record_validation(int64_t step, double loss, double tokens_per
   if (progress_) progress_->clear();
   spdlog::info("validation at step {}: loss {:8.4f} over {} batches, tokens/s {:9.0f}", step, loss, batches,
                tokens_per_sec);
-  const std::map<std::string, double> values{{"validation_loss", loss},
-                                             {"validation_tokens_per_sec", tokens_per_sec},
-                                             {"validation_batches", double(batches)}};
+  const std::map<std::string, double> values{{"validation_metrics/loss", loss},
+                                             {"validation_metrics/tps", tokens_per_sec},
+                                             {"validation_metrics/batches", double(batches)}};
   write(step, values);
 }
 
@@ -92,36 +111,71 @@ void StepMetrics::write(int64_t step, const std::map<std::string, double>& value
     *jsonl_ << line.dump() << "\n";
     jsonl_->flush();
   }
-  for (auto* sink : sinks_) sink->write(step, values);
+  for (auto* sink : setup_.sinks) sink->write(step, values);
 }
 
 void StepMetrics::flush_pending(const StepRecord& last) {
   if (progress_) progress_->clear();
   if (last.step > last_logged_step_ && window_tokens_ > 0) log(last);
-  for (auto* sink : sinks_) sink->flush();
+  for (auto* sink : setup_.sinks) sink->flush();
+}
+
+double StepMetrics::mfu_percent(double flops_per_sec) {
+  if (setup_.peak_flops <= 0) return 0;
+  const double mfu = 100.0 * flops_per_sec / setup_.peak_flops;
+  if (mfu <= 100.0) return mfu;
+  if (!warned_mfu_) {
+    spdlog::warn("MFU measured {:.0f}% of the peak of {:.3g} FLOP/s; logged as 100%. The peak is too low: set "
+                 "metrics.peak_flops to the device's real peak",
+                 mfu, setup_.peak_flops);
+    warned_mfu_ = true;
+  }
+  return 100.0;
 }
 
 void StepMetrics::log(const StepRecord& record) {
-  auto now = std::chrono::steady_clock::now();
-  double window_s = std::chrono::duration<double>(now - window_start_).count();
-  double elapsed_s = std::chrono::duration<double>(now - start_).count();
-  double tokens_per_sec = window_s > 0 ? window_tokens_ / window_s : 0;
-  double mfu = peak_flops_ > 0 ? tokens_per_sec * flops_per_token_ / peak_flops_ : 0;
-  int64_t memory = device_.is_cuda() ? compat::device_peak_memory(device_) : max_resident_bytes();
-  spdlog::info("step {:>6}  loss {:8.4f}  grad_norm {:7.3f}  lr {:.3e}  tokens/s {:9.0f}  mfu {:5.2f}%  memory {:.2f} GiB{}",
-               record.step, record.loss, record.grad_norm, record.lr, tokens_per_sec, 100 * mfu,
-               memory / double(1ull << 30), progress_ ? progress_->eta_suffix() : std::string());
-  std::map<std::string, double> values{{"loss", record.loss},
-                                       {"grad_norm", record.grad_norm},
-                                       {"lr", record.lr},
-                                       {"tokens_per_sec", tokens_per_sec},
-                                       {"mfu", mfu},
-                                       {"memory_bytes", double(memory)},
-                                       {"state_bytes", double(record.state_bytes)},
-                                       {"elapsed_s", elapsed_s}};
+  const auto now = std::chrono::steady_clock::now();
+  const double window_s = std::chrono::duration<double>(now - window_start_).count();
+  const double elapsed_s = std::chrono::duration<double>(now - start_).count();
+  const double steps = std::max<int64_t>(window_steps_, 1);
+  const double tps = window_s > 0 ? window_tokens_ / window_s / double(setup_.devices_per_replica) : 0;
+  const double flops_per_sec = tps * setup_.flops_per_token;
+  const double mfu = mfu_percent(flops_per_sec);
+  const double loading_pct = window_s > 0 ? 100.0 * window_data_loading_s_ / window_s : 0;
+  const MemorySample memory = setup_.memory ? setup_.memory->take() : MemorySample{};
+  spdlog::info("step {:>6}  loss {:8.4f}  grad_norm {:7.3f}  lr {:.3e}  tps {:9.0f}  tflops {:7.3f}  mfu {:5.2f}%  "
+               "memory {:.2f} GiB ({:.1f}%)  data {:.1f}%{}",
+               record.step, record.loss, record.grad_norm, record.lr, tps, flops_per_sec / 1e12, mfu,
+               memory.max_reserved_gib, memory.max_reserved_pct, loading_pct,
+               progress_ ? progress_->eta_suffix() : std::string());
+  std::map<std::string, double> values{
+      {"loss_metrics/global_avg_loss", record.loss},
+      {"loss_metrics/global_max_loss", record.max_loss},
+      {"grad_norm", record.grad_norm},
+      {"lr", record.lr},
+      {"throughput(tps)", tps},
+      {"tflops", flops_per_sec / 1e12},
+      {"mfu(%)", mfu},
+      // This rank's replica's tokens since step 1 (TorchTitan's count; the
+      // batch is the same every step, so a resume continues it).
+      {"n_tokens_seen", double(record.step) * double(record.tokens)},
+      {"time_metrics/end_to_end(s)", window_s / steps},
+      {"time_metrics/data_loading(s)", window_data_loading_s_ / steps},
+      {"time_metrics/data_loading(%)", loading_pct},
+      {"time_metrics/elapsed(s)", elapsed_s},
+      {"memory/max_active(GiB)", memory.max_active_gib},
+      {"memory/max_active(%)", memory.max_active_pct},
+      {"memory/max_reserved(GiB)", memory.max_reserved_gib},
+      {"memory/max_reserved(%)", memory.max_reserved_pct},
+      {"memory/num_alloc_retries", double(memory.alloc_retries)},
+      {"memory/num_ooms", double(memory.ooms)},
+      {"memory/state(GiB)", record.state_bytes / double(1ull << 30)},
+  };
   values.insert(record.extra.begin(), record.extra.end());
   write(record.step, values);
   window_tokens_ = 0;
+  window_steps_ = 0;
+  window_data_loading_s_ = 0;
   window_start_ = now;
   last_logged_step_ = record.step;
 }

@@ -1,6 +1,9 @@
-// Per-step metrics: the log line, metrics.jsonl, and every MetricsSink;
-// throughput and MFU over the steps since the last log.
+// Per-step metrics as TorchTitan logs them: the log line, metrics.jsonl, and
+// every MetricsSink; throughput, TFLOPs and MFU over the steps since the
+// last log. The keys are docs/metrics.md's.
 #pragma once
+#include <c10/core/Device.h>
+
 #include <chrono>
 #include <fstream>
 #include <map>
@@ -8,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "memory_metrics.hpp"
 #include "titan/job_config.hpp"
 #include "titan/metrics_sink.hpp"
 #include "titan/progress.hpp"
@@ -16,23 +20,37 @@ namespace titan {
 
 struct StepRecord {
   int64_t step = 0;
-  double loss = 0;
+  double loss = 0;      // the mean over the job's data-parallel ranks
+  double max_loss = 0;  // the largest data-parallel rank's
   double grad_norm = 0;
   double lr = 0;
-  int64_t tokens = 0;  // tokens processed by this rank in the step
+  int64_t tokens = 0;  // tokens processed by this rank's data-parallel replica in the step
+  double data_loading_s = 0;  // seconds this rank waited for the step's batches
   int64_t state_bytes = 0;  // this rank's parameter + gradient + optimizer-state bytes
   std::map<std::string, double> extra;  // model metrics of the step (MoE loads: moe/<router>/imbalance, ...)
 };
 
+// What StepMetrics needs to know of the run.
+struct MetricsSetup {
+  MetricsConfig config;
+  std::string dump_folder;
+  int rank = 0;
+  double flops_per_token = 0;  // the whole model's, forward and backward
+  double peak_flops = 0;       // per device; 0: unknown, MFU is logged as 0
+  // Devices that share one data-parallel replica's tokens (tp x cp x pp):
+  // throughput and MFU are per device, as TorchTitan's.
+  int64_t devices_per_replica = 1;
+  std::vector<MetricsSink*> sinks;  // this rank's (a sink decides whether a rank writes)
+  MemoryMetrics* memory = nullptr;
+};
+
 class StepMetrics {
  public:
-  // `peak_flops` 0: the peak is unknown and MFU is logged as 0.
-  StepMetrics(const MetricsConfig& config, const std::string& dump_folder, double flops_per_token,
-              double peak_flops, std::vector<MetricsSink*> sinks, const c10::Device& device);
+  explicit StepMetrics(MetricsSetup setup);
   ~StepMetrics();
   void record(const StepRecord& record);  // logs when step % log_freq == 0
   // A validation pass at `step`: logged, and a line of metrics.jsonl and the
-  // sinks with validation_loss and validation_tokens_per_sec.
+  // sinks with validation_metrics/loss, /tps and /batches.
   void record_validation(int64_t step, double loss, double tokens_per_sec, int64_t batches);
   // Progress and ETA between and in the log lines (metrics.progress).
   void set_progress(std::unique_ptr<Progress> progress) { progress_ = std::move(progress); }
@@ -42,26 +60,32 @@ class StepMetrics {
 
  private:
   void log(const StepRecord& record);
-  // One line of metrics.jsonl and every sink's write.
+  // One line of this rank's metrics file and every sink's write.
   void write(int64_t step, const std::map<std::string, double>& values);
-  MetricsConfig config_;
-  double flops_per_token_;
-  double peak_flops_;
-  std::vector<MetricsSink*> sinks_;
-  c10::Device device_;
+  // The step's MFU in %, capped at 100 with a warning: more means the peak is wrong.
+  double mfu_percent(double flops_per_sec);
+  MetricsSetup setup_;
   std::unique_ptr<std::ofstream> jsonl_;
   std::chrono::steady_clock::time_point start_, window_start_;
-  int64_t window_tokens_ = 0;
+  int64_t window_tokens_ = 0, window_steps_ = 0;
+  double window_data_loading_s_ = 0;
   int64_t last_logged_step_ = 0;
+  bool warned_mfu_ = false;
   std::unique_ptr<Progress> progress_;
 };
 
+// The metrics file a rank writes under dump_folder: rank 0's is
+// metrics.jsonl; with metrics.save_for_all_ranks rank r's is
+// metrics.rank<r>.jsonl; "" when this rank writes none.
+std::string metrics_file_name(const MetricsConfig& config, int rank);
+
 // Dense float32 matmul FLOP/s of this CPU with the current thread count.
 double measure_cpu_peak_flops();
-// Datasheet dense bf16 FLOP/s of a GPU from its name (H100 SXM/PCIe, H200,
-// A100, B200); 0 when unknown (MFU is then logged as 0).
-double gpu_peak_flops(const std::string& device_name);
-// Peak resident set size of this process.
+// Datasheet dense FLOP/s of a GPU from its name (H100 SXM/PCIe, H200, A100,
+// B200) for the dtype its matmuls run in ("bfloat16"/"float16" on tensor
+// cores, "float32" without TF32); 0 when unknown (MFU is then logged as 0).
+double gpu_peak_flops(const std::string& device_name, const std::string& dtype);
+// Peak resident set size of this process since it started.
 int64_t max_resident_bytes();
 
 }  // namespace titan

@@ -2,6 +2,7 @@
 // the loss over the job -> gradient clipping -> optimizer and LR.
 #include <torch/torch.h>
 
+#include <chrono>
 #include <cmath>
 
 #include "training_run.hpp"
@@ -17,7 +18,10 @@ StepOutcome TrainingRun::step(int64_t step) {
   hooks.begin_step(step);
   CallSite step_site("step " + std::to_string(step));  // observers see "step 12 / fsdp all_gather layers.3"
 
+  const auto loading_start = std::chrono::steady_clock::now();
   std::vector<Microbatch> microbatches = next_microbatches();
+  const double data_loading_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - loading_start).count();
   auto forward_backward = [&](const std::vector<Microbatch>& batch) {
     ProfileRange range("forward_backward");
     return schedule_->forward_backward(*model, batch, model->loss());
@@ -25,7 +29,8 @@ StepOutcome TrainingRun::step(int64_t step) {
   at::Tensor local_loss = graphed_ ? graphed_->run(microbatches, forward_backward) : forward_backward(microbatches);
   model->finalize_gradients();
 
-  const double loss = hooks.loss_seen(parallel->loss_over_job(local_loss));
+  const ParallelSetup::JobLoss job_loss = parallel->loss_stats_over_job(local_loss, /*with_max=*/true);
+  const double loss = hooks.loss_seen(job_loss.average);
   const double grad_norm = clip_grad_norm(parameters_, training.max_norm, 2.0, norm_reduce_, norm_weights_);
   const double lr = plan.optimizer->base_lr() * plan.lr_schedule->factor(step);
   // MoE load balancing before the optimizer (TorchTitan's pre-step hook):
@@ -57,7 +62,9 @@ StepOutcome TrainingRun::step(int64_t step) {
     verifier.verify(parallel->mesh()->group("world"), step);
   }
   const int64_t tokens = training.local_batch_size * training.seq_len * accumulation_;
-  outcome.record = {step, loss, grad_norm, lr, tokens, state_bytes(), moe_metrics(moe_loads)};
+  const double max_loss = std::isfinite(loss) ? job_loss.max : loss;  // a test hook's NaN shows in both
+  outcome.record = {step, loss, max_loss, grad_norm, lr, tokens, data_loading_s, state_bytes(),
+                    moe_metrics(moe_loads)};
   optimizer->zero_grad();
   return outcome;
 }
