@@ -75,4 +75,9 @@ void ModelParts::init_buffers() {
   for (const auto& part : parts_) part->init_buffers();
 }
 
+void ModelParts::train(bool on) {
+  CausalLM::train(on);
+  for (const auto& part : parts_) part->train(on);
+}
+
 }  // namespace titan

@@ -24,6 +24,8 @@ class ModelParts : public CausalLM {
   std::shared_ptr<torch::nn::Module> block(int64_t index) override;
   void init_parameter(const std::string& name, at::Tensor& values, uint64_t seed) const override;
   void init_buffers() override;
+  // The parts too (eval mode for validation): they are modules of their own.
+  void train(bool on = true) override;
 
   const std::vector<std::shared_ptr<CausalLM>>& parts() const { return parts_; }
 

@@ -29,6 +29,10 @@ at::Tensor shape_header(const at::Tensor& tensor) {
   return header.to(tensor.device());
 }
 
+bool is_forward(ActionType type) {
+  return type == ActionType::forward || type == ActionType::send_forward || type == ActionType::recv_forward;
+}
+
 }  // namespace
 
 struct PipelineExecutor::Slot {
@@ -43,6 +47,9 @@ struct PipelineExecutor::Run {
   std::vector<at::Tensor> inputs, labels;  // per microbatch
   double scale = 1;
   bool last_batch = true;
+  bool forward_only = false;  // evaluate(): no gradients, the lists' forwards only
+  StageShapes* shapes = nullptr;  // of what this rank's stages receive
+  bool send_headers = false;      // the pass that learns them
   std::map<std::pair<int64_t, int64_t>, Slot> slots;  // (stage, microbatch)
   std::vector<int64_t> weight_passes;                 // per local part, this batch
   std::vector<std::pair<std::unique_ptr<CommWork>, at::Tensor>> sends;  // in flight, with their buffers
@@ -83,24 +90,29 @@ size_t PipelineExecutor::local_index(int64_t stage) const {
   throw Error("pipeline: stage " + std::to_string(stage) + " is not on pp rank " + std::to_string(pp_rank_));
 }
 
+void PipelineExecutor::split(Run& run, const Microbatch& batch, int64_t batches) const {
+  const int64_t microbatches = plan_.shape.microbatches;
+  if (batch.inputs.size(0) % microbatches != 0) {
+    throw Error("pipeline: a batch of " + std::to_string(batch.inputs.size(0)) + " rows does not split into " +
+                std::to_string(microbatches) + " microbatches; set training.local_batch_size (or " +
+                "validation.local_batch_size) to a multiple of num_pp_microbatches");
+  }
+  run.inputs = batch.inputs.chunk(microbatches, 0);
+  run.labels = batch.labels.chunk(microbatches, 0);
+  run.scale = 1.0 / static_cast<double>(microbatches * batches);
+  run.weight_passes.assign(parts_.size(), 0);
+  run.loss_sum = at::zeros({1}, at::kDouble);
+}
+
 at::Tensor PipelineExecutor::forward_backward(CausalLM& /*model*/, const std::vector<Microbatch>& batches,
                                   const LossFn& /*loss*/) {
-  const int64_t microbatches = plan_.shape.microbatches;
   at::Tensor loss_sum = at::zeros({1}, at::kDouble);
   for (size_t b = 0; b < batches.size(); ++b) {
-    const Microbatch& batch = batches[b];
-    if (batch.inputs.size(0) % microbatches != 0) {
-      throw Error("pipeline: a batch of " + std::to_string(batch.inputs.size(0)) + " rows does not split into " +
-                  std::to_string(microbatches) + " microbatches; set training.local_batch_size to a multiple of " +
-                  "num_pp_microbatches (or of pipeline_parallel_microbatch_size)");
-    }
     Run run;
-    run.inputs = batch.inputs.chunk(microbatches, 0);
-    run.labels = batch.labels.chunk(microbatches, 0);
-    run.scale = 1.0 / static_cast<double>(microbatches * static_cast<int64_t>(batches.size()));
+    split(run, batches[b], static_cast<int64_t>(batches.size()));
     run.last_batch = b + 1 == batches.size();
-    run.weight_passes.assign(parts_.size(), 0);
-    run.loss_sum = at::zeros({1}, at::kDouble);
+    run.shapes = &forward_shapes_;
+    run.send_headers = steps_run_ == 0;
     run_actions(run);
     loss_sum += run.loss_sum;
   }
@@ -108,15 +120,28 @@ at::Tensor PipelineExecutor::forward_backward(CausalLM& /*model*/, const std::ve
   return loss_sum.squeeze(0);
 }
 
+at::Tensor PipelineExecutor::evaluate(const Microbatch& batch) {
+  torch::NoGradGuard no_grad;
+  Run run;
+  split(run, batch, 1);
+  run.forward_only = true;
+  run.shapes = &evaluate_shapes_;
+  run.send_headers = evaluations_run_ == 0;
+  run_actions(run);
+  ++evaluations_run_;
+  return run.loss_sum.squeeze(0);
+}
+
 void PipelineExecutor::run_actions(Run& run) {
   const auto& actions = plan_.actions.at(static_cast<size_t>(pp_rank_));
   for (const Action& action : actions) {
+    if (run.forward_only && !is_forward(action.type)) continue;
     CallSite site("pp " + action.to_string());
     const double start = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - origin_).count();
     run_action(run, action);
     if (!options_.trace_path.empty()) {
       const double end = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - origin_).count();
-      trace_.push_back({action.to_string(), start, end});
+      trace_.push_back({(run.forward_only ? "eval " : "") + action.to_string(), start, end});
     }
   }
   for (auto& [work, buffer] : run.sends) work->wait();
@@ -124,7 +149,7 @@ void PipelineExecutor::run_actions(Run& run) {
 }
 
 void PipelineExecutor::run_action(Run& run, const Action& action) {
-  ProfileRange range("pipeline " + action.to_string());
+  ProfileRange range((run.forward_only ? "pipeline eval " : "pipeline ") + action.to_string());
   const int64_t s = action.stage, m = action.microbatch;
   const int64_t last_stage = plan_.shape.stages - 1;
   Slot& slot = run.slots[{s, m}];
@@ -137,7 +162,7 @@ void PipelineExecutor::run_action(Run& run, const Action& action) {
           // The stage before is on this rank: its output is handed over in memory.
           const Slot& up = run.slots[{s - 1, m}];
           if (!up.output.defined()) throw Error("pipeline: " + action.to_string() + " runs before its input exists");
-          slot.input = up.output.detach().requires_grad_(true);
+          slot.input = up.output.detach().requires_grad_(!run.forward_only);
         }
         input = slot.input;
       }
@@ -158,7 +183,7 @@ void PipelineExecutor::run_action(Run& run, const Action& action) {
       return;
     case ActionType::send_forward: return send(run, action, slot.output);
     case ActionType::send_backward: return send(run, action, slot.grad_input);
-    case ActionType::recv_forward: slot.input = recv_forward(run, action).requires_grad_(true); return;
+    case ActionType::recv_forward: slot.input = recv_forward(run, action).requires_grad_(!run.forward_only); return;
     case ActionType::recv_backward: {
       if (!slot.output.defined()) throw Error("pipeline: " + action.to_string() + " before its forward");
       at::Tensor buffer = at::empty_like(slot.output);
@@ -175,7 +200,7 @@ void PipelineExecutor::send(Run& run, const Action& action, const at::Tensor& te
   PointToPoint p2p = point_to_point(action, plan_.placement, plan_.shape);
   if (p2p.tag >= kHeaderTagOffset) throw Error("pipeline: too many stages x microbatches for the p2p tags");
   at::Tensor payload = tensor.contiguous();
-  if (action.type == ActionType::send_forward && steps_run_ == 0) {
+  if (action.type == ActionType::send_forward && run.send_headers) {
     at::Tensor header = shape_header(payload);
     run.sends.emplace_back(pp_->send_async(header, static_cast<int>(p2p.peer), p2p.tag + kHeaderTagOffset), header);
   }
@@ -185,15 +210,15 @@ void PipelineExecutor::send(Run& run, const Action& action, const at::Tensor& te
 at::Tensor PipelineExecutor::recv_forward(Run& run, const Action& action) {
   PointToPoint p2p = point_to_point(action, plan_.placement, plan_.shape);
   const c10::Device device = run.inputs.front().device();
-  if (steps_run_ == 0) {
+  if (run.send_headers) {
     at::Tensor header = at::zeros({kHeaderLength}, at::TensorOptions().dtype(at::kLong).device(device));
     pp_->recv_async(header, static_cast<int>(p2p.peer), p2p.tag + kHeaderTagOffset)->wait();
     header = header.cpu();
     std::vector<int64_t> sizes;
     for (int64_t d = 0; d < header[1].item<int64_t>(); ++d) sizes.push_back(header[2 + d].item<int64_t>());
-    forward_shapes_[action.stage] = {sizes, static_cast<c10::ScalarType>(header[0].item<int64_t>())};
+    (*run.shapes)[action.stage] = {sizes, static_cast<c10::ScalarType>(header[0].item<int64_t>())};
   }
-  const auto& [sizes, dtype] = forward_shapes_.at(action.stage);
+  const auto& [sizes, dtype] = run.shapes->at(action.stage);
   at::Tensor buffer = at::empty(sizes, at::TensorOptions().dtype(dtype).device(device));
   pp_->recv_async(buffer, static_cast<int>(p2p.peer), p2p.tag)->wait();
   return buffer;

@@ -3,7 +3,8 @@
 // gradient and the weight gradient for the zero-bubble schedules), and the
 // activations and gradients sent between pp ranks with tagged non-blocking
 // point-to-point. It is the pipelined run's Schedule; the loss is computed
-// on the last stage.
+// on the last stage. evaluate() runs the same lists forward only
+// (validation).
 #pragma once
 #include <chrono>
 #include <map>
@@ -43,9 +44,20 @@ class PipelineExecutor : public Schedule {
   // it over pp).
   at::Tensor forward_backward(CausalLM& model, const std::vector<Microbatch>& batches, const LossFn& loss) override;
 
+  // TorchTitan's pp_schedule.eval(): the batch split into the plan's
+  // microbatches and run through each rank's list without gradients, only
+  // its forwards and the activations they send (a subsequence of a checked
+  // list finishes too: it only waits less). Returns the mean loss over the
+  // microbatches on the rank of the last stage and 0 on the others (0-dim,
+  // detached; the caller sums it over pp). Eval mode is the caller's.
+  at::Tensor evaluate(const Microbatch& batch);
+
  private:
   struct Slot;  // one (stage, microbatch)'s tensors in a step
   struct Run;   // the state of one pass over the action list
+  // Shape and dtype of what each stage receives from upstream.
+  using StageShapes = std::map<int64_t, std::pair<std::vector<int64_t>, c10::ScalarType>>;
+  void split(Run& run, const Microbatch& batch, int64_t batches) const;
   void run_actions(Run& run);
   void run_action(Run& run, const Action& action);
   size_t local_index(int64_t stage) const;
@@ -61,10 +73,10 @@ class PipelineExecutor : public Schedule {
   Comm* pp_;
   int64_t pp_rank_;
   PipelineExecutorOptions options_;
-  int64_t steps_run_ = 0;
-  // Shape and dtype of what each stage receives from upstream, learned from
-  // a header the sender adds in the first step.
-  std::map<int64_t, std::pair<std::vector<int64_t>, c10::ScalarType>> forward_shapes_;
+  int64_t steps_run_ = 0, evaluations_run_ = 0;
+  // Learned from a header the sender adds in the first step, and in the first
+  // evaluation (its batch may have other sizes).
+  StageShapes forward_shapes_, evaluate_shapes_;
   struct TraceEvent {
     std::string name;
     double start_us = 0, end_us = 0;

@@ -1,6 +1,7 @@
 // A pipelined run's shape from the config: stages from the pipeline plugin,
-// microbatches from training.local_batch_size, lists from the schedule (or
-// the user's CSV), checked before any weight exists.
+// microbatches from training.local_batch_size (validation's batch must split
+// into as many), lists from the schedule (or the user's CSV), checked before
+// any weight exists.
 #include <optional>
 
 #include "titan/error.hpp"
@@ -31,6 +32,14 @@ PipelineRun plan_pipeline_run(const RunPlan& plan, int64_t pp_degree) {
   if (!plan.pipeline) throw Error("plan_pipeline_run: the run has no pipeline plugin");
   const PipelineSettings& settings = plan.pipeline->settings();
   const int64_t microbatches = pipeline_microbatches(settings, plan.core.training.local_batch_size);
+  // Validation runs the schedule forward only, on the same microbatch count.
+  const ValidationConfig& validation = plan.core.validation;
+  if (validation.enable && validation.local_batch_size % microbatches != 0) {
+    throw Error("validation.local_batch_size (" + std::to_string(validation.local_batch_size) +
+                ") does not split into the pipeline's " + std::to_string(microbatches) +
+                " microbatches (validation runs the schedule forward only); set it to a multiple of " +
+                std::to_string(microbatches));
+  }
   std::optional<CsvSchedule> csv;
   int64_t default_stages = 0;
   if (!settings.schedule_csv.empty()) {

@@ -125,16 +125,12 @@ TrainingRun::TrainingRun(RunPlan& plan_, const World& world_)
                                           plan.root.dump()});
   loader = std::make_unique<TokenWindowLoader>(open_dataset(data), tokenizer, training.seq_len, parallel->dp_rank(),
                                                parallel->dp_degree());
-  if (core.validation.enable) {
-    if (plan.pipeline) {
-      throw Error("validation.enable: a validation pass through a pipeline's stages is not supported yet; set "
-                  "validation.enable=false for pipelined runs");
-    }
-    validator = std::make_unique<Validator>(core.validation, tokenizer, *parallel, device);
-  }
   accumulation_ = accumulation_steps(training, parallel->dp_degree());
 
   build_model();
+  if (core.validation.enable) {
+    validator = std::make_unique<Validator>(core.validation, tokenizer, *parallel, device, pipeline.get());
+  }
   if (core.debug.exit_after_init) return;
 
   std::vector<NamedParameter> named;

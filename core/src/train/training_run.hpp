@@ -24,6 +24,8 @@
 
 namespace titan {
 
+class PipelineExecutor;
+
 // What a step did, beyond what the metrics log.
 struct StepOutcome {
   StepRecord record;
@@ -52,7 +54,7 @@ class TrainingRun {
   std::unique_ptr<ParallelSetup> parallel;
   std::unique_ptr<TokenWindowLoader> loader;
   std::shared_ptr<CausalLM> model;  // a pipeline's parts, seen as one model, when pipelined
-  std::unique_ptr<Schedule> pipeline;  // the pipeline executor, when pipelined
+  std::unique_ptr<PipelineExecutor> pipeline;  // when pipelined
   std::unique_ptr<Optimizer> optimizer;
   std::unique_ptr<TrainStateView> state;
   int64_t resumed_step = 0;  // the step a checkpoint resumed after (0: a fresh start)

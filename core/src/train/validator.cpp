@@ -5,14 +5,15 @@
 #include <chrono>
 
 #include "parallel_setup.hpp"
+#include "pipeline/pipeline_executor.hpp"
 #include "titan/assets.hpp"
 #include "titan/profile_range.hpp"
 
 namespace titan {
 
 Validator::Validator(const ValidationConfig& config, std::shared_ptr<const Tokenizer> tokenizer,
-                     const ParallelSetup& parallel, const c10::Device& device)
-    : config_(config), tokenizer_(std::move(tokenizer)), parallel_(parallel), device_(device) {}
+                     const ParallelSetup& parallel, const c10::Device& device, PipelineExecutor* pipeline)
+    : config_(config), tokenizer_(std::move(tokenizer)), parallel_(parallel), device_(device), pipeline_(pipeline) {}
 
 // Every rank of the job votes, so that data-, context-, tensor- and
 // pipeline-parallel peers leave the loop at the same batch.
@@ -38,8 +39,10 @@ ValidationResult Validator::run(CausalLM& model) {
   while (config_.steps < 0 ? all_ranks_continue(loader.epoch() == 0) : result.batches < config_.steps) {
     at::Tensor windows = loader.next_batch(config_.local_batch_size).to(device_);
     const int64_t length = windows.size(1) - 1;
-    at::Tensor logits = model.run(windows.narrow(1, 0, length));
-    total += model.loss()(logits, windows.narrow(1, 1, length)).detach().to(at::kDouble);
+    at::Tensor inputs = windows.narrow(1, 0, length), labels = windows.narrow(1, 1, length);
+    // Through the pipeline only the last stage's rank has a loss (0 elsewhere).
+    at::Tensor loss = pipeline_ ? pipeline_->evaluate({inputs, labels}) : model.loss()(model.run(inputs), labels);
+    total += loss.detach().to(total.device(), at::kDouble);
     ++result.batches;
   }
   model.train();

@@ -1,9 +1,12 @@
 // The validation section (TorchTitan's validator): every `freq` steps a
 // pass in eval mode without gradients over a held-out set, from its start
 // each time, through the same model and parallelisms as training; the loss
-// is reduced over the job like the training loss. `steps: -1` runs the set
-// once: the ranks agree on the end (a global window count) and stop
-// together, so none waits on a collective the others never issue.
+// is reduced over the job like the training loss. A pipelined run goes
+// through its schedule forward only (PipelineExecutor::evaluate), and the
+// last stage's loss is summed over pp, so every rank logs the same.
+// `steps: -1` runs the set once: the ranks agree on the end (a global window
+// count) and stop together, so none waits on a collective the others never
+// issue.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -15,6 +18,7 @@
 namespace titan {
 
 class ParallelSetup;
+class PipelineExecutor;
 
 struct ValidationResult {
   double loss = 0;
@@ -24,8 +28,9 @@ struct ValidationResult {
 
 class Validator {
  public:
+  // `pipeline`: the executor of a pipelined run (null otherwise).
   Validator(const ValidationConfig& config, std::shared_ptr<const Tokenizer> tokenizer, const ParallelSetup& parallel,
-            const c10::Device& device);
+            const c10::Device& device, PipelineExecutor* pipeline);
   bool due(int64_t step) const { return config_.enable && step % config_.freq == 0; }
   ValidationResult run(CausalLM& model);
 
@@ -35,6 +40,7 @@ class Validator {
   std::shared_ptr<const Tokenizer> tokenizer_;
   const ParallelSetup& parallel_;
   c10::Device device_;
+  PipelineExecutor* pipeline_;
 };
 
 }  // namespace titan
