@@ -190,14 +190,27 @@ int64_t device_memory_allocated(const c10::Device& device) {
   return 0;
 }
 
-int64_t device_peak_memory(const c10::Device& device) {
+DeviceMemoryStats device_memory_stats(const c10::Device& device) {
+  DeviceMemoryStats out;
 #ifdef TITAN_WITH_CUDA
   if (device.is_cuda()) {
-    auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device.index());
-    return stats.allocated_bytes[0].peak;
+    const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device.index());
+    const auto all = static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE);
+    out.peak_active = stats.active_bytes[all].peak;
+    out.peak_reserved = stats.reserved_bytes[all].peak;
+    out.alloc_retries = stats.num_alloc_retries;
+    out.ooms = stats.num_ooms;
+    out.capacity = static_cast<int64_t>(at::cuda::getDeviceProperties(device.index())->totalGlobalMem);
   }
 #endif
-  return 0;
+  return out;
+}
+
+void reset_device_peak_memory(const c10::Device& device) {
+#ifdef TITAN_WITH_CUDA
+  if (device.is_cuda()) c10::cuda::CUDACachingAllocator::resetPeakStats(device.index());
+#endif
+  (void)device;
 }
 
 }  // namespace titan::compat

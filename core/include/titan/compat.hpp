@@ -81,7 +81,16 @@ std::string device_name(const c10::Device& device);
 
 // Bytes currently allocated on a device (CUDA caching allocator), 0 on CPU.
 int64_t device_memory_allocated(const c10::Device& device);
-int64_t device_peak_memory(const c10::Device& device);
+
+// The CUDA caching allocator's peaks since the last reset and its counts
+// since the start, and the device's memory; all 0 on CPU.
+struct DeviceMemoryStats {
+  int64_t peak_active = 0, peak_reserved = 0;
+  int64_t alloc_retries = 0, ooms = 0;
+  int64_t capacity = 0;
+};
+DeviceMemoryStats device_memory_stats(const c10::Device& device);
+void reset_device_peak_memory(const c10::Device& device);
 
 }  // namespace compat
 }  // namespace titan

@@ -112,6 +112,7 @@ TrainingRun::TrainingRun(RunPlan& plan_, const World& world_)
   const TrainingConfig& training = core.training;
   check_cuda_graph_plan(plan, world);
   set_threads_and_seed(training);
+  memory = std::make_unique<MemoryMetrics>(device);
 
   auto tokenizer = std::shared_ptr<const Tokenizer>(load_tokenizer(resolve_asset(core.tokenizer_path)));
   plan.model->set_vocab_size(tokenizer->vocab_size());
@@ -159,18 +160,23 @@ TrainingRun::TrainingRun(RunPlan& plan_, const World& world_)
     load_initial_weights(*plan.checkpointer, *plan.model, *model);  // checkpoint.initial_load_path, if set
   }
 
-  double peak = core.metrics.peak_flops;
-  if (peak == 0) peak = device.is_cuda() ? gpu_peak_flops(compat::device_name(device)) : measure_cpu_peak_flops();
-  std::vector<MetricsSink*> sinks;
-  for (auto& sink : plan.metrics_sinks) sinks.push_back(sink.get());
-  MetricsConfig metrics_config = core.metrics;
-  if (world.rank != 0) metrics_config.enable_jsonl = false;  // one file per job
-  // Each pp rank computes its stages' share of every token (an even share:
-  // MFU stays a per-rank figure, not pp times one).
-  const double pp_degree = parallel->mesh() ? static_cast<double>(parallel->mesh()->size("pp")) : 1.0;
-  metrics = std::make_unique<StepMetrics>(metrics_config, core.job.dump_folder,
-                                          plan.model->flops_per_token(training.seq_len) / pp_degree, peak, sinks,
-                                          device);
+  MetricsSetup metrics_setup;
+  metrics_setup.config = core.metrics;
+  metrics_setup.dump_folder = core.job.dump_folder;
+  metrics_setup.rank = world.rank;
+  metrics_setup.flops_per_token = plan.model->flops_per_token(training.seq_len);
+  metrics_setup.peak_flops = core.metrics.peak_flops;
+  if (metrics_setup.peak_flops == 0) {
+    const std::string dtype = plan.precision ? (plan.precision->param_dtype() == c10::kBFloat16 ? "bfloat16" : "float32")
+                                             : training.mixed_precision_param;
+    metrics_setup.peak_flops =
+        device.is_cuda() ? gpu_peak_flops(compat::device_name(device), dtype) : measure_cpu_peak_flops();
+  }
+  // A replica's tokens are shared by its tp x cp x pp devices.
+  metrics_setup.devices_per_replica = std::max<int64_t>(1, world.world_size / parallel->dp_degree());
+  for (auto& sink : plan.metrics_sinks) metrics_setup.sinks.push_back(sink.get());
+  metrics_setup.memory = memory.get();
+  metrics = std::make_unique<StepMetrics>(std::move(metrics_setup));
   // Only rank 0 draws the live line, and only on a terminal (a launcher
   // pipes the ranks' output, so they print plain lines).
   metrics->set_progress(std::make_unique<Progress>(resumed_step + 1, training.steps, core.metrics.progress != "off",

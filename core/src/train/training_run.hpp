@@ -9,6 +9,7 @@
 
 #include "collective_verifier.hpp"
 #include "graphed_step.hpp"
+#include "memory_metrics.hpp"
 #include "step_profiler.hpp"
 #include "validator.hpp"
 #include "parallel_setup.hpp"
@@ -47,6 +48,7 @@ class TrainingRun {
   RunPlan& plan;
   const World world;
   const c10::Device device;
+  std::unique_ptr<MemoryMetrics> memory;  // built first: on CPU it counts the allocations from here on
   CollectiveVerifier verifier;  // comm.verify_collectives: the first step's sequences across ranks
   std::unique_ptr<StepProfiler> profiler;  // the profiling section (also sees every collective)
   struct ObserverScope;
