@@ -12,6 +12,7 @@ packages=(
   libyaml-cpp-dev libspdlog-dev libfmt-dev nlohmann-json3-dev doctest-dev
   libboost-dev libboost-filesystem-dev libpcre2-dev zlib1g-dev libsentencepiece-dev
   clang libclang-rt-14-dev  # the fuzz targets (tests/fuzz): clang 14 with libFuzzer and the sanitizer runtimes
+  chromium fonts-dejavu-core  # headless Chromium opens `titan report`'s page in its test (docs/testing.md "Setup")
 )
 missing=()
 for p in "${packages[@]}"; do
