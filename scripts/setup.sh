@@ -49,3 +49,19 @@ if ! "$venv/bin/python" -c "import torch, sys; sys.exit(torch.__version__.split(
   fi
 fi
 "$venv/bin/python" -c "import torch; print('titan setup: LibTorch', torch.__version__, 'CUDA', torch.version.cuda)"
+
+# The real readers of the files Titan writes, for the tests that run them
+# (tests/integration/real_readers_test.cpp): TensorBoard's event reader,
+# transformers' LlamaForCausalLM, tokenizers, safetensors. Pinned, with
+# their ordinary dependencies and no extras: 57 MB of wheels, about 15 s,
+# 280 MB more in .venv (docs/testing.md "Setup").
+readers=(transformers==5.24.0 tokenizers==0.23.3 safetensors==0.8.0 tensorboard==2.21.0)
+if ! "$venv/bin/python" - "${readers[@]}" >/dev/null 2>&1 <<'EOF'
+import sys
+from importlib.metadata import version
+sys.exit(any(version(name) != pinned for name, pinned in (r.split("==") for r in sys.argv[1:])))
+EOF
+then
+  echo "titan setup: installing ${readers[*]} into $venv"
+  "$venv/bin/python" -m pip install -q --disable-pip-version-check "${readers[@]}"
+fi

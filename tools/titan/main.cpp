@@ -27,6 +27,7 @@ commands:
   plugins list                         list the plugins found on the search path
   plugins inspect NAME                 a plugin's kinds, ABI and options
   tokenizer train CORPUS... --out FILE train a byte-level BPE tokenizer
+  tokenizer encode TOKENIZER FILE...   the ids of each file's text
   fr-analyze DIR [--json]              find the rank and collective at fault in flight recorder dumps
   checkpoint export|import ...         convert between checkpoints and Hugging Face safetensors
   pp-schedule --schedule NAME --stages S --microbatches M [--svg FILE]

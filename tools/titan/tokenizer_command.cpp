@@ -1,6 +1,10 @@
 // `titan tokenizer train CORPUS... --out FILE [--vocab-size N]`: trains a
 // byte-level BPE on text files, JSONL files or the built-in `stories`.
+// `titan tokenizer encode TOKENIZER FILE...`: the ids Titan gives each
+// file's text (what tests compare with other tokenizer implementations).
+#include <fstream>
 #include <iostream>
+#include <sstream>
 
 #include "commands.h"
 #include "titan/data.hpp"
@@ -13,15 +17,37 @@ namespace titan::cli {
 namespace {
 const char* kUsage =
     "usage: titan tokenizer train CORPUS... --out FILE [--vocab-size N] [--max-bytes N]\n"
-    "  CORPUS is a dataset path (.jsonl, .jsonl.gz, .txt) or 'stories' (the built-in corpus).\n"
-    "  Writes a Hugging Face style tokenizer.json.\n";
+    "       titan tokenizer encode TOKENIZER FILE...\n"
+    "  train: CORPUS is a dataset path (.jsonl, .jsonl.gz, .txt) or 'stories' (the built-in corpus);\n"
+    "         writes a Hugging Face style tokenizer.json.\n"
+    "  encode: TOKENIZER is a tokenizer.json, a tiktoken file or 'bytes'; prints one line per FILE,\n"
+    "          the ids of its whole text (no BOS/EOS) separated by spaces.\n";
+
+int encode_command(const Args& args) {
+  if (args.size() < 3) throw Error(std::string("a tokenizer and at least one file are required\n") + kUsage);
+  auto tokenizer = load_tokenizer(args[1]);
+  for (size_t i = 2; i < args.size(); ++i) {
+    std::ifstream in(args[i], std::ios::binary);
+    if (!in) throw Error("cannot read '" + args[i] + "': no such file or not readable");
+    std::stringstream text;
+    text << in.rdbuf();
+    const char* separator = "";
+    for (int32_t id : tokenizer->encode(text.str())) {
+      std::cout << separator << id;
+      separator = " ";
+    }
+    std::cout << "\n";
+  }
+  return 0;
 }
+}  // namespace
 
 int tokenizer_command(const Args& args) {
   if (args.empty() || wants_help(args)) {
     std::cout << kUsage;
     return args.empty() ? 2 : 0;
   }
+  if (args[0] == "encode") return encode_command(args);
   if (args[0] != "train") throw Error("unknown tokenizer command '" + args[0] + "'\n" + kUsage);
   std::vector<std::string> corpora;
   std::string out;

@@ -31,6 +31,15 @@ void check_config(const std::string& dir, const std::string& model_config_text) 
   } catch (const json::exception& error) {
     throw Error("'" + path.string() + "' is not valid JSON: " + error.what());
   }
+  // transformers >= 5 writes rope_theta and the scaling inside
+  // rope_parameters (rope_type "default": no scaling); compare them as the
+  // older top-level keys, which Titan writes and older versions read.
+  if (theirs.contains("rope_parameters") && theirs["rope_parameters"].is_object()) {
+    json rope = theirs["rope_parameters"];
+    if (rope.contains("rope_theta")) theirs["rope_theta"] = rope["rope_theta"];
+    rope.erase("rope_theta");
+    theirs["rope_scaling"] = rope.value("rope_type", "default") == "default" ? json(nullptr) : rope;
+  }
   // Fields that decide shapes or the rotary permutation must agree.
   for (const char* key : {"hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads",
                           "num_hidden_layers", "vocab_size", "head_dim"}) {

@@ -1,0 +1,306 @@
+// The files Titan writes, read by the real libraries (installed into .venv
+// by scripts/setup.sh) through tests/python/real_readers.py: TensorBoard's
+// own event reader, transformers' LlamaForCausalLM (both ways: Titan's
+// export loaded by transformers, a transformers-saved model trained by
+// Titan), Hugging Face tokenizers on Titan's tokenizer.json, and
+// safetensors on every tensor of Titan's exports. A case whose library is
+// missing prints TITAN_SKIPPED with the reason.
+#include "doctest_torch.hpp"
+#include "test_support.hpp"
+
+#include <cmath>
+#include <cstdint>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <vector>
+
+#include "titan/config.hpp"
+#include "titan/model.hpp"
+#include "titan/registry.hpp"
+#include "titan/safetensors.hpp"
+#include "titan/tokenizer.hpp"
+
+namespace {
+
+namespace fs = std::filesystem;
+using titan::test::has;
+using titan::test::run_command;
+
+std::string python() { return titan::test::source_dir() + "/.venv/bin/python"; }
+
+// Why the case cannot run here ("" when it can): .venv's python or one of
+// the Python packages `modules` (comma-separated) is missing. Found, not
+// imported: importing transformers alone takes seconds.
+std::string missing(const std::string& modules) {
+  if (run_command("test -x " + python()).exit_code != 0) {
+    return python() + " not found (scripts/setup.sh installs torch and the readers into .venv)";
+  }
+  auto result = run_command(python() + " -c 'import importlib.util as u; print(\"missing:\", *[m for m in \"" +
+                            modules + "\".split(\",\") if u.find_spec(m) is None])'");
+  if (result.exit_code != 0) return "cannot run " + python() + ": " + result.output;
+  if (result.output != "missing:\n") {
+    return "Python package " + result.output.substr(0, result.output.size() - 1) +
+           " (scripts/setup.sh installs it into .venv)";
+  }
+  return "";
+}
+
+std::string titan_cmd(const std::string& args) {
+  return "cd " + titan::test::source_dir() + " && timeout 300 " + titan::test::titan_binary() + " " + args;
+}
+
+std::string reader(const std::string& args) {
+  return "cd " + titan::test::source_dir() + " && timeout 300 " + python() + " tests/python/real_readers.py " + args;
+}
+
+// The script's one JSON line (the last line that opens with '{'; libraries may log above it).
+nlohmann::json report_of(const titan::test::CommandResult& result) {
+  REQUIRE_MESSAGE(result.exit_code == 0, result.output);
+  std::stringstream text(result.output);
+  std::string json;
+  for (std::string line; std::getline(text, line);) {
+    if (!line.empty() && line.front() == '{') json = line;
+  }
+  REQUIRE_MESSAGE(!json.empty(), result.output);
+  return nlohmann::json::parse(json);
+}
+
+// The lines of a metrics JSONL file (metrics.jsonl, metrics.rank<r>.jsonl).
+std::vector<nlohmann::json> metrics_of(const fs::path& jsonl) {
+  std::vector<nlohmann::json> lines;
+  std::stringstream text(titan::test::read_file(jsonl));
+  for (std::string line; std::getline(text, line);) {
+    if (!line.empty()) lines.push_back(nlohmann::json::parse(line));
+  }
+  return lines;
+}
+
+// The tiny GQA Llama 3 of these runs: dim 64, 4 heads of 16, 2 kv heads, 2 blocks.
+const std::string kModel = "model:\n  dim: 64\n  n_layers: 2\n  n_heads: 4\n  n_kv_heads: 2\n  max_seq_len: 64\n";
+const std::string kSets =
+    " --set model.dim=64 --set model.n_layers=2 --set model.n_heads=4 --set model.n_kv_heads=2"
+    " --set model.max_seq_len=64 --set training.seq_len=32 --set training.local_batch_size=2"
+    " --set training.threads=1 --set lr_scheduler.warmup_steps=1 --set metrics.log_freq=1";
+
+std::string train_args(const fs::path& dump, const std::string& extra) {
+  return "train configs/llama3_debugmodel.yaml" + kSets + " --set job.dump_folder=" + dump.string() + extra;
+}
+
+// The llama3 plugin's spec for kModel at the shipped tokenizer's vocabulary (what `titan train` builds).
+std::unique_ptr<titan::ModelSpec> llama3_spec() {
+  titan::PluginContext context;
+  context.options = titan::ConfigNode::parse(kModel, "run.yaml").child("model");
+  auto spec = titan::PluginRegistry::instance().create_model("llama3", context);
+  spec->set_vocab_size(
+      titan::load_tokenizer(titan::test::source_dir() + "/assets/tokenizer/stories_bpe.json")->vocab_size());
+  return spec;
+}
+
+std::map<std::string, at::Tensor> final_model(const fs::path& path) {
+  std::string bytes = titan::test::read_file(path);
+  auto dict = c10::impl::toTypedDict<std::string, at::Tensor>(
+      torch::pickle_load(std::vector<char>(bytes.begin(), bytes.end())).toGenericDict());
+  std::map<std::string, at::Tensor> out;
+  for (const auto& item : dict) out[item.key()] = item.value();
+  return out;
+}
+
+// Raw little-endian uint16 token ids below `vocab`, as Titan's *.u16 shards.
+void write_token_shard(const fs::path& path, int64_t count, int64_t vocab) {
+  at::Tensor ids = at::randint(0, vocab, {count}, at::TensorOptions().dtype(at::kInt)).to(at::kShort);
+  std::ofstream(path, std::ios::binary)
+      .write(static_cast<const char*>(ids.data_ptr()), static_cast<std::streamsize>(count * sizeof(int16_t)));
+}
+
+}  // namespace
+
+TEST_SUITE("real readers") {
+  TEST_CASE("TensorBoard's own event reader reads every scalar, step and value that each rank's metrics JSONL has") {
+    if (auto why = missing("tensorboard"); !why.empty()) {
+      MESSAGE("TITAN_SKIPPED: " << why);
+      return;
+    }
+    // FSDP on 2 ranks, every rank saving (metrics.rank1.jsonl, tb/rank_<r>),
+    // validation on: the training and the validation keys, whatever they are.
+    const fs::path dir = titan::test::temp_dir("real_readers_tensorboard");
+    auto result = run_command(
+        "cd " + titan::test::source_dir() + " && timeout 300 " + titan::test::titan_binary() +
+        " launch --nproc-per-node 2 --master-port 29743 --grace-period-s 5 -- " + titan::test::titan_binary() + " " +
+        train_args(dir, " --set training.steps=3 --set training.dataset=stories --set 'plugins=[{name: fsdp}]'"
+                        " --set metrics.enable_tensorboard=true --set metrics.save_for_all_ranks=true"
+                        " --set validation.enable=true --set validation.freq=2 --set validation.steps=1"));
+    REQUIRE_MESSAGE(result.exit_code == 0, result.output);
+    const std::vector<std::pair<fs::path, fs::path>> ranks = {{dir / "metrics.jsonl", dir / "tb/rank_0"},
+                                                              {dir / "metrics.rank1.jsonl", dir / "tb/rank_1"}};
+    std::string pairs;
+    for (const auto& [jsonl, tb] : ranks) pairs += " " + jsonl.string() + " " + tb.string();
+    const auto report = report_of(run_command(reader("tensorboard" + pairs)));
+    INFO(report.dump());
+    REQUIRE(report["runs"].size() == ranks.size());
+    for (size_t rank = 0; rank < ranks.size(); ++rank) {
+      CAPTURE(rank);
+      size_t scalars = 0;
+      for (const auto& line : metrics_of(ranks[rank].first)) scalars += line.size() - 1;  // all but "step"
+      CHECK(scalars > 3 * 10);  // every training key of 3 steps and the validation keys
+      const auto& run = report["runs"][rank];
+      CHECK(run["event_files"] == 1);
+      CHECK(run["jsonl_scalars"] == scalars);
+      CHECK(run["tensorboard_scalars"] == scalars);
+      CHECK(run["mismatches"].empty());
+    }
+  }
+
+  TEST_CASE("transformers: a saved LlamaForCausalLM trains in Titan from its loss, Titan's export loads back as "
+            "LlamaForCausalLM with Titan's logits") {
+    if (auto why = missing("transformers,safetensors"); !why.empty()) {
+      MESSAGE("TITAN_SKIPPED: " << why);
+      return;
+    }
+    const fs::path dir = titan::test::temp_dir("real_readers_transformers");
+    const auto spec = llama3_spec();
+    torch::manual_seed(11);
+    write_token_shard(dir / "tokens.u16", 4 * 2 * 33, spec->vocab_size());
+
+    // transformers writes a model (Titan's config.json fields, its own
+    // random weights) and computes its loss on Titan's first batch.
+    const auto saved = report_of(run_command(
+        reader("hf-save " + (dir / "from_transformers").string() + " --config '" +
+               nlohmann::json::parse(spec->hf_config_json()).dump() + "' --tokens " +
+               (dir / "tokens.u16").string() + " --batch 2 --seq 32 --seed 5")));
+    INFO(saved.dump());
+    const double hf_loss = saved["loss"];
+
+    // Titan starts from that folder; step 1's loss is on the same batch
+    // before any update. Two steps, so the exported model is Titan's own.
+    auto result = run_command(titan_cmd(train_args(
+        dir / "run", " --set training.steps=2 --set training.dataset_path=" + (dir / "tokens.u16").string() +
+                         " --set checkpoint.initial_load_path=" + (dir / "from_transformers").string() +
+                         " --set checkpoint.enable=true --set checkpoint.interval=2 --set optimizer.lr=1e-3"
+                         " --set debug.save_final_model=" + (dir / "final.pt").string())));
+    REQUIRE_MESSAGE(result.exit_code == 0, result.output);
+    CHECK_MESSAGE(has(result.output, "loaded initial weights: 21 tensors"), result.output);
+    CHECK_MESSAGE(!has(result.output, "but the configured model has"), result.output);
+    const auto lines = metrics_of(dir / "run/metrics.jsonl");
+    REQUIRE(lines.size() == 2);
+    const double titan_loss = lines[0]["loss_metrics/global_avg_loss"];
+    CHECK(std::abs(titan_loss - hf_loss) <= 1e-5 * std::abs(hf_loss));
+    // The check can fail: another rotary moves the loss 100 times the tolerance and more.
+    CHECK(std::abs(saved["wrong_rope_loss"].get<double>() - hf_loss) > 100 * 1e-5 * std::abs(hf_loss));
+
+    // transformers >= 5 keeps rope_theta inside rope_parameters: Titan still
+    // compares it with the configured model's and says so when they differ.
+    auto config = nlohmann::json::parse(titan::test::read_file(dir / "from_transformers/config.json"));
+    REQUIRE(config.contains("rope_parameters"));
+    config["rope_parameters"]["rope_theta"] = 10000.0;
+    fs::create_directories(dir / "other_theta");
+    fs::copy_file(dir / "from_transformers/model.safetensors", dir / "other_theta/model.safetensors");
+    titan::test::write_file(dir / "other_theta/config.json", config.dump());
+    result = run_command(titan_cmd("checkpoint import " + (dir / "other_theta").string() +
+                                   " --config configs/llama3_debugmodel.yaml" + kSets + " --out " +
+                                   (dir / "imported/step-1").string()));
+    REQUIRE_MESSAGE(result.exit_code == 0, result.output);
+    CHECK_MESSAGE(has(result.output, "has rope_theta 10000.0 but the configured model has 500000.0"), result.output);
+
+    result = run_command(titan_cmd("checkpoint export " + (dir / "run/checkpoint/step-2").string() + " --out " +
+                                   (dir / "export").string()));
+    REQUIRE_MESSAGE(result.exit_code == 0, result.output);
+
+    // Titan's forward of the trained model, on a batch of its own.
+    {
+      auto model = spec->build(c10::Device(c10::kCPU));
+      auto trained = final_model(dir / "final.pt");
+      torch::NoGradGuard no_grad;
+      for (auto& item : model->named_parameters()) item.value().copy_(trained.at(item.key()));
+      at::Tensor tokens = at::randint(0, spec->vocab_size(), {2, 24}, at::kLong);
+      titan::safetensors::save_file((dir / "titan_logits.safetensors").string(),
+                                    {{"tokens", tokens}, {"logits", model->forward(tokens)}});
+    }
+    const auto loaded = report_of(run_command(reader("hf-logits " + (dir / "export").string() + " " +
+                                                     (dir / "titan_logits.safetensors").string())));
+    INFO(loaded.dump());
+    CHECK(loaded["architecture"] == "LlamaForCausalLM");
+    CHECK(loaded["shape"] == nlohmann::json::array({2, 24, spec->vocab_size()}));
+    const double scale = loaded["scale"];
+    CHECK(scale > 1.0);  // trained-looking logits, not the near-zero ones of an init
+    // fp32 both sides, other kernels and summation orders: 1e-5 of the logits' scale.
+    CHECK(loaded["max_abs_diff"].get<double>() <= 1e-5 * scale);
+    // A config.json without Llama 3.1's rope scaling would be caught 100 times over.
+    CHECK(loaded["wrong_rope_max_abs_diff"].get<double>() > 100 * 1e-5 * scale);
+  }
+
+  TEST_CASE("safetensors reads every tensor of Titan's exports (float32, bfloat16, sharded) bit for bit") {
+    if (auto why = missing("safetensors,torch"); !why.empty()) {
+      MESSAGE("TITAN_SKIPPED: " << why);
+      return;
+    }
+    const fs::path dir = titan::test::temp_dir("real_readers_safetensors");
+    auto result = run_command(titan_cmd(
+        train_args(dir / "run", " --set training.steps=2 --set training.dataset=stories --set checkpoint.enable=true"
+                                " --set checkpoint.interval=2 --set debug.save_final_model=" +
+                                    (dir / "final.pt").string())));
+    REQUIRE_MESSAGE(result.exit_code == 0, result.output);
+    const std::string step = (dir / "run/checkpoint/step-2").string();
+    const std::vector<std::pair<std::string, std::string>> exports = {
+        {"f32", ""}, {"bf16", " --dtype bfloat16"}, {"sharded", " --max-shard-bytes 200000"}};
+    std::string folders;
+    for (const auto& [name, options] : exports) {
+      result = run_command(titan_cmd("checkpoint export " + step + " --out " + (dir / name).string() + options));
+      REQUIRE_MESSAGE(result.exit_code == 0, result.output);
+      folders += " " + (dir / name).string();
+    }
+    const auto report = report_of(run_command(reader("safetensors " + (dir / "final.pt").string() + folders)));
+    INFO(report.dump());
+    REQUIRE(report["exports"].size() == exports.size());
+    for (const auto& folder : report["exports"]) {
+      CHECK(folder["tensors"] == 21);
+      CHECK(folder["problems"].empty());
+      CHECK(folder["metadata"] == nlohmann::json::array({R"({"format": "pt"})"}));
+    }
+    CHECK(report["exports"][1]["dtype"] == "bfloat16");
+    CHECK(report["exports"][2]["files"].get<int>() > 2);
+  }
+
+  TEST_CASE("Hugging Face tokenizers encodes text to Titan's ids with Titan's tokenizer.json (shipped and trained)") {
+    if (auto why = missing("tokenizers"); !why.empty()) {
+      MESSAGE("TITAN_SKIPPED: " << why);
+      return;
+    }
+    const fs::path dir = titan::test::temp_dir("real_readers_tokenizers");
+    // Text that exercises the pre-tokenizer: contractions in any case,
+    // digit runs, runs of spaces, tabs, CR LF, punctuation runs, accents,
+    // CJK and emoji; and two real documents of the repository. No
+    // special-token names: Titan encodes them as text (as TorchTitan does
+    // for training data), where tokenizers' encode turns them into their ids.
+    titan::test::write_file(dir / "tricky.txt",
+                            "Don't stop: we'LL see, I'M sure it's 12345678 or 3.14159!\n\n  Two  spaces,\tthen a tab."
+                            "\r\nCRLF line...  ?!?! \"quoted\" (parens) [brackets] {braces} a+b=c; x->y\n"
+                            "caf\xc3\xa9 na\xc3\xafve \xc3\x9c""ber \xe4\xb8\xad\xe6\x96\x87 \xf0\x9f\x9a\x80 end   \n \n");
+    const std::string source = titan::test::source_dir();
+    const std::string files =
+        (dir / "tricky.txt").string() + " " + source + "/README.md " + source + "/docs/testing.md";
+
+    // A tokenizer.json trained by Titan here, small and quick.
+    auto result = run_command(titan_cmd("tokenizer train stories --vocab-size 400 --max-bytes 200000 --out " +
+                                        (dir / "trained.json").string()));
+    REQUIRE_MESSAGE(result.exit_code == 0, result.output);
+    const std::string shipped = source + "/assets/tokenizer/stories_bpe.json";
+    for (const std::string& tokenizer : {shipped, (dir / "trained.json").string()}) {
+      CAPTURE(tokenizer);
+      // The ids alone in the file; anything logged reaches the output.
+      result = run_command("(" + titan_cmd("tokenizer encode " + tokenizer + " " + files) + " > " +
+                           (dir / "ids.txt").string() + ")");
+      REQUIRE_MESSAGE(result.exit_code == 0, result.output);
+      const auto report = report_of(run_command(reader("tokenizers " + tokenizer + " " + (dir / "ids.txt").string() +
+                                                       " " + files)));
+      INFO(report.dump());
+      CHECK(report["vocab_size"] == titan::load_tokenizer(tokenizer)->vocab_size());
+      REQUIRE(report["files"].size() == 3);
+      for (const auto& file : report["files"]) {
+        CHECK(file["same"] == true);
+        CHECK(file["decodes_back"] == true);
+        CHECK(file["tokens"].get<int64_t>() > 20);
+      }
+    }
+  }
+}

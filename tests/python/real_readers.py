@@ -1,0 +1,256 @@
+#!/usr/bin/env python3
+"""The real readers of the files Titan writes, for
+tests/integration/real_readers_test.cpp: TensorBoard's own event reader,
+transformers' LlamaForCausalLM, Hugging Face tokenizers and safetensors.
+Each subcommand reads what Titan wrote with the library alone, compares it
+with what Titan says it wrote, and prints one JSON line of measurements; the
+C++ test decides pass or fail.
+
+  tensorboard JSONL TB_DIR...          every scalar of TB_DIR's event files against the JSONL file's lines
+  hf-save OUT_DIR --config JSON --tokens SHARD --batch B --seq S --seed N
+                                       a random LlamaForCausalLM, save_pretrained; its loss on the first batch
+  hf-logits HF_DIR TITAN_LOGITS        from_pretrained(HF_DIR) logits against Titan's (tokens + logits file)
+  safetensors TITAN_FINAL HF_DIR...    every tensor of each export against Titan's saved model, bit for bit
+  tokenizers TOKENIZER IDS FILE...     Tokenizer.from_file ids against Titan's (one line of ids per FILE)
+"""
+import argparse
+import glob
+import json
+import math
+import os
+import pathlib
+import sys
+
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+
+
+def print_json(result):
+    print(json.dumps(result, allow_nan=True))
+
+
+def same_float32(tb_value, json_value):
+    """TensorBoard stores float32; metrics.jsonl keeps the double it came from."""
+    import numpy as np
+    expected = np.float32(json_value)
+    if math.isnan(expected) or math.isnan(tb_value):
+        return math.isnan(expected) and math.isnan(tb_value)
+    return np.float32(tb_value) == expected
+
+
+def tensorboard_pair(jsonl, tb_dir):
+    from tensorboard.backend.event_processing import event_accumulator
+
+    files = sorted(glob.glob(os.path.join(tb_dir, "events.out.tfevents.*")))
+    written = {}  # (tag, step) -> [values], every event file of the folder
+    for path in files:
+        reader = event_accumulator.EventAccumulator(path, size_guidance={event_accumulator.SCALARS: 0})
+        reader.Reload()
+        for tag in reader.Tags()["scalars"]:
+            for event in reader.Scalars(tag):
+                written.setdefault((tag, event.step), []).append(event.value)
+    expected = {}
+    with open(jsonl) as lines:
+        for line in lines:
+            if not line.strip():
+                continue
+            record = json.loads(line)
+            for key, value in record.items():
+                if key != "step":
+                    expected.setdefault((key, record["step"]), []).append(value)
+    mismatches = []
+    for key in sorted(set(expected) | set(written)):
+        theirs, ours = written.get(key, []), expected.get(key, [])
+        if len(theirs) != len(ours) or not all(same_float32(t, o) for t, o in zip(theirs, ours)):
+            mismatches.append({"tag": key[0], "step": key[1], "tensorboard": theirs, "metrics.jsonl": ours})
+    return {"jsonl": jsonl, "event_files": len(files), "tensorboard_scalars": sum(map(len, written.values())),
+            "jsonl_scalars": sum(map(len, expected.values())), "tags": sorted({tag for tag, _ in written}),
+            "mismatches": mismatches[:20]}
+
+
+def tensorboard(args):
+    pairs = args.jsonl_and_tb_dir
+    if len(pairs) % 2:
+        sys.exit("tensorboard: expected pairs of JSONL file and TensorBoard folder")
+    print_json({"runs": [tensorboard_pair(pairs[i], pairs[i + 1]) for i in range(0, len(pairs), 2)]})
+
+
+def first_batch(path, batch, seq):
+    """Titan's first training batch from a raw uint16 shard: `batch` disjoint windows of seq + 1 tokens."""
+    import numpy as np
+    import torch
+    ids = np.fromfile(path, dtype="<u2", count=batch * (seq + 1)).astype(np.int64)
+    return torch.from_numpy(ids).view(batch, seq + 1)
+
+
+def plain_rope_config(config, theta):
+    """`config` with the rotary of plain RoPE at `theta` (no Llama 3.1 scaling): a wrong rope, for sensitivity."""
+    fields = config.to_dict()
+    fields.pop("rope_scaling", None)
+    fields["rope_parameters"] = {"rope_type": "default", "rope_theta": theta}
+    return type(config).from_dict(fields)
+
+
+def hf_save(args):
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(**json.loads(args.config))
+    torch.manual_seed(args.seed)
+    model = LlamaForCausalLM(config).float().eval()
+    with torch.no_grad():
+        # Trained-looking weights: at init (std 0.02) attention is nearly
+        # uniform and a wrong rotary would hardly move the loss.
+        for name, param in model.named_parameters():
+            if "norm" in name:
+                param.uniform_(0.5, 1.5)
+            elif "embed" not in name:
+                param.mul_(20.0 if "q_proj" in name or "k_proj" in name else 6.0)
+    model.save_pretrained(args.out_dir)  # safetensors, transformers' default
+    window = first_batch(args.tokens, args.batch, args.seq)
+    with torch.no_grad():
+        # transformers' own causal-LM loss: labels shifted inside, mean over tokens.
+        loss = model(input_ids=window, labels=window).loss.item()
+        # The same weights with the rotary of another theta: how far a wrong rope moves the loss.
+        other = LlamaForCausalLM(plain_rope_config(config, 10000.0)).float().eval()
+        other.load_state_dict(model.state_dict())
+        wrong_rope_loss = other(input_ids=window, labels=window).loss.item()
+    print_json({"loss": loss, "wrong_rope_loss": wrong_rope_loss,
+                "files": sorted(os.listdir(args.out_dir))})
+
+
+def hf_logits(args):
+    import torch
+    from safetensors.torch import load_file
+    from transformers import AutoConfig, LlamaForCausalLM
+
+    titan = load_file(args.titan_logits)
+    tokens, expected = titan["tokens"].long(), titan["logits"]
+    model = LlamaForCausalLM.from_pretrained(args.hf_dir, dtype=torch.float32).eval()
+    config = AutoConfig.from_pretrained(args.hf_dir)
+    with torch.no_grad():
+        logits = model(input_ids=tokens).logits
+        # Sensitivity: the same weights without the Llama 3.1 rope scaling.
+        other = LlamaForCausalLM(plain_rope_config(config, config.rope_parameters["rope_theta"])).float().eval()
+        other.load_state_dict(model.state_dict())
+        wrong_rope = other(input_ids=tokens).logits
+    print_json({"architecture": type(model).__name__, "shape": list(logits.shape),
+                "max_abs_diff": (logits - expected).abs().max().item(), "scale": expected.abs().max().item(),
+                "wrong_rope_max_abs_diff": (wrong_rope - expected).abs().max().item()})
+
+
+def hf_name(titan):
+    """Titan's parameter name -> the HF name its export uses (HF's LlamaForCausalLM layout)."""
+    block = {"attention.wq": "self_attn.q_proj", "attention.wk": "self_attn.k_proj",
+             "attention.wv": "self_attn.v_proj", "attention.wo": "self_attn.o_proj",
+             "feed_forward.w1": "mlp.gate_proj", "feed_forward.w2": "mlp.down_proj",
+             "feed_forward.w3": "mlp.up_proj", "attention_norm": "input_layernorm",
+             "ffn_norm": "post_attention_layernorm"}
+    top = {"tok_embeddings.weight": "model.embed_tokens.weight", "norm.weight": "model.norm.weight",
+           "output.weight": "lm_head.weight"}
+    if titan in top:
+        return top[titan]
+    _, layer, rest = titan.split(".", 2)
+    module, leaf = rest.rsplit(".", 1)
+    return f"model.layers.{layer}.{block[module]}.{leaf}"
+
+
+def safetensors_check(args):
+    import torch
+    import torch.jit._pickle
+    from safetensors import safe_open
+
+    with torch.serialization.safe_globals([torch.jit._pickle.restore_type_tag]):
+        titan = torch.load(args.titan_final)
+    report = []
+    for folder in args.hf_dirs:
+        config = json.loads(pathlib.Path(folder, "config.json").read_text())
+        dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[config["torch_dtype"]]
+        heads = {"wq": config["num_attention_heads"], "wk": config["num_key_value_heads"]}
+        index_path = pathlib.Path(folder, "model.safetensors.index.json")
+        index = json.loads(index_path.read_text())["weight_map"] if index_path.exists() else None
+        found, wrong, metadata = {}, [], set()
+        for path in sorted(glob.glob(os.path.join(folder, "*.safetensors"))):
+            with safe_open(path, framework="pt") as file:  # the library's own parser and its checks
+                metadata.add(json.dumps(file.metadata(), sort_keys=True))
+                for name in file.keys():
+                    if index is not None and index.get(name) != os.path.basename(path):
+                        wrong.append(f"{name}: in {os.path.basename(path)}, index says {index.get(name)}")
+                    found[name] = file.get_tensor(name)
+        for name, value in titan.items():
+            expected = value.to(dtype)
+            kind = name.split(".")[-2]
+            if kind in heads:  # HF's convert_llama_weights_to_hf.py permute of the q/k rows
+                h = heads[kind]
+                expected = expected.view(h, expected.shape[0] // h // 2, 2, -1).transpose(1, 2).reshape(value.shape)
+            got = found.pop(hf_name(name), None)
+            if got is None:
+                wrong.append(f"{hf_name(name)} ({name}) missing")
+            elif got.dtype != expected.dtype or got.shape != expected.shape:
+                wrong.append(f"{hf_name(name)}: {got.dtype} {list(got.shape)}, expected {expected.dtype} "
+                             f"{list(expected.shape)}")
+            elif got.contiguous().view(torch.uint8).numpy().tobytes() != \
+                    expected.contiguous().view(torch.uint8).numpy().tobytes():
+                wrong.append(f"{hf_name(name)}: bytes differ (max abs diff "
+                             f"{(got.float() - expected.float()).abs().max().item()})")
+        wrong += [f"{name}: not a parameter of the model" for name in found]
+        if index is not None and set(index) != {hf_name(n) for n in titan}:
+            wrong.append("the index's weight_map does not list exactly the model's tensors")
+        report.append({"folder": folder, "dtype": config["torch_dtype"], "files": len(glob.glob(
+            os.path.join(folder, "*.safetensors"))), "tensors": len(titan), "metadata": sorted(metadata),
+            "problems": wrong[:20]})
+    print_json({"exports": report})
+
+
+def tokenizers_check(args):
+    from tokenizers import Tokenizer
+
+    tokenizer = Tokenizer.from_file(args.tokenizer)
+    titan_lines = pathlib.Path(args.titan_ids).read_text().splitlines()
+    report = []
+    for path, line in zip(args.files, titan_lines):
+        text = pathlib.Path(path).read_bytes().decode("utf-8")
+        ids = tokenizer.encode(text, add_special_tokens=False).ids
+        titan = [int(i) for i in line.split()]
+        first = next((i for i, (a, b) in enumerate(zip(ids, titan)) if a != b), min(len(ids), len(titan)))
+        report.append({"file": path, "chars": len(text), "tokens": len(ids), "titan_tokens": len(titan),
+                       "same": ids == titan, "first_difference": None if ids == titan else {
+                           "index": first, "tokenizers": ids[first:first + 8], "titan": titan[first:first + 8],
+                           "text": tokenizer.decode(ids[max(0, first - 4):first + 8])},
+                       "decodes_back": tokenizer.decode(titan) == text})
+    print_json({"vocab_size": tokenizer.get_vocab_size(with_added_tokens=True), "lines": len(titan_lines),
+                "files": report})
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    commands = parser.add_subparsers(dest="command", required=True)
+    p = commands.add_parser("tensorboard")
+    p.add_argument("jsonl_and_tb_dir", nargs="+", help="a metrics JSONL file, then its event files' folder; repeated")
+    p.set_defaults(run=tensorboard)
+    p = commands.add_parser("hf-save")
+    p.add_argument("out_dir")
+    p.add_argument("--config", required=True, help="LlamaConfig fields as JSON")
+    p.add_argument("--tokens", required=True, help="the raw uint16 shard Titan trains on")
+    p.add_argument("--batch", type=int, required=True)
+    p.add_argument("--seq", type=int, required=True)
+    p.add_argument("--seed", type=int, default=0)
+    p.set_defaults(run=hf_save)
+    p = commands.add_parser("hf-logits")
+    p.add_argument("hf_dir")
+    p.add_argument("titan_logits", help="safetensors file with 'tokens' and Titan's 'logits'")
+    p.set_defaults(run=hf_logits)
+    p = commands.add_parser("safetensors")
+    p.add_argument("titan_final", help="Titan's model as debug.save_final_model wrote it")
+    p.add_argument("hf_dirs", nargs="+")
+    p.set_defaults(run=safetensors_check)
+    p = commands.add_parser("tokenizers")
+    p.add_argument("tokenizer")
+    p.add_argument("titan_ids", help="`titan tokenizer encode` output: one line of ids per file")
+    p.add_argument("files", nargs="+")
+    p.set_defaults(run=tokenizers_check)
+    args = parser.parse_args()
+    args.run(args)
+
+
+if __name__ == "__main__":
+    main()
