@@ -49,7 +49,7 @@ void run_checks(int ranks, int port, const std::string& names) {
 
 TEST_SUITE("multirank") {
   TEST_CASE("multirank: on 2 ranks the collectives and the autograd collectives match their definitions") {
-    // all_reduce, all_gather, reduce_scatter, broadcast, all_to_all,
+    // all_reduce, all_gather, reduce_scatter, broadcast, all_to_all (even and uneven splits),
     // send/recv, barrier, empty tensors; autograd forward and adjoint, TP
     // and SP MLPs against one process.
     run_checks(2, 29701, "collectives,autograd");

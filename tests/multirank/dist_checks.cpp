@@ -357,6 +357,26 @@ void check_broadcast(Comm& comm) {
                rank_input(n - 1, {3, 4}, at::kDouble, 9));
 }
 
+// all_to_all_v's test splits: 0, 1 or 2 rows, some ranks sending nothing to some.
+int64_t uneven_rows(int sender, int receiver) { return (sender + 2 * receiver) % 3; }
+int64_t split_total(const std::vector<int64_t>& rows) {
+  int64_t total = 0;
+  for (int64_t r : rows) total += r;
+  return total;
+}
+// What rank `me` receives: each sender's block for it, in sender order.
+at::Tensor uneven_exchanged(int n, int me, const std::function<std::vector<int64_t>(int)>& send_of,
+                            const std::function<at::Tensor(int)>& input_of) {
+  std::vector<at::Tensor> blocks;
+  for (int sender = 0; sender < n; ++sender) {
+    std::vector<int64_t> rows = send_of(sender);
+    int64_t offset = 0;
+    for (int r = 0; r < me; ++r) offset += rows[static_cast<size_t>(r)];
+    blocks.push_back(input_of(sender).narrow(0, offset, rows[static_cast<size_t>(me)]));
+  }
+  return at::cat(blocks, 0);
+}
+
 void check_all_to_all(Comm& comm) {
   const int me = comm.rank(), n = comm.size();
   // Row block r of rank s's input lands in rank r's output as block s.
@@ -373,6 +393,20 @@ void check_all_to_all(Comm& comm) {
   expect_bits("all_to_all bf16 bits [3n, 2]", comm.all_to_all(bits_of(me)), exchanged(bits_of, 3));
   auto transposed_of = [&](int rank) { return rank_input(rank, {3, n}, at::kFloat, 8).t(); };
   expect_equal("all_to_all of a transposed input", comm.all_to_all(transposed_of(me)), exchanged(transposed_of, 1));
+
+  // Uneven splits, some empty: rank s sends uneven_rows(s, r) rows to rank r.
+  auto send_of = [&](int sender) {
+    std::vector<int64_t> rows;
+    for (int r = 0; r < n; ++r) rows.push_back(uneven_rows(sender, r));
+    return rows;
+  };
+  std::vector<int64_t> recv;
+  for (int sender = 0; sender < n; ++sender) recv.push_back(uneven_rows(sender, me));
+  for (auto dtype : {at::kFloat, at::kLong}) {
+    auto input_of = [&](int rank) { return rank_input(rank, {split_total(send_of(rank)), 3}, dtype, 17); };
+    expect_equal("all_to_all_v " + dtype_name(dtype) + " uneven splits", comm.all_to_all_v(input_of(me), send_of(me), recv),
+                 uneven_exchanged(n, me, send_of, input_of));
+  }
 }
 
 void check_send_recv(Comm& comm) {
@@ -729,6 +763,30 @@ void check_autograd(titan::DistRuntime& runtime) {
                    cat_over_ranks(n, dim, [&](int rank) { return upstream(rank, y_shape).chunk(n, concat)[me]; }));
     }
   }
+  // all_to_all_v: uneven rows; the adjoint sends each gradient row back to
+  // the rank its input row came from: x.grad = the upstream rows every rank
+  // received from me, in the order I sent them.
+  {
+    auto send_of = [&](int sender) {
+      std::vector<int64_t> rows;
+      for (int r = 0; r < n; ++r) rows.push_back(uneven_rows(sender, r));
+      return rows;
+    };
+    std::vector<int64_t> recv;
+    for (int sender = 0; sender < n; ++sender) recv.push_back(uneven_rows(sender, me));
+    auto x_of = [&](int rank) { return rank_input(rank, {split_total(send_of(rank)), 3}, dtype, 24); };
+    at::Tensor x = x_of(me).requires_grad_(true);
+    at::Tensor y = titan::all_to_all_v_autograd(x, comm, send_of(me), recv);
+    expect_equal("all_to_all_v_autograd forward", y, uneven_exchanged(n, me, send_of, x_of));
+    auto recv_of = [&](int rank) {
+      std::vector<int64_t> rows;
+      for (int sender = 0; sender < n; ++sender) rows.push_back(uneven_rows(sender, rank));
+      return rows;
+    };
+    auto g_of = [&](int rank) { return rank_input(rank, {split_total(recv_of(rank)), 3}, dtype, 41); };
+    (y * g_of(me)).sum().backward();
+    expect_equal("all_to_all_v_autograd backward", x.grad(), uneven_exchanged(n, me, recv_of, g_of));
+  }
   // all_reduce: y = sum_r x_r; backward is the identity (documented: the
   // output is replicated and so is its gradient), x.grad = g_me.
   {
@@ -896,6 +954,9 @@ void check_mesh_tp(titan::DistRuntime& runtime) {
 // parallelism's sparse mesh): ep pairs consecutive ranks, efsdp those with
 // the same position in their pair; real groups whose collectives reach
 // exactly those ranks.
+titan::TensorLayout row_sharded(const std::vector<int64_t>& shape, int64_t ranks, int64_t rank,
+                                const std::string& mesh_dim);
+
 void check_mesh_ep(titan::DistRuntime& runtime) {
   const int me = runtime.world().rank;
   expect(runtime.world().world_size == 4, "mesh_ep runs on 4 ranks");
@@ -916,6 +977,17 @@ void check_mesh_ep(titan::DistRuntime& runtime) {
            "mesh_ep " + name + ": all_reduce of the global rank gives " + std::to_string(sum.item<int64_t>()));
   }
   expect(mesh.group("dp_shard").size() == 4, "mesh_ep: the dense dp_shard group is unchanged");
+  // Experts: 4 rows sharded over ep (2 each) are copied on the 2 efsdp ranks;
+  // then sharded over efsdp too, on one rank each; a dense weight on all 4.
+  titan::TensorLayout experts = row_sharded({4, 3}, 2, me % 2, "ep");
+  expect(experts.replication(mesh) == 2, "mesh_ep: S(0) over ep has " + std::to_string(experts.replication(mesh)) +
+                                             " copies, expected 2 (the efsdp ranks)");
+  expect(experts.is_first_copy(mesh) == (me / 2 == 0), "mesh_ep: S(0) over ep: first copy on efsdp coordinate 0");
+  experts.mesh_dims.insert(experts.mesh_dims.begin(), "efsdp");
+  experts.placements.insert(experts.placements.begin(), titan::Placement::shard(0));
+  expect(experts.replication(mesh) == 1 && experts.is_first_copy(mesh),
+         "mesh_ep: S(0) over efsdp and ep has " + std::to_string(experts.replication(mesh)) + " copies, expected 1");
+  expect(titan::TensorLayout::replicated({4, 3}).replication(mesh) == 4, "mesh_ep: a replicated tensor has 4 copies");
 }
 
 // ---------------------------------------------------------------------------

@@ -4,6 +4,8 @@
 #pragma once
 #include <ATen/core/Tensor.h>
 
+#include <vector>
+
 namespace titan {
 
 class Comm;
@@ -25,5 +27,9 @@ at::Tensor replicate_to_parallel(const at::Tensor& input, Comm& comm);
 // Blocks along `split_dim` go to ranks and arrive concatenated along
 // `concat_dim`; backward: the inverse exchange.
 at::Tensor all_to_all_autograd(const at::Tensor& input, Comm& comm, int64_t split_dim, int64_t concat_dim);
+// Uneven rows along dim 0 (Comm::all_to_all_v); backward: the gradient's
+// rows sent back the way they came (the splits swapped).
+at::Tensor all_to_all_v_autograd(const at::Tensor& input, Comm& comm, const std::vector<int64_t>& send_rows,
+                                 const std::vector<int64_t>& recv_rows);
 
 }  // namespace titan

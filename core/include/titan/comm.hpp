@@ -49,6 +49,12 @@ class Comm {
   // Row block r of `input` (dim 0 split in size even parts) goes to rank r;
   // the result holds the blocks received, in rank order.
   virtual at::Tensor all_to_all(const at::Tensor& input) = 0;
+  // Uneven blocks: the first send_rows[0] rows of `input` go to rank 0, the
+  // next send_rows[1] to rank 1, ...; the result stacks recv_rows[r] rows
+  // from each rank r in rank order (each rank's recv_rows[r] is rank r's
+  // send_rows for it: exchange the counts first). One entry per rank.
+  virtual at::Tensor all_to_all_v(const at::Tensor& input, const std::vector<int64_t>& send_rows,
+                                  const std::vector<int64_t>& recv_rows) = 0;
   // Point-to-point; send blocks until the peer has received.
   virtual void send(const at::Tensor& tensor, int peer) = 0;
   virtual void recv(at::Tensor& tensor, int peer) = 0;

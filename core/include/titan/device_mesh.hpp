@@ -61,9 +61,13 @@ class DeviceMesh {
   Comm& group(const std::string& dim) const;
   int world_size() const { return world_size_; }
   std::string describe() const;  // "dp_shard=4, tp=2"
+  // The plugins' splits this mesh was built with (ep x efsdp): a parameter
+  // sharded over a split's inner dim is data-parallel over its outer dim.
+  const std::vector<MeshSplitRequest>& splits() const { return splits_; }
 
  private:
   int world_size_ = 1;
+  std::vector<MeshSplitRequest> splits_;
   std::map<std::string, int64_t> degrees_;
   std::map<std::string, int64_t> coordinates_;
   std::map<std::string, std::unique_ptr<Comm>> groups_;

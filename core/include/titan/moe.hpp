@@ -8,6 +8,7 @@
 #pragma once
 #include <functional>
 #include <map>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -105,6 +106,9 @@ struct DispatchedTokens {
   at::Tensor tokens;                       // [rows, D], expert 0's rows first
   std::vector<int64_t> tokens_per_expert;  // rows per (local) expert
   at::Tensor order;                        // [rows]: each row's (token * top_k + slot)
+  // What a replacing dispatcher keeps for its combine (expert parallelism:
+  // the all-to-all splits); the layer only carries it.
+  std::shared_ptr<const void> exchange;
 };
 
 // The token dispatch seam: local sorting here; expert parallelism replaces

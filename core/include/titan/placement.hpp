@@ -40,7 +40,9 @@ struct TensorLayout {
   int64_t local_numel() const;
   // How many ranks hold each element: the product of the sizes of every
   // mesh dim (mentioned or not) that no shard or partial placement splits,
-  // but pp: a pipeline stage's parameters live on one pp rank only.
+  // but pp: a pipeline stage's parameters live on one pp rank only. A
+  // layout over a split dim (ep) counts the split's other dim (efsdp) in
+  // place of the span's dims (dp_shard, cp).
   int64_t replication(const DeviceMesh& mesh) const;
   // Whether this rank holds the first of those copies (coordinate 0 along
   // every such dim): the one rank that writes the piece to a checkpoint.
@@ -49,6 +51,7 @@ struct TensorLayout {
 
  private:
   bool splits(const std::string& canonical_dim) const;  // by a shard or partial placement
+  std::vector<std::string> unsplit_dims(const DeviceMesh& mesh) const;  // the dims that hold copies
 };
 
 // FSDP's dim-0 split: rank r of n holds rows [r * c, min((r + 1) * c, rows))

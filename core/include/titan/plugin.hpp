@@ -29,7 +29,9 @@ namespace titan {
 // 9: PipelineSplitter is its own kind (kind_pipeline_splitter, PluginRegistrar::pipeline_splitter), no longer a
 //    Parallelizer; ApplyOrder::pipeline_split removed; Parallelizer::mesh_splits (plugin-declared mesh dims);
 //    Schedule::step -> Schedule::forward_backward
-constexpr int kPluginAbiVersion = 9;
+// 10: Comm::all_to_all_v (uneven per-rank rows, for expert parallelism's dispatch); DispatchedTokens::exchange;
+//     DeviceMesh::splits and TensorLayout::replication / is_first_copy count split dims (ep, efsdp)
+constexpr int kPluginAbiVersion = 10;
 
 // The kinds a plugin registers one factory of: name, interface, PluginKind
 // bit. The enum below (kind_model, ...), the registrar's methods (model(),

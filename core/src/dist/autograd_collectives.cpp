@@ -134,6 +134,23 @@ struct AllToAll : torch::autograd::Function<AllToAll> {
   }
 };
 
+struct AllToAllV : torch::autograd::Function<AllToAllV> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& input, int64_t comm,
+                            const std::vector<int64_t>& send_rows, const std::vector<int64_t>& recv_rows) {
+    save_site(ctx);
+    ctx->saved_data["comm"] = comm;
+    ctx->saved_data["send"] = send_rows;
+    ctx->saved_data["recv"] = recv_rows;
+    return reinterpret_cast<Comm*>(comm)->all_to_all_v(input, send_rows, recv_rows);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    CallSite site(backward_site(ctx), CallSite::Mode::whole);
+    at::Tensor grad = comm_of(ctx)->all_to_all_v(grads[0].contiguous(), ctx->saved_data["recv"].toIntVector(),
+                                                 ctx->saved_data["send"].toIntVector());
+    return {grad, at::Tensor(), at::Tensor(), at::Tensor()};
+  }
+};
+
 int64_t handle(Comm& comm) { return reinterpret_cast<int64_t>(&comm); }
 
 }  // namespace
@@ -158,6 +175,11 @@ at::Tensor replicate_to_parallel(const at::Tensor& input, Comm& comm) {
 
 at::Tensor all_to_all_autograd(const at::Tensor& input, Comm& comm, int64_t split_dim, int64_t concat_dim) {
   return AllToAll::apply(input, handle(comm), split_dim, concat_dim);
+}
+
+at::Tensor all_to_all_v_autograd(const at::Tensor& input, Comm& comm, const std::vector<int64_t>& send_rows,
+                                 const std::vector<int64_t>& recv_rows) {
+  return AllToAllV::apply(input, handle(comm), send_rows, recv_rows);
 }
 
 }  // namespace titan

@@ -114,6 +114,21 @@ at::Tensor all_to_all(c10d::ProcessGroup& group, const at::Tensor& input, std::c
   return out;
 }
 
+at::Tensor all_to_all_v(c10d::ProcessGroup& group, const at::Tensor& input, const std::vector<int64_t>& send_rows,
+                        const std::vector<int64_t>& recv_rows, std::chrono::milliseconds timeout) {
+  at::Tensor in = input.contiguous();
+  int64_t received = 0;
+  for (int64_t rows : recv_rows) received += rows;
+  std::vector<int64_t> shape = in.sizes().vec();
+  shape[0] = received;
+  at::Tensor out = at::empty(shape, in.options());
+  // c10d reads the splits as rows of dim 0, like this interface.
+  std::vector<int64_t> out_splits = recv_rows, in_splits = send_rows;
+  auto work = group.alltoall_base(out, in, out_splits, in_splits);
+  wait_for(*work, timeout, "all_to_all");
+  return out;
+}
+
 void send(c10d::ProcessGroup& group, const at::Tensor& tensor, int peer, std::chrono::milliseconds timeout) {
   StartedCollective started = start_send(group, tensor, peer, 0);
   wait_for(*started.works[0], timeout, "send");

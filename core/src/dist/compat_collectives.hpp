@@ -27,6 +27,9 @@ StartedCollective start_reduce_scatter_into(c10d::ProcessGroup& group, at::Tenso
                                             ReduceOp op);
 void broadcast(c10d::ProcessGroup& group, at::Tensor& tensor, int root, std::chrono::milliseconds timeout);
 at::Tensor all_to_all(c10d::ProcessGroup& group, const at::Tensor& input, std::chrono::milliseconds timeout);
+// Rows along dim 0 in per-rank splits (c10d's alltoall_base with split sizes).
+at::Tensor all_to_all_v(c10d::ProcessGroup& group, const at::Tensor& input, const std::vector<int64_t>& send_rows,
+                        const std::vector<int64_t>& recv_rows, std::chrono::milliseconds timeout);
 void send(c10d::ProcessGroup& group, const at::Tensor& tensor, int peer, std::chrono::milliseconds timeout);
 void recv(c10d::ProcessGroup& group, at::Tensor& tensor, int peer, std::chrono::milliseconds timeout);
 // Non-blocking point-to-point; recv's `tensor` is filled by finish().

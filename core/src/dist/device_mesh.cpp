@@ -226,7 +226,7 @@ MeshSlices mesh_slices(const std::map<std::string, int64_t>& requested, const st
 
 DeviceMesh::DeviceMesh(DistRuntime& runtime, const std::map<std::string, int64_t>& degrees,
                        const std::vector<MeshSplitRequest>& splits)
-    : world_size_(runtime.world().world_size) {
+    : world_size_(runtime.world().world_size), splits_(splits) {
   int64_t product = 1;
   for (const auto& dim : mesh_dim_order()) {
     auto found = degrees.find(dim);

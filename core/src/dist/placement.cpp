@@ -3,6 +3,7 @@
 
 #include <ATen/ATen.h>
 
+#include <set>
 #include <sstream>
 
 #include "titan/device_mesh.hpp"
@@ -52,19 +53,36 @@ bool TensorLayout::splits(const std::string& canonical_dim) const {
 
 // Pipeline stages are disjoint: a parameter lives on one pp rank, so pp
 // never counts as a copy (the pipeline trainer gives every parameter a layout).
+// A mesh split (ep x efsdp over dp_shard_cp) regroups its span's ranks: a
+// layout that splits one of its dims is counted over the split dims instead
+// of the span's (experts sharded over ep are copied over efsdp only).
 int64_t TensorLayout::replication(const DeviceMesh& mesh) const {
   int64_t copies = 1;
-  for (const auto& dim : mesh_dim_order()) {
-    if (dim != "pp" && !splits(dim)) copies *= mesh.size(dim);
-  }
+  for (const auto& dim : unsplit_dims(mesh)) copies *= mesh.size(dim);
   return copies;
 }
 
 bool TensorLayout::is_first_copy(const DeviceMesh& mesh) const {
-  for (const auto& dim : mesh_dim_order()) {
-    if (dim != "pp" && !splits(dim) && mesh.coordinate(dim) != 0) return false;
+  for (const auto& dim : unsplit_dims(mesh)) {
+    if (mesh.coordinate(dim) != 0) return false;
   }
   return true;
+}
+
+std::vector<std::string> TensorLayout::unsplit_dims(const DeviceMesh& mesh) const {
+  std::vector<std::string> dims;
+  std::set<std::string> regrouped;  // canonical dims a split stands for here
+  for (const auto& split : mesh.splits()) {
+    const bool inner = splits(split.inner), outer = splits(split.outer);
+    if (!inner && !outer) continue;
+    for (const auto& dim : mesh_dims_of(split.span)) regrouped.insert(dim);
+    if (!inner) dims.push_back(split.inner);
+    if (!outer) dims.push_back(split.outer);
+  }
+  for (const auto& dim : mesh_dim_order()) {
+    if (dim != "pp" && !regrouped.count(dim) && !splits(dim)) dims.push_back(dim);
+  }
+  return dims;
 }
 
 std::string TensorLayout::describe() const {

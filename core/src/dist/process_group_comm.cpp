@@ -137,6 +137,28 @@ class ProcessGroupComm : public Comm {
     return result;
   }
 
+  at::Tensor all_to_all_v(const at::Tensor& input, const std::vector<int64_t>& send_rows,
+                          const std::vector<int64_t>& recv_rows) override {
+    check_device(input, "all_to_all");
+    const auto ranks = static_cast<size_t>(size());
+    if (send_rows.size() != ranks || recv_rows.size() != ranks) {
+      fail("all_to_all", "split sizes for " + std::to_string(send_rows.size()) + " / " +
+                             std::to_string(recv_rows.size()) + " ranks, the group has " + std::to_string(ranks));
+    }
+    int64_t sent = 0;
+    for (int64_t rows : send_rows) sent += rows;
+    for (int64_t rows : recv_rows) {
+      if (rows < 0) fail("all_to_all", "a negative receive split");
+    }
+    if (input.dim() == 0 || input.size(0) != sent) {
+      fail("all_to_all", "input " + shape_text(input) + " does not have the " + std::to_string(sent) +
+                             " rows its send splits add up to");
+    }
+    at::Tensor result;
+    run("all_to_all", {input}, [&] { result = compat::all_to_all_v(*group_, input, send_rows, recv_rows, timeout_); });
+    return result;
+  }
+
   void send(const at::Tensor& tensor, int peer) override {
     check_device(tensor, "send");
     check_peer(peer, "send");
