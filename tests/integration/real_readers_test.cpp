@@ -220,6 +220,9 @@ TEST_SUITE("real readers") {
                                                      (dir / "titan_logits.safetensors").string())));
     INFO(loaded.dump());
     CHECK(loaded["architecture"] == "LlamaForCausalLM");
+    const auto tokenizer = titan::load_tokenizer(titan::test::source_dir() + "/assets/tokenizer/stories_bpe.json");
+    CHECK(loaded["bos_token_id"] == tokenizer->bos_id());
+    CHECK(loaded["eos_token_id"] == tokenizer->eos_id());
     CHECK(loaded["shape"] == nlohmann::json::array({2, 24, spec->vocab_size()}));
     const double scale = loaded["scale"];
     CHECK(scale > 1.0);  // trained-looking logits, not the near-zero ones of an init

@@ -134,6 +134,7 @@ def hf_logits(args):
         other.load_state_dict(model.state_dict())
         wrong_rope = other(input_ids=tokens).logits
     print_json({"architecture": type(model).__name__, "shape": list(logits.shape),
+                "bos_token_id": config.bos_token_id, "eos_token_id": config.eos_token_id,
                 "max_abs_diff": (logits - expected).abs().max().item(), "scale": expected.abs().max().item(),
                 "wrong_rope_max_abs_diff": (wrong_rope - expected).abs().max().item()})
 
