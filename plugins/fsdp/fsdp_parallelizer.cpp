@@ -30,7 +30,20 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-Unit* unit_of(AutogradContext* ctx) { return reinterpret_cast<Unit*>(ctx->saved_data["unit"].toInt()); }
+// One FSDP unit's parameters, grouped by the ranks they are data-parallel
+// over (dense weights over dp_shard; experts sharded over ep over efsdp):
+// one Unit, so one collective each way, per group.
+struct UnitSet {
+  std::vector<std::unique_ptr<Unit>> units;
+  void prefetch() { for (auto& unit : units) unit->prefetch(); }
+  void unshard() { for (auto& unit : units) unit->unshard(); }
+  void free_unsharded() { for (auto& unit : units) unit->free_unsharded(); }
+  void reshard() { for (auto& unit : units) unit->reshard(); }
+  void reduce_gradients() { for (auto& unit : units) unit->reduce_gradients(); }
+  void install_gradients() { for (auto& unit : units) unit->install_gradients(); }
+};
+
+UnitSet* unit_of(AutogradContext* ctx) { return reinterpret_cast<UnitSet*>(ctx->saved_data["unit"].toInt()); }
 
 // Identity whose backward runs once the unit's backward is complete: the
 // gradient of the block's input is ready only after every parameter's.
@@ -56,16 +69,16 @@ struct PreBackward : torch::autograd::Function<PreBackward> {
     unit_of(ctx)->unshard();
     // The unit whose backward comes next (the block before) starts its
     // all-gather now, overlapping this block's backward.
-    if (int64_t next = ctx->saved_data["prefetch"].toInt()) reinterpret_cast<Unit*>(next)->prefetch();
+    if (int64_t next = ctx->saved_data["prefetch"].toInt()) reinterpret_cast<UnitSet*>(next)->prefetch();
     return {grads[0], at::Tensor(), at::Tensor()};
   }
 };
 
-int64_t handle(Unit& unit) { return reinterpret_cast<int64_t>(&unit); }
+int64_t handle(UnitSet& unit) { return reinterpret_cast<int64_t>(&unit); }
 
 struct FsdpState {
-  std::vector<std::unique_ptr<Unit>> blocks;
-  std::unique_ptr<Unit> root;
+  std::vector<std::unique_ptr<UnitSet>> blocks;
+  std::unique_ptr<UnitSet> root;
   bool reshard_after_forward = true;
 
   void finalize() {
@@ -97,7 +110,30 @@ void FsdpParallelizer::parallelize(CausalLM& model, const ParallelizeContext& co
   groups.shard = &mesh.group(shard_dim);
   if (mesh.size("dp_replicate") > 1) groups.replicate = &mesh.group("dp_replicate");
   const int64_t ranks = groups.shard->size();
-  const int64_t rank = groups.shard->rank();
+
+  // A parameter sharded over a mesh split's inner dim (experts over ep) is
+  // data-parallel over the split's outer dim (efsdp) instead: sharded and
+  // averaged there, divided also by the inner dim's size, whose ranks'
+  // gradients its backward already summed. The split must regroup the
+  // ranks FSDP shards over.
+  struct DataParallelDim {
+    std::string name;
+    int64_t presummed = 1;
+  };
+  auto data_parallel_dim = [&](const std::string& param, const TensorLayout* inner) -> DataParallelDim {
+    if (!inner) return {shard_dim, 1};
+    for (const auto& split : mesh.splits()) {
+      for (size_t i = 0; i < inner->mesh_dims.size(); ++i) {
+        if (inner->mesh_dims[i] != split.inner || inner->placements[i].kind != Placement::Kind::shard) continue;
+        if (mesh.group(split.span).global_ranks() != groups.shard->global_ranks()) {
+          throw Error("fsdp: parameter '" + param + "' is sharded over " + split.inner + ", a split of " + split.span +
+                      ", but FSDP shards over " + shard_dim + " (other ranks); the split must regroup FSDP's ranks");
+        }
+        return {split.outer, mesh.size(split.inner)};
+      }
+    }
+    return {shard_dim, 1};
+  };
 
   // Which block owns each parameter (by tensor identity).
   std::map<const void*, int64_t> block_of;
@@ -112,8 +148,11 @@ void FsdpParallelizer::parallelize(CausalLM& model, const ParallelizeContext& co
       if (param.defined()) extension_of[param.unsafeGetTensorImpl()] = extension;
     }
   }
-  std::vector<std::vector<ShardedParam>> block_params(static_cast<size_t>(model.num_blocks()));
-  std::vector<ShardedParam> root_params;
+  // Per block (and the root, last), the parameters by data-parallel dim.
+  using ParamsByDim = std::map<std::string, std::vector<ShardedParam>>;
+  std::vector<ParamsByDim> block_params(static_cast<size_t>(model.num_blocks()));
+  ParamsByDim root_params;
+  std::map<std::string, int64_t> presummed_over{{shard_dim, 1}};
   for (auto& item : model.named_parameters()) {
     at::Tensor param = item.value();
     if (!param.requires_grad()) continue;
@@ -127,6 +166,10 @@ void FsdpParallelizer::parallelize(CausalLM& model, const ParallelizeContext& co
                     inner->describe() + "); apply one data-parallel plugin");
       }
     }
+    const DataParallelDim dp = data_parallel_dim(item.key(), inner);
+    presummed_over[dp.name] = dp.presummed;
+    const Comm& dp_group = mesh.group(dp.name);
+    const int64_t ranks = dp_group.size(), rank = dp_group.rank();
     ShardedParam p;
     p.name = item.key();
     p.param = param;
@@ -143,7 +186,7 @@ void FsdpParallelizer::parallelize(CausalLM& model, const ParallelizeContext& co
     TensorLayout layout = inner ? *inner : TensorLayout::replicated(p.unsharded_shape);
     layout.local_offset[0] += p.rows.begin;
     layout.local_shape[0] = p.rows.length;
-    layout.mesh_dims.insert(layout.mesh_dims.begin(), {"dp_replicate", shard_dim});
+    layout.mesh_dims.insert(layout.mesh_dims.begin(), {"dp_replicate", dp.name});
     layout.placements.insert(layout.placements.begin(), {Placement::replicate(), Placement::shard(0)});
     model.set_layout(p.name, layout);
 
@@ -155,11 +198,24 @@ void FsdpParallelizer::parallelize(CausalLM& model, const ParallelizeContext& co
 
     auto found = block_of.find(param.unsafeGetTensorImpl());
     if (found == block_of.end()) {
-      root_params.push_back(std::move(p));
+      root_params[dp.name].push_back(std::move(p));
     } else {
-      block_params[static_cast<size_t>(found->second)].push_back(std::move(p));
+      block_params[static_cast<size_t>(found->second)][dp.name].push_back(std::move(p));
     }
   }
+  // Every rank makes the same units in the same order (dims by name), so
+  // their collectives match.
+  auto unit_set = [&](const std::string& label, ParamsByDim& params) {
+    auto set = std::make_unique<UnitSet>();
+    for (auto& [dim, list] : params) {
+      UnitGroups unit_groups = groups;
+      unit_groups.shard = &mesh.group(dim);
+      unit_groups.presummed = presummed_over.at(dim);
+      set->units.push_back(std::make_unique<Unit>(dim == shard_dim ? label : label + " over " + dim, std::move(list),
+                                                  unit_groups, context.param_dtype, context.reduce_dtype));
+    }
+    return set;
+  };
 
   auto state = std::make_shared<FsdpState>();
   // TorchTitan's default: under pipelining a block runs forward once per
@@ -169,17 +225,13 @@ void FsdpParallelizer::parallelize(CausalLM& model, const ParallelizeContext& co
   state->reshard_after_forward = reshard == ReshardAfterForward::always ||
                                  (reshard == ReshardAfterForward::pipeline_aware && !pipelined);
   for (size_t i = 0; i < block_params.size(); ++i) {
-    state->blocks.push_back(std::make_unique<Unit>("layers." + std::to_string(i), std::move(block_params[i]), groups,
-                                                   context.param_dtype, context.reduce_dtype));
+    state->blocks.push_back(unit_set("layers." + std::to_string(i), block_params[i]));
   }
-  if (!root_params.empty()) {
-    state->root = std::make_unique<Unit>("root", std::move(root_params), groups, context.param_dtype,
-                                         context.reduce_dtype);
-  }
+  if (!root_params.empty()) state->root = unit_set("root", root_params);
 
   model.add_block_wrapper([state](int64_t index, const at::Tensor& hidden, const BlockBody& inner) {
     const size_t i = static_cast<size_t>(index);
-    Unit& unit = *state->blocks.at(i);
+    UnitSet& unit = *state->blocks.at(i);
     unit.unshard();
     // The next block's all-gather overlaps this block's forward.
     if (i + 1 < state->blocks.size()) state->blocks[i + 1]->prefetch();
@@ -210,6 +262,12 @@ void FsdpParallelizer::parallelize(CausalLM& model, const ParallelizeContext& co
                groups.replicate ? " x dp_replicate=" + std::to_string(groups.replicate->size()) : std::string(),
                c10::toString(context.param_dtype), c10::toString(context.reduce_dtype),
                state->reshard_after_forward ? "yes" : "no", reshard_why);
+  for (const auto& [dim, presummed] : presummed_over) {
+    if (dim != shard_dim) {
+      spdlog::info("fsdp: parameters sharded over a mesh split are sharded over {}={} (gradients divided by {} more)",
+                   dim, mesh.size(dim), presummed);
+    }
+  }
   if (!extension_of.empty()) {
     spdlog::info("fsdp: {} parameters are gathered as their layers ask (all-gather extensions, e.g. float8 codes)",
                  extension_of.size());

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <sstream>
 
 #include "training_fixture.h"
 #include "worker.h"
@@ -59,7 +60,7 @@ ParallelizerDeclaration read_declaration(const ConfigNode& declaration, size_t v
                         companion.child("options")});
   }
   out.shards_over = section.get<std::vector<std::string>>(
-      "shards_over", {}, "mesh dims every parameter is split along (empty: each rank holds whole parameters)");
+      "shards_over", {}, "mesh dims every parameter is split along (empty: each rank holds whole parameters; \"a|b\": along a or b)");
   ConfigNode tolerance = section.child("tolerance");
   out.loss_tolerance = tolerance.get<double>("loss", 1e-5, "max relative loss difference per step");
   out.grad_norm_tolerance = tolerance.get<double>("grad_norm", 1e-5, "max relative gradient-norm difference");
@@ -96,6 +97,22 @@ CheckResult row(const std::string& name, const std::string& where, double measur
   return {"parallelizer." + name + where, measured <= limit, false, measured, limit, detail};
 }
 
+// A shards_over entry "a|b": a parameter may lie along either dim (expert
+// parallelism: dense weights over dp_shard, experts over efsdp).
+std::vector<std::string> alternatives(const std::string& entry) {
+  std::vector<std::string> names;
+  std::stringstream parts(entry);
+  for (std::string name; std::getline(parts, name, '|');) names.push_back(name);
+  return names;
+}
+
+bool spans_ranks(const DeviceMesh& mesh, const std::string& entry) {
+  for (const auto& dim : alternatives(entry)) {
+    if (mesh.size(dim) > 1) return true;
+  }
+  return false;
+}
+
 // Every parameter split along each declared dim (when that dim has more
 // than one rank), and the local tensor shaped as its layout says.
 CheckResult sharding(CausalLM& model, const DeviceMesh& mesh, const ParallelizerDeclaration& declared) {
@@ -107,20 +124,25 @@ CheckResult sharding(CausalLM& model, const DeviceMesh& mesh, const Parallelizer
     std::string problem;
     if (!layout) {
       for (const auto& dim : declared.shards_over) {
-        if (mesh.size(dim) > 1) problem = "no layout recorded, but the plugin declares sharding over " + dim;
+        if (spans_ranks(mesh, dim)) problem = "no layout recorded, but the plugin declares sharding over " + dim;
       }
     } else {
       if (!item.value().sizes().equals(layout->local_shape)) {
         problem = "local shape differs from its layout (" + layout->describe() + ")";
       }
       for (const auto& dim : declared.shards_over) {
-        if (mesh.size(dim) <= 1) continue;
-        // Shard() along the dim, or a Replicate() the plugin recorded on
-        // purpose (tensor parallelism keeps norms whole); a layout that does
-        // not mention the dim at all says nothing of how it lies there.
-        auto at = std::find(layout->mesh_dims.begin(), layout->mesh_dims.end(), dim);
-        bool declared_here = at != layout->mesh_dims.end() &&
-                             layout->placements[at - layout->mesh_dims.begin()].kind != Placement::Kind::partial;
+        if (!spans_ranks(mesh, dim)) continue;
+        // Shard() along the dim (or one of its alternatives), or a
+        // Replicate() the plugin recorded on purpose (tensor parallelism
+        // keeps norms whole); a layout that does not mention the dim at all
+        // says nothing of how it lies there.
+        bool declared_here = false;
+        for (const auto& alternative : alternatives(dim)) {
+          auto at = std::find(layout->mesh_dims.begin(), layout->mesh_dims.end(), alternative);
+          declared_here = declared_here || (at != layout->mesh_dims.end() &&
+                                            layout->placements[at - layout->mesh_dims.begin()].kind !=
+                                                Placement::Kind::partial);
+        }
         if (!declared_here) problem = "neither Shard() nor Replicate() along " + dim + " (" + layout->describe() + ")";
       }
       if (declared.shards_over.empty() && layout->is_sharded()) {
@@ -267,7 +289,11 @@ CheckResults parallelizer_worker(const WorkerArgs& args) {
   }
   sort_canonical(parallelizers);
   DistRuntime runtime(world, worker_timeouts());
-  DeviceMesh mesh(runtime, resolve_mesh_degrees(mesh_requests(parallelizers), world.world_size));
+  std::vector<MeshSplitRequest> splits;  // the plugins' own dims (expert parallelism's ep x efsdp)
+  for (const auto& item : parallelizers) {
+    for (const auto& split : item.parallelizer->mesh_splits()) splits.push_back(split);
+  }
+  DeviceMesh mesh(runtime, resolve_mesh_degrees(mesh_requests(parallelizers), world.world_size), splits);
   const c10::Device cpu(c10::kCPU);
   ParallelizeContext parallel_context{*fixture.spec, cpu, &mesh, c10::kFloat, c10::kFloat};
 
