@@ -72,6 +72,17 @@ TEST_CASE("expert parallel: FSDP dp_shard 2 x ep 2 (2 ranks) and dp_shard 4 x ep
                       reference);
 }
 
+TEST_CASE("expert parallel: HSDP (2 replicas of dp_shard 2) x ep 2 with full activation checkpointing reproduces one "
+          "process within 1e-5") {
+  // Experts averaged over efsdp and the replicas; the all-to-alls run again
+  // in the recompute.
+  check_ep_equivalent(run_ep("ep_hsdp_ac", 4, 29545,
+                             " --set 'plugins=[{name: fsdp, dp_shard: 2, dp_replicate: 2}, {name: expert_parallel, "
+                             "expert_parallel_degree: 2}, {name: activation_checkpoint, mode: full}]'"
+                             " --set training.local_batch_size=2"),
+                      run_reference());
+}
+
 TEST_CASE("expert parallel: a degree that does not divide the experts or dp_shard, or a model without MoE, is "
           "refused naming the key") {
   const std::string check = titan::test::titan_binary() + " config check " + titan::test::source_dir() +
