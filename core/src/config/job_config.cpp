@@ -126,7 +126,7 @@ CoreConfig read_core_config(const ConfigNode& root) {
   config.debug.exit_after_init = root.child("debug").get<bool>(
       "exit_after_init", false, "build, parallelize and initialize the model, log its memory, then stop (a dry run)");
   config.debug.save_final_model = root.child("debug").get<std::string>(
-      "save_final_model", "", "after training, rank 0 writes every full (gathered) parameter to this file "
+      "save_final_model", "", "after training, rank 0 writes every full (gathered) parameter and MoE expert bias to this file "
       "(LibTorch pickle of a name -> tensor dict), e.g. to compare parallel layouts");
 
   config.tokenizer_path = root.child("model").get<std::string>(
