@@ -100,3 +100,26 @@ TEST_CASE("expert parallel: a degree that does not divide the experts or dp_shar
   CHECK(dense.exit_code != 0);
   CHECK_MESSAGE(titan::test::has(dense.output, "has no MoE layers"), dense.output);
 }
+
+TEST_CASE("expert parallel: 6 straight steps equal 3 + resume + 3 at the same degree, bit for bit (each rank's "
+          "experts and the expert biases are checkpointed)") {
+  const std::string checkpoint = " --set training.steps=6 --set checkpoint.enable=true --set checkpoint.interval=3";
+  RunOutput straight = run_ep("ep_straight", 2, 29547, checkpoint);
+  auto dump = titan::test::temp_dir("ep_resumed");
+  const std::string command =
+      "timeout 300 " + titan::test::titan_binary() + " launch --nproc-per-node 2 --master-port 29549 "
+      "--grace-period-s 5 -- " + titan::test::titan_binary() + " train " + titan::test::source_dir() +
+      "/configs/qwen3_debugmodel_moe_ep.yaml" + titan::test::common_sets(dump) + kMoE + checkpoint;
+  auto first = titan::test::run_command(command);
+  REQUIRE_MESSAGE(first.exit_code == 0, first.output);
+  std::filesystem::remove_all(dump / "checkpoint" / "step-6");  // "crashed" after its step-3 checkpoint
+  std::filesystem::remove(dump / "metrics.jsonl");
+  auto second = titan::test::run_command(command);
+  REQUIRE_MESSAGE(second.exit_code == 0, second.output);
+  CHECK(titan::test::has(second.output, "resumed from checkpoint at step 3"));
+  RunOutput resumed = titan::test::read_run(dump);
+  REQUIRE(straight.losses.size() == 6);
+  REQUIRE(resumed.losses.size() == 3);
+  for (size_t i = 0; i < 3; ++i) CHECK_MESSAGE(resumed.losses[i] == straight.losses[i + 3], "step ", i + 4);
+  for (const auto& item : straight.params) CHECK_MESSAGE(at::equal(resumed.params.at(item.key()), item.value()), item.key());
+}
