@@ -72,6 +72,20 @@ inline RunOutput run_ranks(const std::string& name, int ranks, int port, const s
   return read_run(dump);
 }
 
+// A 6-step job with a checkpoint every 3 steps (`command`, writing to
+// `dump`) run, "crashed" after its step-3 checkpoint (step-6 and the
+// metrics removed) and run again: the resumed run's steps 4-6.
+inline RunOutput resumed_after_step_3(const std::string& command, const std::filesystem::path& dump) {
+  auto first = run_command(command);
+  REQUIRE_MESSAGE(first.exit_code == 0, first.output);
+  std::filesystem::remove_all(dump / "checkpoint" / "step-6");
+  std::filesystem::remove(dump / "metrics.jsonl");
+  auto second = run_command(command);
+  REQUIRE_MESSAGE(second.exit_code == 0, second.output);
+  CHECK(has(second.output, "resumed from checkpoint at step 3"));
+  return read_run(dump);
+}
+
 inline double relative(double a, double b) { return std::abs(a - b) / std::max(std::abs(b), 1e-12); }
 
 // Losses and grad norms per step relative to the reference, parameters in

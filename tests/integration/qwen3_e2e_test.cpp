@@ -83,14 +83,7 @@ TEST_CASE("qwen3 MoE: 6 straight steps equal 3 + resume + 3, bit for bit (expert
   auto dump = titan::test::temp_dir("qwen3_moe_resumed");
   const std::string command = "timeout 300 " + titan::test::titan_binary() + " train " + titan::test::source_dir() +
                               "/configs/qwen3_debugmodel_moe.yaml" + titan::test::common_sets(dump) + kMoE + checkpoint;
-  auto first = titan::test::run_command(command);
-  REQUIRE_MESSAGE(first.exit_code == 0, first.output);
-  std::filesystem::remove_all(dump / "checkpoint" / "step-6");  // "crashed" after its step-3 checkpoint
-  std::filesystem::remove(dump / "metrics.jsonl");
-  auto second = titan::test::run_command(command);
-  REQUIRE_MESSAGE(second.exit_code == 0, second.output);
-  CHECK(titan::test::has(second.output, "resumed from checkpoint at step 3"));
-  RunOutput resumed = titan::test::read_run(dump);
+  RunOutput resumed = titan::test::resumed_after_step_3(command, dump);
   REQUIRE(straight.losses.size() == 6);
   REQUIRE(resumed.losses.size() == 3);
   for (size_t i = 0; i < 3; ++i) CHECK_MESSAGE(resumed.losses[i] == straight.losses[i + 3], "step ", i + 4);

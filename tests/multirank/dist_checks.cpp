@@ -359,6 +359,17 @@ void check_broadcast(Comm& comm) {
 
 // all_to_all_v's test splits: 0, 1 or 2 rows, some ranks sending nothing to some.
 int64_t uneven_rows(int sender, int receiver) { return (sender + 2 * receiver) % 3; }
+// The rows rank `sender` sends to each of n ranks, and those `receiver` gets from each.
+std::vector<int64_t> uneven_sends(int sender, int n) {
+  std::vector<int64_t> rows;
+  for (int r = 0; r < n; ++r) rows.push_back(uneven_rows(sender, r));
+  return rows;
+}
+std::vector<int64_t> uneven_receives(int receiver, int n) {
+  std::vector<int64_t> rows;
+  for (int sender = 0; sender < n; ++sender) rows.push_back(uneven_rows(sender, receiver));
+  return rows;
+}
 int64_t split_total(const std::vector<int64_t>& rows) {
   int64_t total = 0;
   for (int64_t r : rows) total += r;
@@ -395,13 +406,8 @@ void check_all_to_all(Comm& comm) {
   expect_equal("all_to_all of a transposed input", comm.all_to_all(transposed_of(me)), exchanged(transposed_of, 1));
 
   // Uneven splits, some empty: rank s sends uneven_rows(s, r) rows to rank r.
-  auto send_of = [&](int sender) {
-    std::vector<int64_t> rows;
-    for (int r = 0; r < n; ++r) rows.push_back(uneven_rows(sender, r));
-    return rows;
-  };
-  std::vector<int64_t> recv;
-  for (int sender = 0; sender < n; ++sender) recv.push_back(uneven_rows(sender, me));
+  auto send_of = [&](int sender) { return uneven_sends(sender, n); };
+  const std::vector<int64_t> recv = uneven_receives(me, n);
   for (auto dtype : {at::kFloat, at::kLong}) {
     auto input_of = [&](int rank) { return rank_input(rank, {split_total(send_of(rank)), 3}, dtype, 17); };
     expect_equal("all_to_all_v " + dtype_name(dtype) + " uneven splits", comm.all_to_all_v(input_of(me), send_of(me), recv),
@@ -767,22 +773,12 @@ void check_autograd(titan::DistRuntime& runtime) {
   // the rank its input row came from: x.grad = the upstream rows every rank
   // received from me, in the order I sent them.
   {
-    auto send_of = [&](int sender) {
-      std::vector<int64_t> rows;
-      for (int r = 0; r < n; ++r) rows.push_back(uneven_rows(sender, r));
-      return rows;
-    };
-    std::vector<int64_t> recv;
-    for (int sender = 0; sender < n; ++sender) recv.push_back(uneven_rows(sender, me));
+    auto send_of = [&](int sender) { return uneven_sends(sender, n); };
+    auto recv_of = [&](int receiver) { return uneven_receives(receiver, n); };
     auto x_of = [&](int rank) { return rank_input(rank, {split_total(send_of(rank)), 3}, dtype, 24); };
     at::Tensor x = x_of(me).requires_grad_(true);
-    at::Tensor y = titan::all_to_all_v_autograd(x, comm, send_of(me), recv);
+    at::Tensor y = titan::all_to_all_v_autograd(x, comm, send_of(me), recv_of(me));
     expect_equal("all_to_all_v_autograd forward", y, uneven_exchanged(n, me, send_of, x_of));
-    auto recv_of = [&](int rank) {
-      std::vector<int64_t> rows;
-      for (int sender = 0; sender < n; ++sender) rows.push_back(uneven_rows(sender, rank));
-      return rows;
-    };
     auto g_of = [&](int rank) { return rank_input(rank, {split_total(recv_of(rank)), 3}, dtype, 41); };
     (y * g_of(me)).sum().backward();
     expect_equal("all_to_all_v_autograd backward", x.grad(), uneven_exchanged(n, me, recv_of, g_of));
