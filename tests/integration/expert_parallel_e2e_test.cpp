@@ -94,7 +94,9 @@ TEST_CASE("expert parallel: a degree that does not divide the experts or dp_shar
                 experts.output);
   auto ranks = titan::test::run_command(check + "3 --set plugins.fsdp.dp_shard=3");
   CHECK(ranks.exit_code != 0);
-  CHECK_MESSAGE(titan::test::has(ranks.output, "does not divide"), ranks.output);
+  CHECK_MESSAGE(titan::test::has(ranks.output, "expert_parallel.expert_parallel_degree = 2 does not divide "
+                                               "data_parallel_shard_degree x context_parallel_degree = 3 x 1 = 3"),
+                ranks.output);
   auto dense = titan::test::run_command(check + "2 --set model.flavor=debugmodel --set model.num_experts=0 "
                                         "--set model.top_k=0 --set model.moe_hidden_dim=0");
   CHECK(dense.exit_code != 0);

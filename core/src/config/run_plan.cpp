@@ -72,9 +72,10 @@ std::optional<PipelineRun> validate_parallelism(const RunPlan& plan, const std::
   std::vector<ApplyOrder> apply_orders;
   for (const auto& item : plan.parallelizers) apply_orders.push_back(item.parallelizer->apply_order());
   ValidateContext context{*plan.model, degrees, plan.core.training.seq_len, apply_orders};
-  check_mesh_splits(mesh_splits(plan), degrees);
   if (plan.pipeline) plan.pipeline->validate(context);
   for (const auto& [name, parallelizer] : plan.parallelizers) parallelizer->validate(context);
+  // After the plugins' own checks, whose messages name their keys.
+  check_mesh_splits(mesh_splits(plan), degrees);
   // The stages and every pp rank's action lists are planned and statically
   // checked here, once per run, so a pipeline that cannot run fails in
   // `titan config check` and before any group exists in training.
