@@ -12,6 +12,8 @@
 
 #include <atomic>
 #include <cstring>
+#include <mutex>
+#include <new>
 
 #include "titan/peak_memory.hpp"
 
@@ -24,6 +26,7 @@
 #include <ATen/native/cuda/Resize.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <cuda_runtime_api.h>
+#include <torch/csrc/cuda/memory_snapshot.h>
 #include <nccl.h>
 #endif
 
@@ -213,6 +216,38 @@ void reset_device_peak_memory(const c10::Device& device) {
   (void)device;
 }
 
+void record_cuda_memory_history(bool enabled, size_t max_entries) {
+#ifdef TITAN_WITH_CUDA
+  // As torch.cuda.memory._record_memory_history(max_entries=...): every
+  // action, with its stack (in C++, "all" adds the C++ frames to the none
+  // of Python).
+  if (enabled) {
+    torch::cuda::_record_memory_history("all", "all", "all", max_entries);
+  } else {
+    torch::cuda::_record_memory_history(std::nullopt);
+  }
+#else
+  (void)max_entries;
+  if (enabled) throw std::runtime_error("a CUDA memory history needs a CUDA build of Titan (TITAN_WITH_CUDA is off)");
+#endif
+}
+
+std::string cuda_memory_snapshot_pickle() {
+#ifdef TITAN_WITH_CUDA
+  return torch::cuda::_memory_snapshot_pickled();
+#else
+  throw std::runtime_error("a CUDA memory snapshot needs a CUDA build of Titan (TITAN_WITH_CUDA is off)");
+#endif
+}
+
+bool is_out_of_memory(const std::exception& error) {
+  if (dynamic_cast<const c10::OutOfMemoryError*>(&error) || dynamic_cast<const std::bad_alloc*>(&error)) return true;
+  // LibTorch 2.11's DefaultCPUAllocator (c10/core/impl/alloc_cpu.cpp) says
+  // "DefaultCPUAllocator: can't allocate memory: you tried to allocate N bytes".
+  const auto* c10_error = dynamic_cast<const c10::Error*>(&error);
+  return c10_error && c10_error->msg().find("DefaultCPUAllocator: can't allocate memory") != std::string::npos;
+}
+
 }  // namespace titan::compat
 
 // CpuMemoryTracker and peak_cpu_bytes_during (titan/peak_memory.hpp) live
@@ -222,13 +257,21 @@ namespace titan {
 
 class CpuMemoryTracker::Allocator : public c10::Allocator {
  public:
-  explicit Allocator(c10::Allocator* base) : base_(base) {}
+  Allocator(c10::Allocator* base, CpuAllocationListener* listener)
+      : base_(base), listener_(listener), listening_(listener != nullptr) {}
   c10::DataPtr allocate(size_t bytes) override {
-    c10::DataPtr inner = base_->allocate(bytes);
+    c10::DataPtr inner;
+    try {
+      inner = base_->allocate(bytes);
+    } catch (...) {
+      tell([&](CpuAllocationListener& listener) { listener.failed(static_cast<int64_t>(bytes)); });
+      throw;
+    }
     void* data = inner.get();
     int64_t now = live_ += static_cast<int64_t>(bytes);
     int64_t peak = peak_.load();
     while (now > peak && !peak_.compare_exchange_weak(peak, now)) {}
+    if (bytes > 0) tell([&](CpuAllocationListener& listener) { listener.allocated(data, static_cast<int64_t>(bytes)); });
     return {data, new Block{std::move(inner), bytes, this}, &Allocator::release, c10::Device(c10::kCPU)};
   }
   void copy_data(void* dest, const void* src, std::size_t count) const override { std::memcpy(dest, src, count); }
@@ -237,6 +280,12 @@ class CpuMemoryTracker::Allocator : public c10::Allocator {
   int64_t live() const { return live_; }
   // An allocation racing with this may lose its part of the old window's peak.
   int64_t take_peak() { return peak_.exchange(live_.load()); }
+  // No call reaches the listener once this returns.
+  void detach() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    listener_ = nullptr;
+    listening_ = false;
+  }
 
  private:
   struct Block {
@@ -249,17 +298,37 @@ class CpuMemoryTracker::Allocator : public c10::Allocator {
   static void release(void* context) {
     auto* block = static_cast<Block*>(context);
     block->owner->live_ -= static_cast<int64_t>(block->bytes);
+    if (block->bytes > 0) {
+      void* data = block->inner.get();
+      block->owner->tell([&](CpuAllocationListener& listener) {
+        listener.freed(data, static_cast<int64_t>(block->bytes));
+      });
+    }
     delete block;
+  }
+  // One call at a time, from any thread; none after detach().
+  template <typename Call>
+  void tell(const Call& call) const {
+    if (!listening_.load(std::memory_order_acquire)) return;
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (listener_) call(*listener_);
   }
   c10::Allocator* base_;
   mutable std::atomic<int64_t> live_{0}, peak_{0};
+  mutable std::mutex mutex_;
+  CpuAllocationListener* listener_;  // guarded by mutex_
+  std::atomic<bool> listening_;
 };
 
-CpuMemoryTracker::CpuMemoryTracker() : allocator_(new Allocator(c10::GetCPUAllocator())) {
+CpuMemoryTracker::CpuMemoryTracker(CpuAllocationListener* listener)
+    : allocator_(new Allocator(c10::GetCPUAllocator(), listener)) {
   c10::SetCPUAllocator(allocator_, /*priority=*/255);
 }
 
-CpuMemoryTracker::~CpuMemoryTracker() { c10::SetCPUAllocator(allocator_->base(), 255); }
+CpuMemoryTracker::~CpuMemoryTracker() {
+  c10::SetCPUAllocator(allocator_->base(), 255);
+  allocator_->detach();
+}
 
 int64_t CpuMemoryTracker::live() const { return allocator_->live(); }
 int64_t CpuMemoryTracker::peak() const { return allocator_->peak(); }

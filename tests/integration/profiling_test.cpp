@@ -93,7 +93,8 @@ TEST_SUITE("profiling") {
     fs::path dump = titan::test::temp_dir("profiling_refused") / "out";
     auto result = titan::test::run_command(titan::test::titan_binary() + " config check " +
                                            titan::test::source_dir() + "/configs/llama3_debugmodel.yaml" +
-                                           " --set profiling.profile_freq=3 --set profiling.profiler_warmup=3");
+                                           " --set profiling.enable_profiling=true --set profiling.profile_freq=3"
+                                           " --set profiling.profiler_warmup=3");
     CHECK(result.exit_code != 0);
     CHECK_MESSAGE(has(result.output, "profiling.profile_freq: 3 is less than profiler_warmup (3) + profiler_active (1)"),
                   result.output);

@@ -92,5 +92,19 @@ struct DeviceMemoryStats {
 DeviceMemoryStats device_memory_stats(const c10::Device& device);
 void reset_device_peak_memory(const c10::Device& device);
 
+// Memory snapshots (profiling.enable_memory_snapshot): the CUDA caching
+// allocator records each allocation and free with its C++ stack, keeping the
+// last `max_entries` (record_cuda_memory_history(false, 0) stops it); the
+// snapshot is its segments, blocks and that history, pickled as PyTorch's
+// torch.cuda.memory._snapshot() is, which pytorch.org/memory_viz reads.
+// Both throw std::runtime_error where CUDA is not compiled in.
+void record_cuda_memory_history(bool enabled, size_t max_entries);
+std::string cuda_memory_snapshot_pickle();
+
+// Whether an error is an allocator running out of memory: the CUDA caching
+// allocator's c10::OutOfMemoryError, std::bad_alloc, or LibTorch's CPU
+// allocator refusing an allocation (a plain c10::Error, known by its text).
+bool is_out_of_memory(const std::exception& error);
+
 }  // namespace compat
 }  // namespace titan

@@ -61,17 +61,24 @@ struct DebugConfig {
   bool exit_after_init = false;  // dry run: stop once the model is initialized
   int64_t crash_rank = -1;  // test hook: SIGKILL this rank ...
   int64_t crash_at_step = -1;  // ... once this step (and its checkpoint) is done
+  int64_t inject_out_of_memory_at_step = -1;  // test hook: this step's forward asks the allocator for 1 PiB
 };
 
 // TorchTitan's profiling section: every profile_freq steps, profiler_warmup
 // steps of warm-up then profiler_active recorded steps; each rank writes
 // <dump_folder>/<save_traces_folder>/iteration_<step>/rank<r>_trace.json.
+// With enable_memory_snapshot each rank also writes, every profile_freq
+// steps and when a step runs out of memory, <dump_folder>/
+// <save_memory_snapshot_folder>/iteration_<step>[_exit]/rank<r>_memory_snapshot
+// .pickle (CUDA) or .json (CPU) (docs/memory_snapshot.md).
 struct ProfilingConfig {
   bool enable_profiling = false;
   std::string save_traces_folder = "profile_traces";
   int64_t profile_freq = 10;
   int64_t profiler_warmup = 3;
   int64_t profiler_active = 1;
+  bool enable_memory_snapshot = false;
+  std::string save_memory_snapshot_folder = "memory_snapshot";
 };
 
 // TorchTitan's validation section: every `freq` steps, a no-grad pass in

@@ -19,13 +19,29 @@ struct CpuMemoryWindow {
 };
 CpuMemoryWindow cpu_memory_during(const std::function<void()>& body);
 
+// Told of each allocation and free of LibTorch's CPU allocator that a
+// CpuMemoryTracker sees, from whichever thread made it, one call at a time
+// (the tracker holds a lock around each call: keep them short and never
+// allocate LibTorch memory in them).
+class CpuAllocationListener {
+ public:
+  virtual ~CpuAllocationListener() = default;
+  virtual void allocated(const void* data, int64_t bytes) noexcept = 0;
+  virtual void freed(const void* data, int64_t bytes) noexcept = 0;
+  // The allocator refused `bytes` (out of memory); its error goes on up.
+  virtual void failed(int64_t bytes) noexcept = 0;
+};
+
 // The same count kept open: from construction to destruction it stands in
 // for LibTorch's CPU allocator (process-wide), counting the bytes allocated
 // since and still live, and their peak. take_peak() starts a new window, so
 // code outside a loop (a metrics sink) can measure each of its steps.
+// Trackers nest: one built while another stands in wraps it, and each must
+// be destroyed before the one it wraps. A listener, if given, hears of the
+// allocations made while the tracker lives and their frees until it dies.
 class CpuMemoryTracker {
  public:
-  CpuMemoryTracker();
+  explicit CpuMemoryTracker(CpuAllocationListener* listener = nullptr);
   ~CpuMemoryTracker();  // puts the allocator it replaced back
   CpuMemoryTracker(const CpuMemoryTracker&) = delete;
   CpuMemoryTracker& operator=(const CpuMemoryTracker&) = delete;

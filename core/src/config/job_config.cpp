@@ -1,12 +1,26 @@
 // Reads and validates the core sections of a run config.
 #include "titan/job_config.hpp"
 
+#include <filesystem>
+
 namespace titan {
 
 namespace {
 
 void require_positive(const ConfigNode& node, const std::string& key, int64_t value) {
   if (value <= 0) node.fail(key, "expected a positive integer, got " + std::to_string(value));
+}
+
+// A folder the run writes inside job.dump_folder: relative, and not
+// climbing out of it.
+void check_folder_under_dump(const ConfigNode& node, const std::string& key, const std::string& folder) {
+  const std::filesystem::path path(folder);
+  bool climbs = false;
+  for (const auto& part : path) climbs = climbs || part == "..";
+  if (folder.empty() || path.is_absolute() || climbs) {
+    node.fail(key, "expected a folder name inside job.dump_folder (e.g. memory_snapshot), got '" + folder +
+                       "'; to write elsewhere, set job.dump_folder");
+  }
 }
 
 }  // namespace
@@ -79,12 +93,22 @@ CoreConfig read_core_config(const ConfigNode& root) {
   p.profiler_warmup = profiling.get<int64_t>("profiler_warmup", p.profiler_warmup,
                                              "steps the profiler runs unrecorded before each trace");
   p.profiler_active = profiling.get<int64_t>("profiler_active", p.profiler_active, "steps each trace records");
+  p.enable_memory_snapshot = profiling.get<bool>(
+      "enable_memory_snapshot", p.enable_memory_snapshot,
+      "every profile_freq steps and on out-of-memory, each rank writes what fills its memory (the CUDA caching "
+      "allocator's history for pytorch.org/memory_viz, or on CPU a JSON timeline by phase and the largest live "
+      "allocations)");
+  p.save_memory_snapshot_folder = profiling.get<std::string>(
+      "save_memory_snapshot_folder", p.save_memory_snapshot_folder, "memory snapshot folder under dump_folder");
   require_positive(profiling, "profile_freq", p.profile_freq);
   require_positive(profiling, "profiler_active", p.profiler_active);
   if (p.profiler_warmup < 0) profiling.fail("profiler_warmup", "expected >= 0");
   m.save_for_all_ranks = metrics.get<bool>("save_for_all_ranks", false, "every rank writes its metrics (metrics.rank<r>.jsonl, per-rank TensorBoard folders), not only rank 0");
   if (p.save_traces_folder.empty()) profiling.fail("save_traces_folder", "expected a folder name");
-  if (p.profile_freq < p.profiler_warmup + p.profiler_active) {
+  check_folder_under_dump(profiling, "save_memory_snapshot_folder", p.save_memory_snapshot_folder);
+  // Only the profiler has a warm-up and recorded steps; memory snapshots
+  // alone take any period.
+  if (p.enable_profiling && p.profile_freq < p.profiler_warmup + p.profiler_active) {
     profiling.fail("profile_freq", std::to_string(p.profile_freq) + " is less than profiler_warmup (" +
                                        std::to_string(p.profiler_warmup) + ") + profiler_active (" +
                                        std::to_string(p.profiler_active) +
@@ -123,6 +147,9 @@ CoreConfig read_core_config(const ConfigNode& root) {
   config.debug.crash_rank = root.child("debug").get<int64_t>(
       "crash_rank", -1, "test hook: this rank kills itself with SIGKILL after debug.crash_at_step");
   config.debug.crash_at_step = root.child("debug").get<int64_t>("crash_at_step", -1, "test hook: see crash_rank");
+  config.debug.inject_out_of_memory_at_step = root.child("debug").get<int64_t>(
+      "inject_out_of_memory_at_step", -1,
+      "test hook: this step's forward asks the allocator for 1 PiB, which it refuses (a real out-of-memory error)");
   config.debug.exit_after_init = root.child("debug").get<bool>(
       "exit_after_init", false, "build, parallelize and initialize the model, log its memory, then stop (a dry run)");
   config.debug.save_final_model = root.child("debug").get<std::string>(

@@ -11,10 +11,14 @@ TestHooks::TestHooks(const DebugConfig& debug, int rank) : debug_(debug), rank_(
 
 void TestHooks::attach(CausalLM& first_stage) {
   const bool forward = test_signal_armed("forward"), backward = test_signal_armed("backward");
-  if (!forward && !backward) return;
+  const int64_t out_of_memory_at = debug_.inject_out_of_memory_at_step;
+  if (!forward && !backward && out_of_memory_at < 0) return;
   std::shared_ptr<int64_t> step = step_;
-  first_stage.add_forward_wrapper([step, forward, backward](const at::Tensor& tokens, const ForwardBody& inner) {
+  first_stage.add_forward_wrapper([step, forward, backward, out_of_memory_at](const at::Tensor& tokens,
+                                                                             const ForwardBody& inner) {
     if (forward) test_signal_point("forward", *step);
+    // 1 PiB: no allocator grants it, and none touches memory refusing it.
+    if (*step == out_of_memory_at) at::empty({int64_t{1} << 50}, tokens.options().dtype(at::kByte));
     at::Tensor out = inner(tokens);
     if (backward && out.requires_grad()) {
       out.register_hook([step](const at::Tensor& grad) {

@@ -1,8 +1,8 @@
 // TEST-ONLY fault hooks of the training loop, in one place: the fault
 // matrix's signals (TITAN_TEST_SIGNAL, titan/test_signal.hpp) at forward,
 // backward and optimizer, and the debug.* hooks (a non-finite loss at a
-// step, a rank that kills itself after a step). A run without them set
-// pays one branch per call.
+// step, a rank that kills itself after a step, a forward that runs out of
+// memory). A run without them set pays one branch per call.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -16,8 +16,9 @@ class TestHooks {
  public:
   TestHooks(const DebugConfig& debug, int rank);
 
-  // Adds the forward and backward signal points to the model that runs
-  // first (the outermost forward wrapper and a hook on its output).
+  // Adds the forward and backward signal points and the out-of-memory
+  // forward to the model that runs first (the outermost forward wrapper and
+  // a hook on its output).
   void attach(CausalLM& first_stage);
   // Called as each step begins, so the model's hooks know the step.
   void begin_step(int64_t step) { *step_ = step; }

@@ -72,11 +72,14 @@ TrainResult train(RunPlan& plan, const World& world) {
   StepRecord record;
   for (int64_t step = run.resumed_step + 1; step <= core.training.steps; ++step) {
     run.profiler->before_step(step);
-    record = run.step(step).record;
+    run.memory_snapshot->before_step(step);
+    record = run.memory_snapshot->watch("step " + std::to_string(step), step - 1, [&] { return run.step(step).record; });
     run.profiler->after_step(step);
+    run.memory_snapshot->after_step(step);
     run.metrics->record(record);
     if (run.validator && run.validator->due(step)) {
-      const ValidationResult validation = run.validator->run(*run.model);
+      const ValidationResult validation = run.memory_snapshot->watch(
+          "the validation after step " + std::to_string(step), step, [&] { return run.validator->run(*run.model); });
       run.metrics->record_validation(step, validation.loss, validation.tokens_per_sec, validation.batches);
     }
     const bool stopping = stop.requested();

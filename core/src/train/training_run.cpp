@@ -119,6 +119,8 @@ TrainingRun::TrainingRun(RunPlan& plan_, const World& world_)
   const std::string data = training.dataset_path.empty() ? training.dataset : resolve_asset(training.dataset_path);
 
   profiler = std::make_unique<StepProfiler>(core.profiling, core.job.dump_folder, world.rank, device.is_cuda());
+  // Before the model: the CPU timeline counts its parameters too.
+  memory_snapshot = std::make_unique<MemorySnapshot>(core.profiling, core.job.dump_folder, world.rank, device);
   observers = std::make_unique<ObserverScope>(
       plan, core.comm.verify_collectives && world.distributed() ? &verifier : nullptr, profiler.get());
   parallel = std::make_unique<ParallelSetup>(world, plan);

@@ -9,6 +9,7 @@
 
 #include "collective_verifier.hpp"
 #include "graphed_step.hpp"
+#include "memory_snapshot.hpp"
 #include "memory_metrics.hpp"
 #include "step_profiler.hpp"
 #include "validator.hpp"
@@ -51,6 +52,7 @@ class TrainingRun {
   std::unique_ptr<MemoryMetrics> memory;  // built first: on CPU it counts the allocations from here on
   CollectiveVerifier verifier;  // comm.verify_collectives: the first step's sequences across ranks
   std::unique_ptr<StepProfiler> profiler;  // the profiling section (also sees every collective)
+  std::unique_ptr<MemorySnapshot> memory_snapshot;  // profiling.enable_memory_snapshot, and clear OOM errors
   struct ObserverScope;
   std::unique_ptr<ObserverScope> observers;
   std::unique_ptr<ParallelSetup> parallel;
