@@ -75,7 +75,7 @@ TEST_CASE("CpuMemoryTimeline: the peak, each allocation's phase, and the largest
   CHECK(next["samples"].empty());
 }
 
-TEST_CASE("CpuMemoryTimeline: pipeline actions give their phase, a refused allocation is kept with its phase") {
+TEST_CASE("CpuMemoryTimeline: pipeline actions give their phase (not inside a validation), a refused allocation is kept") {
   titan::CpuMemoryTimeline timeline;
   timeline.set_step(7);
   {
@@ -85,8 +85,15 @@ TEST_CASE("CpuMemoryTimeline: pipeline actions give their phase, a refused alloc
     at::Tensor buffer = mebibytes(1);
     CHECK_THROWS(at::empty({int64_t{1} << 50}, at::kByte));  // 1 PiB: refused
   }
+  {
+    titan::ProfileRange validation("validation");
+    titan::ProfileRange action("pipeline 0F0");  // a pipelined validation's forward is the validation's
+    at::Tensor activations = mebibytes(3);
+  }
   const json window = json::parse(timeline.take_window("out_of_memory", 0));
   CHECK(window["phases"]["backward"]["allocated_bytes"] == 2 * kMiB);
+  CHECK(window["phases"]["validation"]["allocated_bytes"] == 3 * kMiB);
+  CHECK(window["phases"]["forward"]["allocated_bytes"] == 0);
   CHECK(window["failed_allocation"]["bytes"] == int64_t{1} << 50);
   CHECK(window["failed_allocation"]["phase"] == "backward");
   CHECK(window["failed_allocation"]["step"] == 7);

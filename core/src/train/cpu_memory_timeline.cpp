@@ -51,7 +51,8 @@ struct PhaseContext : at::ObserverContext {
 std::unique_ptr<at::ObserverContext> range_started(const at::RecordFunction& range) {
   if (at::RecordFunction::currentThreadId() != phase_thread.load(std::memory_order_relaxed)) return nullptr;
   const std::optional<MemoryPhase> phase = phase_of_range(range.name());
-  if (!phase) return nullptr;
+  // A pipelined validation runs forward actions: still the validation's.
+  if (!phase || current_phase.load() == MemoryPhase::validation) return nullptr;
   return std::make_unique<PhaseContext>(current_phase.exchange(*phase));
 }
 
