@@ -222,6 +222,9 @@ void record_cuda_memory_history(bool enabled, size_t max_entries) {
   // action, with its stack (in C++, "all" adds the C++ frames to the none
   // of Python).
   if (enabled) {
+    // The allocator's per-device parts exist once CUDA is initialized; the
+    // history is switched on in those that exist.
+    at::globalContext().lazyInitDevice(c10::DeviceType::CUDA);
     torch::cuda::_record_memory_history("all", "all", "all", max_entries);
   } else {
     torch::cuda::_record_memory_history(std::nullopt);
