@@ -14,6 +14,8 @@
 #include <cstring>
 #include <mutex>
 #include <new>
+#include <unordered_map>
+#include <vector>
 
 #include "titan/peak_memory.hpp"
 
@@ -275,8 +277,17 @@ class CpuMemoryTracker::Allocator : public c10::Allocator {
     int64_t peak = peak_.load();
     while (now > peak && !peak_.compare_exchange_weak(peak, now)) {}
     if (bytes > 0) tell([&](CpuAllocationListener& listener) { listener.allocated(data, static_cast<int64_t>(bytes)); });
-    return {data, new Block{std::move(inner), bytes, this}, &Allocator::release, c10::Device(c10::kCPU)};
+    // The context is the data pointer itself, as LibTorch's own allocator
+    // gives it: raw_allocate() (oneDNN, bf16 kernels) asserts exactly that.
+    // The block is found again by its address.
+    if (data == nullptr) return {nullptr, nullptr, &Allocator::release, c10::Device(c10::kCPU)};
+    {
+      std::lock_guard<std::mutex> lock(blocks_mutex());
+      blocks()[data].push_back(Block{std::move(inner), bytes, this});
+    }
+    return {data, data, &Allocator::release, c10::Device(c10::kCPU)};
   }
+  c10::DeleterFnPtr raw_deleter() const override { return &Allocator::release; }
   void copy_data(void* dest, const void* src, std::size_t count) const override { std::memcpy(dest, src, count); }
   c10::Allocator* base() const { return base_; }
   int64_t peak() const { return peak_; }
@@ -296,19 +307,38 @@ class CpuMemoryTracker::Allocator : public c10::Allocator {
     size_t bytes;
     const Allocator* owner;
   };
+  // Every tracker's live blocks by address. Trackers nest: an inner one's
+  // block holds the outer one's DataPtr for the same address, so the blocks
+  // of an address form a stack, the innermost last. Never destroyed: blocks
+  // may be freed at exit.
+  static std::unordered_map<const void*, std::vector<Block>>& blocks() {
+    static auto* map = new std::unordered_map<const void*, std::vector<Block>>();
+    return *map;
+  }
+  static std::mutex& blocks_mutex() {
+    static auto* mutex = new std::mutex();
+    return *mutex;
+  }
   // Blocks may outlive the tracker (a tensor kept after it): the allocator
   // then must outlive them too, so allocators are never destroyed.
-  static void release(void* context) {
-    auto* block = static_cast<Block*>(context);
-    block->owner->live_ -= static_cast<int64_t>(block->bytes);
-    if (block->bytes > 0) {
-      void* data = block->inner.get();
-      block->owner->tell([&](CpuAllocationListener& listener) {
-        listener.freed(data, static_cast<int64_t>(block->bytes));
+  static void release(void* data) {
+    if (data == nullptr) return;
+    Block block{};
+    {
+      std::lock_guard<std::mutex> lock(blocks_mutex());
+      auto found = blocks().find(data);
+      if (found == blocks().end()) return;  // not ours: cannot happen, and never double-freed
+      block = std::move(found->second.back());
+      found->second.pop_back();
+      if (found->second.empty()) blocks().erase(found);
+    }
+    block.owner->live_ -= static_cast<int64_t>(block.bytes);
+    if (block.bytes > 0) {
+      block.owner->tell([&](CpuAllocationListener& listener) {
+        listener.freed(data, static_cast<int64_t>(block.bytes));
       });
     }
-    delete block;
-  }
+  }  // block.inner frees the memory (or the outer tracker's block) here, outside the lock
   // One call at a time, from any thread; none after detach().
   template <typename Call>
   void tell(const Call& call) const {

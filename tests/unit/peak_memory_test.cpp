@@ -3,6 +3,8 @@
 // another (take_peak), counting only what was allocated while it stood in.
 #include "doctest_torch.hpp"
 
+#include <c10/core/CPUAllocator.h>
+
 #include "titan/peak_memory.hpp"
 
 TEST_CASE("cpu_memory_during: the peak of live bytes in its body and what the body left alive") {
@@ -33,4 +35,30 @@ TEST_CASE("CpuMemoryTracker: take_peak ends one window and starts the next from 
   CHECK(tracker.take_peak() == (3 << 20));
   kept = at::Tensor();
   CHECK(tracker.live() == 0);
+}
+
+TEST_CASE("CpuMemoryTracker: a block's context is its data (raw_allocate works under it), and nested trackers each "
+          "count it once") {
+  titan::CpuMemoryTracker outer;
+  {
+    titan::CpuMemoryTracker inner;
+    // LibTorch's raw_allocate asserts data == context (oneDNN and the bf16
+    // kernels allocate this way); raw_deallocate frees through raw_deleter.
+    c10::Allocator* allocator = c10::GetCPUAllocator();
+    void* raw = allocator->raw_allocate(1 << 20);
+    REQUIRE(raw != nullptr);
+    CHECK(inner.live() == (1 << 20));
+    CHECK(outer.live() == (1 << 20));
+    allocator->raw_deallocate(raw);
+    CHECK(inner.live() == 0);
+    CHECK(outer.live() == 0);
+    at::Tensor both = at::empty({1 << 18}, at::kFloat);  // 1 MiB through both trackers
+    CHECK(inner.live() == (1 << 20));
+    CHECK(outer.live() == (1 << 20));
+    both.fill_(1.0f);
+  }
+  at::Tensor outer_only = at::empty({1 << 18}, at::kFloat);
+  CHECK(outer.live() == (1 << 20));
+  outer_only = at::Tensor();
+  CHECK(outer.live() == 0);
 }

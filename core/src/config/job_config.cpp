@@ -82,6 +82,7 @@ CoreConfig read_core_config(const ConfigNode& root) {
                               "ETA; off: neither");
   m.peak_flops = metrics.get<double>("peak_flops", 0.0, "peak FLOP/s per device for MFU; 0 = the GPU's datasheet peak (H100, H200, A100, B200) for training.mixed_precision_param, or measured on CPU");
   if (m.peak_flops < 0) metrics.fail("peak_flops", "expected >= 0");
+  m.save_for_all_ranks = metrics.get<bool>("save_for_all_ranks", false, "every rank writes its metrics (metrics.rank<r>.jsonl, per-rank TensorBoard folders), not only rank 0");
 
   ConfigNode profiling = root.child("profiling");
   auto& p = config.profiling;
@@ -103,7 +104,6 @@ CoreConfig read_core_config(const ConfigNode& root) {
   require_positive(profiling, "profile_freq", p.profile_freq);
   require_positive(profiling, "profiler_active", p.profiler_active);
   if (p.profiler_warmup < 0) profiling.fail("profiler_warmup", "expected >= 0");
-  m.save_for_all_ranks = metrics.get<bool>("save_for_all_ranks", false, "every rank writes its metrics (metrics.rank<r>.jsonl, per-rank TensorBoard folders), not only rank 0");
   if (p.save_traces_folder.empty()) profiling.fail("save_traces_folder", "expected a folder name");
   check_folder_under_dump(profiling, "save_memory_snapshot_folder", p.save_memory_snapshot_folder);
   // Only the profiler has a warm-up and recorded steps; memory snapshots
