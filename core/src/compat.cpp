@@ -6,6 +6,7 @@
 
 #include <ATen/native/Resize.h>
 #include <c10/core/CPUAllocator.h>
+#include <c10/core/alignment.h>
 #include <torch/csrc/autograd/function_hook.h>
 #include <torch/csrc/autograd/variable.h>
 #include <torch/torch.h>
@@ -14,8 +15,6 @@
 #include <cstring>
 #include <mutex>
 #include <new>
-#include <unordered_map>
-#include <vector>
 
 #include "titan/peak_memory.hpp"
 
@@ -267,24 +266,23 @@ class CpuMemoryTracker::Allocator : public c10::Allocator {
   c10::DataPtr allocate(size_t bytes) override {
     c10::DataPtr inner;
     try {
-      inner = base_->allocate(bytes);
+      inner = base_->allocate(bytes + kHeaderBytes);
     } catch (...) {
       tell([&](CpuAllocationListener& listener) { listener.failed(static_cast<int64_t>(bytes)); });
       throw;
     }
-    void* data = inner.get();
+    // The caller's bytes start one alignment unit in; the unit before them
+    // holds the base allocator's DataPtr and the size. So the context is the
+    // data pointer itself, as LibTorch's own allocator gives it
+    // (raw_allocate(), used by oneDNN and the bf16 kernels, asserts it), and
+    // a free finds its block without a lookup or a lock.
+    auto* header = static_cast<Header*>(inner.get());
+    void* data = static_cast<char*>(inner.get()) + kHeaderBytes;
+    new (header) Header{std::move(inner), bytes, this};
     int64_t now = live_ += static_cast<int64_t>(bytes);
     int64_t peak = peak_.load();
     while (now > peak && !peak_.compare_exchange_weak(peak, now)) {}
     if (bytes > 0) tell([&](CpuAllocationListener& listener) { listener.allocated(data, static_cast<int64_t>(bytes)); });
-    // The context is the data pointer itself, as LibTorch's own allocator
-    // gives it: raw_allocate() (oneDNN, bf16 kernels) asserts exactly that.
-    // The block is found again by its address.
-    if (data == nullptr) return {nullptr, nullptr, &Allocator::release, c10::Device(c10::kCPU)};
-    {
-      std::lock_guard<std::mutex> lock(blocks_mutex());
-      blocks()[data].push_back(Block{std::move(inner), bytes, this});
-    }
     return {data, data, &Allocator::release, c10::Device(c10::kCPU)};
   }
   c10::DeleterFnPtr raw_deleter() const override { return &Allocator::release; }
@@ -302,43 +300,26 @@ class CpuMemoryTracker::Allocator : public c10::Allocator {
   }
 
  private:
-  struct Block {
-    c10::DataPtr inner;
+  struct Header {
+    c10::DataPtr inner;  // the base allocator's block, this header at its start
     size_t bytes;
     const Allocator* owner;
   };
-  // Every tracker's live blocks by address. Trackers nest: an inner one's
-  // block holds the outer one's DataPtr for the same address, so the blocks
-  // of an address form a stack, the innermost last. Never destroyed: blocks
-  // may be freed at exit.
-  static std::unordered_map<const void*, std::vector<Block>>& blocks() {
-    static auto* map = new std::unordered_map<const void*, std::vector<Block>>();
-    return *map;
-  }
-  static std::mutex& blocks_mutex() {
-    static auto* mutex = new std::mutex();
-    return *mutex;
-  }
+  // One alignment unit keeps the caller's bytes aligned as LibTorch's own.
+  static constexpr size_t kHeaderBytes = c10::gAlignment;
+  static_assert(sizeof(Header) <= kHeaderBytes, "the header must fit in one alignment unit");
   // Blocks may outlive the tracker (a tensor kept after it): the allocator
   // then must outlive them too, so allocators are never destroyed.
   static void release(void* data) {
     if (data == nullptr) return;
-    Block block{};
-    {
-      std::lock_guard<std::mutex> lock(blocks_mutex());
-      auto found = blocks().find(data);
-      if (found == blocks().end()) return;  // not ours: cannot happen, and never double-freed
-      block = std::move(found->second.back());
-      found->second.pop_back();
-      if (found->second.empty()) blocks().erase(found);
-    }
-    block.owner->live_ -= static_cast<int64_t>(block.bytes);
-    if (block.bytes > 0) {
-      block.owner->tell([&](CpuAllocationListener& listener) {
-        listener.freed(data, static_cast<int64_t>(block.bytes));
-      });
-    }
-  }  // block.inner frees the memory (or the outer tracker's block) here, outside the lock
+    auto* header = reinterpret_cast<Header*>(static_cast<char*>(data) - kHeaderBytes);
+    c10::DataPtr inner = std::move(header->inner);
+    const size_t bytes = header->bytes;
+    const Allocator* owner = header->owner;
+    header->~Header();
+    owner->live_ -= static_cast<int64_t>(bytes);
+    if (bytes > 0) owner->tell([&](CpuAllocationListener& listener) { listener.freed(data, static_cast<int64_t>(bytes)); });
+  }  // `inner` frees the block (or hands it back to an outer tracker) here
   // One call at a time, from any thread; none after detach().
   template <typename Call>
   void tell(const Call& call) const {
