@@ -13,12 +13,9 @@
 #include <cstdio>
 #include <filesystem>
 
-#include "bench_timing.hpp"
-#include "titan/config.hpp"
+#include "bench_training.hpp"
 #include "titan/logging.hpp"
 #include "titan/registry.hpp"
-#include "titan/run_plan.hpp"
-#include "titan/trainer.hpp"
 
 namespace {
 
@@ -36,31 +33,11 @@ std::string run_yaml(int steps, int threads, const std::string& dump, bool recor
          "plugins: [{name: fsdp}" + std::string(recorder ? ", {name: flight_recorder}" : "") + "]\n";
 }
 
-// Counts collectives (added next to the plugins' observers).
-class Counter : public titan::CommObserver {
- public:
-  explicit Counter(std::atomic<int64_t>& count) : count_(count) {}
-  void on_enqueue(const titan::CollectiveEvent&) override { ++count_; }
-  void on_complete(const titan::CollectiveEvent&, bool) override {}
+std::filesystem::path dump_folder() { return std::filesystem::temp_directory_path() / "titan_bench_flight_recorder"; }
 
- private:
-  std::atomic<int64_t>& count_;
-};
-
-double train_seconds(int steps, int threads, bool recorder, std::atomic<int64_t>* count = nullptr) {
-  auto dump = std::filesystem::temp_directory_path() / "titan_bench_flight_recorder";
-  std::filesystem::remove_all(dump);
-  auto config = titan::ConfigNode::parse(run_yaml(steps, threads, dump.string(), recorder), "bench.yaml");
-  auto plan = titan::plan_run(config);
-  if (count) plan.comm_observers.push_back(std::make_unique<Counter>(*count));
-  auto start = std::chrono::steady_clock::now();
-  titan::train(plan);
-  return seconds_since(start);
-}
-
-// Per step: the difference of two run lengths cancels build, init and data start-up.
 double seconds_per_step(int steps, int warmup, int threads, bool recorder) {
-  return (train_seconds(warmup + steps, threads, recorder) - train_seconds(warmup, threads, recorder)) / steps;
+  auto yaml_for = [&](int n) { return run_yaml(n, threads, dump_folder().string(), recorder); };
+  return titan::bench::seconds_per_step(yaml_for, dump_folder(), steps, warmup);
 }
 
 // The recorder's observer calls for one collective (enqueue, start, complete),
@@ -68,7 +45,7 @@ double seconds_per_step(int steps, int warmup, int threads, bool recorder) {
 double recorder_seconds_per_collective(int iterations) {
   titan::PluginContext context;
   context.options = titan::ConfigNode::parse("name: flight_recorder\n", "bench.yaml");
-  context.dump_folder = (std::filesystem::temp_directory_path() / "titan_bench_flight_recorder").string();
+  context.dump_folder = dump_folder().string();
   auto recorder = titan::PluginRegistry::instance().create_comm_observer("flight_recorder", context);
   titan::CollectiveEvent event;
   event.op = "all_gather";
@@ -100,7 +77,7 @@ int main(int argc, char** argv) {
 
   double per_collective = recorder_seconds_per_collective(200000);
   std::atomic<int64_t> collectives{0};
-  train_seconds(3, threads, false, &collectives);
+  titan::bench::train_seconds(run_yaml(3, threads, dump_folder().string(), false), dump_folder(), &collectives);
   const double per_step_collectives = collectives.load() / 3.0;  // includes setup: an overestimate
 
   // Alternate the two so that drift in machine load hits both alike.

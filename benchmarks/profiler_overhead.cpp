@@ -14,13 +14,9 @@
 #include <filesystem>
 #include <thread>
 
-#include "bench_timing.hpp"
-#include "titan/comm_observer.hpp"
-#include "titan/config.hpp"
+#include "bench_training.hpp"
 #include "titan/logging.hpp"
 #include "titan/profile_range.hpp"
-#include "titan/run_plan.hpp"
-#include "titan/trainer.hpp"
 
 namespace {
 
@@ -49,31 +45,11 @@ std::string run_yaml(int steps, int threads, const std::string& dump, Profiling 
          "plugins: [{name: fsdp}]\n" + section;
 }
 
-// Counts collectives (added next to the run's own observers).
-class Counter : public titan::CommObserver {
- public:
-  explicit Counter(std::atomic<int64_t>& count) : count_(count) {}
-  void on_enqueue(const titan::CollectiveEvent&) override { ++count_; }
-  void on_complete(const titan::CollectiveEvent&, bool) override {}
+std::filesystem::path dump_folder() { return std::filesystem::temp_directory_path() / "titan_bench_profiler"; }
 
- private:
-  std::atomic<int64_t>& count_;
-};
-
-double train_seconds(int steps, int threads, Profiling profiling, std::atomic<int64_t>* count = nullptr) {
-  auto dump = std::filesystem::temp_directory_path() / "titan_bench_profiler";
-  std::filesystem::remove_all(dump);
-  auto config = titan::ConfigNode::parse(run_yaml(steps, threads, dump.string(), profiling), "bench.yaml");
-  auto plan = titan::plan_run(config);
-  if (count) plan.comm_observers.push_back(std::make_unique<Counter>(*count));
-  auto start = std::chrono::steady_clock::now();
-  titan::train(plan);
-  return seconds_since(start);
-}
-
-// Per step: the difference of two run lengths cancels build, init and data start-up.
 double seconds_per_step(int steps, int warmup, int threads, Profiling profiling) {
-  return (train_seconds(warmup + steps, threads, profiling) - train_seconds(warmup, threads, profiling)) / steps;
+  auto yaml_for = [&](int n) { return run_yaml(n, threads, dump_folder().string(), profiling); };
+  return titan::bench::seconds_per_step(yaml_for, dump_folder(), steps, warmup);
 }
 
 // One ProfileRange opened and closed with no profiler running.
@@ -95,7 +71,8 @@ int main(int argc, char** argv) {
 
   const double per_range = seconds_per_range(1000000);
   std::atomic<int64_t> collectives{0};
-  train_seconds(3, threads, Profiling::off, &collectives);
+  titan::bench::train_seconds(run_yaml(3, threads, dump_folder().string(), Profiling::off), dump_folder(),
+                              &collectives);
   // Each collective opens a range; a step adds forward_backward, forward,
   // backward and optimizer. Setup's collectives count too: an overestimate.
   const double ranges_per_step = collectives.load() / 3.0 + 4;
