@@ -23,6 +23,10 @@ FsdpOptions read_fsdp_options(const ConfigNode& node) {
       "free gathered parameters after each block's forward (default = always, but never when "
       "pipeline_parallel_degree > 1, as TorchTitan: each microbatch's forward would gather them again; "
       "never keeps them until backward, trading memory for one all-gather; true/false = always/never)");
+  options.prefetch = node.get<bool>("prefetch", options.prefetch,
+                                     "start the next block's all-gather while this block computes (forward and "
+                                     "backward), as FSDP2's implicit prefetch; false gathers each block only when it "
+                                     "runs (for measuring overlap: titan_bench_slow_link)");
   return options;
 }
 

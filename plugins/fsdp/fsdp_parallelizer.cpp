@@ -229,12 +229,13 @@ void FsdpParallelizer::parallelize(CausalLM& model, const ParallelizeContext& co
   }
   if (!root_params.empty()) state->root = unit_set("root", root_params);
 
-  model.add_block_wrapper([state](int64_t index, const at::Tensor& hidden, const BlockBody& inner) {
+  const bool prefetch = options_.prefetch;
+  model.add_block_wrapper([state, prefetch](int64_t index, const at::Tensor& hidden, const BlockBody& inner) {
     const size_t i = static_cast<size_t>(index);
     UnitSet& unit = *state->blocks.at(i);
     unit.unshard();
     // The next block's all-gather overlaps this block's forward.
-    if (i + 1 < state->blocks.size()) state->blocks[i + 1]->prefetch();
+    if (prefetch && i + 1 < state->blocks.size()) state->blocks[i + 1]->prefetch();
     if (!at::GradMode::is_enabled()) {
       at::Tensor out = inner(hidden);
       unit.reshard();
@@ -242,7 +243,7 @@ void FsdpParallelizer::parallelize(CausalLM& model, const ParallelizeContext& co
     }
     at::Tensor out = inner(PostBackward::apply(hidden, handle(unit)));
     if (state->reshard_after_forward) unit.free_unsharded();
-    int64_t previous = i > 0 ? handle(*state->blocks[i - 1]) : 0;
+    int64_t previous = prefetch && i > 0 ? handle(*state->blocks[i - 1]) : 0;
     return PreBackward::apply(out, handle(unit), previous);
   });
   model.add_forward_wrapper([state](const at::Tensor& tokens, const ForwardBody& inner) {
@@ -257,11 +258,11 @@ void FsdpParallelizer::parallelize(CausalLM& model, const ParallelizeContext& co
       reshard != ReshardAfterForward::pipeline_aware ? ""
       : pipelined                                    ? " (default: never under pipeline parallelism)"
                                                      : " (default)";
-  spdlog::info("fsdp: {} blocks + root sharded over {}={}{}, params {} / reduce {}, reshard after forward: {}{}",
+  spdlog::info("fsdp: {} blocks + root sharded over {}={}{}, params {} / reduce {}, reshard after forward: {}{}, prefetch: {}",
                state->blocks.size(), shard_dim, ranks,
                groups.replicate ? " x dp_replicate=" + std::to_string(groups.replicate->size()) : std::string(),
                c10::toString(context.param_dtype), c10::toString(context.reduce_dtype),
-               state->reshard_after_forward ? "yes" : "no", reshard_why);
+               state->reshard_after_forward ? "yes" : "no", reshard_why, prefetch ? "yes" : "no");
   for (const auto& [dim, presummed] : presummed_over) {
     if (dim != shard_dim) {
       spdlog::info("fsdp: parameters sharded over a mesh split are sharded over {}={} (gradients divided by {} more)",

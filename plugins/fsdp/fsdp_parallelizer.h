@@ -20,6 +20,10 @@ struct FsdpOptions {
   int64_t dp_shard = -1;       // -1: the rest of the world
   int64_t dp_replicate = 1;    // > 1: HSDP
   ReshardAfterForward reshard_after_forward = ReshardAfterForward::pipeline_aware;
+  // Start the next block's all-gather while this block computes (forward:
+  // the block after, backward: the block before); false gathers each block
+  // only when it runs, so no communication overlaps compute.
+  bool prefetch = true;
 };
 
 // The `fsdp:` options, read and checked (fsdp_options.cpp).
