@@ -140,21 +140,24 @@ bool wait_for_files(const std::vector<fs::path>& files, double seconds) {
 TEST_SUITE("launch") {
   TEST_CASE("launch: each rank gets the torchrun environment and its output a rank prefix") {
     // An outer torchrun's agent-store flag must not reach the ranks: rank 0
-    // hosts the store itself.
-    auto result = run_command(
-        "TORCHELASTIC_USE_AGENT_STORE=True " +
-        launch("--nproc-per-node 2 --nnodes 2 --node-rank 1 --master-addr 10.1.2.3 --master-port 29555 "
-               "--max-restarts 3",
-               "echo \"RANK=$RANK WORLD_SIZE=$WORLD_SIZE LOCAL_RANK=$LOCAL_RANK LOCAL_WORLD_SIZE=$LOCAL_WORLD_SIZE "
-               "GROUP_RANK=$GROUP_RANK MASTER=$MASTER_ADDR:$MASTER_PORT "
-               "RESTARTS=$TITAN_RESTART_COUNT/$TORCHELASTIC_RESTART_COUNT/$TORCHELASTIC_MAX_RESTARTS "
-               "AGENT_STORE=${TORCHELASTIC_USE_AGENT_STORE-unset}\""));
+    // hosts the store itself. Node 1's launcher needs node 0's (they meet
+    // in its rendezvous store on --master-port + 1), so both run here.
+    auto node = [](int rank) {
+      return "TORCHELASTIC_USE_AGENT_STORE=True timeout 120 " +
+             launch("--nproc-per-node 2 --nnodes 2 --node-rank " + std::to_string(rank) +
+                        " --master-addr 127.0.0.1 --master-port 29555 --max-restarts 3 --rdzv-timeout-s 60",
+                    "echo \"RANK=$RANK WORLD_SIZE=$WORLD_SIZE LOCAL_RANK=$LOCAL_RANK LOCAL_WORLD_SIZE=$LOCAL_WORLD_SIZE "
+                    "GROUP_RANK=$GROUP_RANK MASTER=$MASTER_ADDR:$MASTER_PORT "
+                    "RESTARTS=$TITAN_RESTART_COUNT/$TORCHELASTIC_RESTART_COUNT/$TORCHELASTIC_MAX_RESTARTS "
+                    "AGENT_STORE=${TORCHELASTIC_USE_AGENT_STORE-unset}\"");
+    };
+    auto result = run_command(node(0) + " & " + node(1) + "; code=$?; wait $! && exit $code");
     CHECK_MESSAGE(result.exit_code == 0, result.output);
     for (int local_rank : {0, 1}) {
       std::string rank = std::to_string(2 + local_rank);
       std::string expected = "[rank " + rank + "] RANK=" + rank + " WORLD_SIZE=4 LOCAL_RANK=" +
                              std::to_string(local_rank) +
-                             " LOCAL_WORLD_SIZE=2 GROUP_RANK=1 MASTER=10.1.2.3:29555 RESTARTS=0/0/3 "
+                             " LOCAL_WORLD_SIZE=2 GROUP_RANK=1 MASTER=127.0.0.1:29555 RESTARTS=0/0/3 "
                              "AGENT_STORE=unset\n";
       CHECK_MESSAGE(contains(result.output, expected), expected, "not in:\n", result.output);
     }
@@ -323,6 +326,9 @@ TEST_SUITE("launch") {
     expect_usage_error("--nproc-per-node 2 --bogus 1 -- true", "unknown option '--bogus'");
     expect_usage_error("--nproc-per-node 2 --nnodes 2 --node-rank 2 -- true", "--node-rank 2 must be below --nnodes 2");
     expect_usage_error("--nproc-per-node 2 --max-restarts", "--max-restarts needs a value");
+    expect_usage_error("--nproc-per-node 1 --nnodes 2 --master-port 29600 --rdzv-port 29600 -- true",
+                       "--rdzv-port must differ from --master-port");
+    expect_usage_error("--nproc-per-node 1 --rdzv-timeout-s 0 -- true", "--rdzv-timeout-s: expected a number of seconds > 0");
   }
 
   TEST_CASE("launch: --help shows the torchrun equivalent and exits 0 but after PROGRAM it goes to the program") {

@@ -175,9 +175,13 @@ TEST_CASE("multihost: a store or a peer that cannot be reached ends the job with
     return "exec bash -c " + NetnsHosts::quoted("TIMEFORMAT='TIMES cpu %U %S wall %R'; time " + line);
   };
   // Host 2 joins a job whose store would be at 10.231.0.9, where no host is.
+  // The ranks run without titan launch, so that each one's own timeout is
+  // seen (under the launchers, host 0's failure would stop host 1's rank).
   std::string lost = "RANK=1 WORLD_SIZE=2 MASTER_ADDR=10.231.0.9 MASTER_PORT=29500 " + command;
-  auto results = hosts.run_all({timed(on_node(hosts, 0, 1, command, 2)),
-                                timed("GLOO_SOCKET_IFNAME=x0 " + on_node(hosts, 1, 1, command, 2)), timed(lost)},
+  auto rank = [&](int r) {
+    return "RANK=" + std::to_string(r) + " WORLD_SIZE=2 MASTER_ADDR=" + hosts.address(0) + " MASTER_PORT=29500 " + command;
+  };
+  auto results = hosts.run_all({timed(rank(0)), timed("GLOO_SOCKET_IFNAME=x0 " + rank(1)), timed(lost)},
                                120, titan::test::temp_dir("multihost_unreachable_logs"));
   struct Expected {
     const char* who;
@@ -206,5 +210,107 @@ TEST_CASE("multihost: a store or a peer that cannot be reached ends the job with
     // Waiting must sleep: a retry loop at full speed would burn the whole
     // wait in CPU time (start-up alone costs about a second).
     CHECK(user + system < 0.5 * wall + 1.0);
+  }
+}
+
+// Whole-job restarts across hosts: the launchers meet in node 0's
+// launcher's store (--rdzv-port), so a failure on one host stops and
+// restarts every host's ranks together, and a host that does not come back
+// ends the job on the others, named.
+namespace {
+
+std::string restartable(const NetnsHosts& hosts, int node, const std::string& command, const std::string& options) {
+  return titan_binary() + " launch --nnodes " + std::to_string(hosts.size()) + " --node-rank " + std::to_string(node) +
+         " --nproc-per-node 1 --master-addr " + hosts.address(0) +
+         " --master-port 29500 --grace-period-s 2 --monitor-interval-ms 100 " + options + " -- " + command;
+}
+
+// Round 0 only: the command with `extra` appended (a fault), later rounds
+// without it.
+std::string in_round_0(const std::string& extra, const std::string& command) {
+  return "sh -c 'if [ \"$TITAN_RESTART_COUNT\" = 0 ]; then exec \"$0\" \"$@\" " + extra +
+         "; else exec \"$0\" \"$@\"; fi' " + command;
+}
+
+const char* kRestartCheckpoints =
+    " --set checkpoint.enable=true --set checkpoint.interval=2 --set checkpoint.keep_latest_k=0"
+    " --set comm.train_timeout_seconds=10";
+
+}  // namespace
+
+TEST_CASE("multihost: a rank killed on host 1 restarts both hosts' ranks together, which resume on the "
+          "uninterrupted curve bit for bit") {
+  NetnsHosts hosts(2, "restart");
+  REQUIRE_HOSTS(hosts);
+  auto job = [](const fs::path& dump) { return train(dump, 6, 2, "{name: fsdp}", kRestartCheckpoints); };
+  fs::path straight = titan::test::temp_dir("multihost_restart_straight");
+  auto reference = hosts.run_all({restartable(hosts, 0, job(straight), "--max-restarts 1"),
+                                  restartable(hosts, 1, job(straight), "--max-restarts 1")},
+                                 120, titan::test::temp_dir("multihost_restart_straight_logs"));
+  REQUIRE_MESSAGE(reference[0].exit_code == 0, reference[0].output, reference[1].output);
+  REQUIRE_MESSAGE(reference[1].exit_code == 0, reference[1].output);
+  // Host 1's rank SIGKILLs itself after step 3 in round 0.
+  fs::path dump = titan::test::temp_dir("multihost_restart");
+  std::string crash = "--set debug.crash_rank=1 --set debug.crash_at_step=3";
+  auto results = hosts.run_all({restartable(hosts, 0, in_round_0(crash, job(dump)), "--max-restarts 1"),
+                                restartable(hosts, 1, in_round_0(crash, job(dump)), "--max-restarts 1")},
+                               120, titan::test::temp_dir("multihost_restart_logs"));
+  INFO("host 0:\n", results[0].output, "\nhost 1:\n", results[1].output);
+  REQUIRE(results[0].exit_code == 0);
+  REQUIRE(results[1].exit_code == 0);
+  // Host 1's rank dies first; host 0's rank fails on the lost connection
+  // at about the same time, so either launcher may announce round 0's
+  // failure first, and the other learns it from the store or its own rank.
+  CHECK(has(results[1].output, "rank 1 (pid"));
+  CHECK(has(results[1].output, "was killed by signal 9 (SIGKILL)"));
+  CHECK((has(results[0].output, "told the other nodes that round 0 failed") ||
+         has(results[0].output, "round 0 failed on node 1 (10.231.0.2)")));
+  for (const auto& result : results) {
+    CHECK(has(result.output, "joining round 1 with the other 1 node"));
+    CHECK(has(result.output, "restarting all 1 rank of this node (attempt 1 of 1)"));
+  }
+  CHECK(has(results[0].output, "resumed from checkpoint at step 2"));
+  auto expected = losses_of(straight);
+  auto losses = losses_of(dump);  // the restart's lines win
+  REQUIRE(losses.size() == 6);
+  for (const auto& [step, loss] : losses) CHECK_MESSAGE(loss == expected.at(step), "step ", step);  // exact
+}
+
+TEST_CASE("multihost: a host whose launcher dies mid-run ends the job on the other host within the rendezvous "
+          "timeout, naming it; so do exhausted restarts") {
+  NetnsHosts hosts(2, "lost");
+  REQUIRE_HOSTS(hosts);
+  const double rdzv_timeout_s = 4;
+  std::string options = "--max-restarts 1 --rdzv-timeout-s " + std::to_string(rdzv_timeout_s);
+  fs::path dump = titan::test::temp_dir("multihost_lost");
+  std::string command = train(dump, 6, 2, "{name: fsdp}", kRestartCheckpoints);
+  // Host 1: its rank kills itself after step 2 and the shell around it
+  // SIGKILLs host 1's launcher before it can reap the rank: the host is
+  // gone without a word. Host 0's rank loses its peer, host 0's launcher
+  // announces round 0 failed and waits in round 1 for a node that never
+  // comes.
+  std::string lost = "sh -c '\"$0\" \"$@\" --set debug.crash_rank=1 --set debug.crash_at_step=2; kill -9 $PPID' " + command;
+  auto started = std::chrono::steady_clock::now();
+  auto results = hosts.run_all({restartable(hosts, 0, command, options), restartable(hosts, 1, lost, options)},
+                               120, titan::test::temp_dir("multihost_lost_logs"));
+  double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  INFO("host 0:\n", results[0].output, "\nhost 1:\n", results[1].output);
+  CHECK(results[1].exit_code == 137);  // SIGKILLed, as intended
+  CHECK(results[0].exit_code == 1);
+  CHECK(has(results[0].output, "node 1 (10.231.0.2) did not join round 1 of the job within --rdzv-timeout-s (4 s)"));
+  MESSAGE("host 0 ended " << elapsed << " s after the start");
+  CHECK(elapsed < 25);  // start-up, 2 steps, the peer's failure, the 4 s wait
+
+  // Both hosts' ranks fail in round 0 and round 1 (--max-restarts 1): both
+  // launchers restart once, then end, naming the last failure.
+  fs::path always = titan::test::temp_dir("multihost_exhausted");
+  std::string failing = train(always, 6, 2, "{name: fsdp}", " --set debug.crash_rank=1 --set debug.crash_at_step=1");
+  auto exhausted = hosts.run_all({restartable(hosts, 0, failing, options), restartable(hosts, 1, failing, options)},
+                                 120, titan::test::temp_dir("multihost_exhausted_logs"));
+  INFO("exhausted, host 0:\n", exhausted[0].output, "\nhost 1:\n", exhausted[1].output);
+  for (const auto& result : exhausted) {
+    CHECK(result.exit_code == 1);
+    CHECK(has(result.output, "restarting all 1 rank of this node (attempt 1 of 1)"));
+    CHECK(has(result.output, "no restarts left (--max-restarts 1)"));
   }
 }

@@ -35,6 +35,10 @@ options:
   --master-addr A          the host of rank 0's store (default 127.0.0.1)
   --master-port P          its port (default: $MASTER_PORT, else 29500)
   --max-restarts K         restart all ranks up to K times after a failure (default 0)
+  --rdzv-port P            several machines: the port of the launchers' own store,
+                           hosted by node 0's launcher (default --master-port + 1)
+  --rdzv-timeout-s S       several machines: how long the launchers wait for every
+                           node to join a round (start, each restart) (default 900)
   --grace-period-s S       seconds between SIGTERM and SIGKILL when stopping ranks (default 30)
   --monitor-interval-ms X  how often the ranks are checked (default 100)
 torchrun's spellings (--nproc_per_node, --master_port, ...) work too.
@@ -48,8 +52,15 @@ in its own process group, and whatever a rank leaves running when it exits
 is killed.
 
 Several machines: run titan launch on each with the same --nnodes,
---master-addr and --master-port and its own --node-rank (like torchrun's
-static rendezvous). Restarts are per machine. The ranks' Gloo connections use
+--master-addr, --master-port and --max-restarts and its own --node-rank.
+The launchers meet in a store of their own that node 0's launcher hosts on
+--rdzv-port (like torchrun's c10d rendezvous): all nodes start each round
+together; when a rank fails on any node, that node announces it there and
+every node stops its ranks, then all join the next round and restart
+(TITAN_RESTART_COUNT is the round, the same on every node) or, with no
+restarts left, exit 1. A node missing from a round for --rdzv-timeout-s ends
+the job on every node, naming it; if node 0's launcher dies, the job ends.
+A launcher's ranks die with it (SIGKILL). The ranks' Gloo connections use
 GLOO_SOCKET_IFNAME's interfaces (e.g. eth0, or eth0,eth1), else the interface
 whose address routes to --master-addr; each rank logs which.
 )";
@@ -125,6 +136,11 @@ std::optional<LaunchOptions> parse_launch_args(const Args& args) {
       options.max_restarts = static_cast<int>(parse_integer(name, value(), 0, 1000000));
     } else if (name == "--monitor-interval-ms") {
       options.monitor_interval_ms = static_cast<int>(parse_integer(name, value(), 1, 60000));
+    } else if (name == "--rdzv-port") {
+      options.rdzv_port = static_cast<int>(parse_integer(name, value(), 1, 65535));
+    } else if (name == "--rdzv-timeout-s") {
+      options.rdzv_timeout_s = parse_seconds(name, value());
+      if (options.rdzv_timeout_s <= 0) throw UsageError("--rdzv-timeout-s: expected a number of seconds > 0");
     } else if (name == "--grace-period-s") {
       options.grace_period_s = parse_seconds(name, value());
     } else {
@@ -140,6 +156,15 @@ std::optional<LaunchOptions> parse_launch_args(const Args& args) {
     throw UsageError("--nproc-per-node times --nnodes is too large");
   }
   if (options.program.empty() || options.program[0].empty()) throw UsageError("a PROGRAM to launch is required");
+  if (options.rdzv_port == 0) {
+    if (options.nnodes > 1 && options.master_port == 65535) {
+      throw UsageError("--master-port 65535 leaves no port for the launchers' rendezvous: give --rdzv-port");
+    }
+    options.rdzv_port = options.master_port + 1;
+  }
+  if (options.nnodes > 1 && options.rdzv_port == options.master_port) {
+    throw UsageError("--rdzv-port must differ from --master-port (rank 0's store uses that one)");
+  }
   return options;
 }
 

@@ -1,12 +1,14 @@
 // The supervisor behind `titan launch`: fork/exec of the ranks, each in its
 // own process group so that one kill reaches everything a rank started, a
 // self-pipe that turns signals into poll() events, and whole-line relaying
-// of the ranks' output.
+// of the ranks' output. Across nodes (--nnodes > 1) the launchers agree on
+// failures and restart rounds through NodeRendezvous.
 #include "process_group_launcher.h"
 
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -17,10 +19,13 @@
 #include <chrono>
 #include <cstring>
 #include <fstream>
+#include <memory>
 #include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
+
+#include "node_rendezvous.h"
 
 extern char** environ;
 
@@ -183,6 +188,8 @@ class Launcher {
   void reap_exited();
   void stop_running_ranks(int signal_number);
   void start_grace_period();
+  void watch_other_nodes();
+  void stop_for(const std::string& reason);
   size_t running_count() const;
 
   const LaunchOptions& options_;
@@ -191,6 +198,14 @@ class Launcher {
   int forwarded_signal_ = 0;  // the first SIGINT/SIGTERM the launcher received
   bool stopping_ = false;     // this attempt is being torn down; exits are no longer failures
   std::optional<size_t> failed_rank_;
+  // Across nodes: the rendezvous (null on one node), the round being run,
+  // a failure another node reported, or the store lost.
+  std::unique_ptr<NodeRendezvous> rendezvous_;
+  int round_ = 0;
+  std::optional<std::string> remote_failure_;
+  std::optional<std::string> rendezvous_lost_;
+  bool remote_ended_ = false;  // another node ended the job: no restart
+  std::optional<Clock::time_point> next_watch_;
   std::optional<Clock::time_point> kill_deadline_;
   struct sigaction previous_int_ {}, previous_term_{}, previous_chld_{}, previous_pipe_{};
 };
@@ -227,30 +242,87 @@ Launcher::~Launcher() {
 }
 
 int Launcher::run() {
+  if (options_.nnodes > 1) {
+    try {
+      rendezvous_ = std::make_unique<NodeRendezvous>(options_);
+      say("node " + std::to_string(options_.node_rank) + " (" + rendezvous_->address() +
+          ") joined the launchers' rendezvous at " + options_.master_addr + ":" + std::to_string(options_.rdzv_port) +
+          "; waiting up to " + format_seconds(options_.rdzv_timeout_s) + " for all " +
+          std::to_string(options_.nnodes) + " nodes");
+      rendezvous_->join(0);
+    } catch (const RendezvousError& error) {
+      say(error.what());
+      return kLaunchRankFailed;
+    }
+  }
+  auto end_job = [&](const std::string& why) {
+    if (!rendezvous_) return;
+    rendezvous_->end_job(why);
+    rendezvous_->leave(round_);
+  };
   for (int attempt = 0;; ++attempt) {
+    round_ = attempt;
     stopping_ = false;
     failed_rank_.reset();
+    remote_failure_.reset();
     kill_deadline_.reset();
+    next_watch_.reset();
     bool started = start_ranks(attempt);
     supervise();
     if (forwarded_signal_) {
+      end_job("its launcher received " + signal_name(forwarded_signal_));
       bool all_succeeded = std::all_of(ranks_.begin(), ranks_.end(), [](const Rank& r) { return r.succeeded(); });
       return all_succeeded && started ? 0 : 128 + forwarded_signal_;
     }
-    if (!started) return kLaunchCannotExec;
-    if (!failed_rank_) return 0;
-    const Rank& failed = ranks_[*failed_rank_];
-    if (attempt < options_.max_restarts) {
+    if (rendezvous_lost_) {
+      say("failed: " + *rendezvous_lost_);
+      return kLaunchRankFailed;
+    }
+    if (!started) {
+      end_job("it cannot start '" + options_.program[0] + "'");
+      return kLaunchCannotExec;
+    }
+    if (!failed_rank_ && !remote_failure_) {
+      if (!rendezvous_) return 0;
+      try {
+        if (auto failed = rendezvous_->finish(attempt)) {
+          say("failed: this node's ranks finished, but round " + std::to_string(attempt) + " failed on " + *failed);
+          return kLaunchRankFailed;
+        }
+      } catch (const RendezvousError& error) {
+        say("failed: " + std::string(error.what()));
+        return kLaunchRankFailed;
+      }
+      return 0;
+    }
+    std::string what = failed_rank_ ? ranks_[*failed_rank_].outcome() : *remote_failure_;
+    if (attempt < options_.max_restarts && !remote_ended_) {
       handle_signals();  // a signal that came during the teardown ends the job instead
-      if (forwarded_signal_) return 128 + forwarded_signal_;
-      say("restarting all " + plural(ranks_.size(), "rank") + " (attempt " + std::to_string(attempt + 1) + " of " +
-          std::to_string(options_.max_restarts) + ")");
+      if (forwarded_signal_) {
+        end_job("its launcher received " + signal_name(forwarded_signal_));
+        return 128 + forwarded_signal_;
+      }
+      if (rendezvous_) {
+        say("joining round " + std::to_string(attempt + 1) + " with the other " +
+            plural(static_cast<size_t>(options_.nnodes - 1), "node") + " (waiting up to " +
+            format_seconds(options_.rdzv_timeout_s) + ")");
+        try {
+          rendezvous_->join(attempt + 1);
+        } catch (const RendezvousError& error) {
+          say("failed: " + std::string(error.what()));
+          return kLaunchRankFailed;
+        }
+      }
+      say("restarting all " + plural(ranks_.size(), "rank") + (rendezvous_ ? " of this node" : "") + " (attempt " +
+          std::to_string(attempt + 1) + " of " + std::to_string(options_.max_restarts) + ")");
       continue;
     }
     std::string restarts =
-        options_.max_restarts > 0 ? "; no restarts left (--max-restarts " + std::to_string(options_.max_restarts) + ")"
-                                  : "";
-    say("failed: " + failed.outcome() + restarts);
+        options_.max_restarts > 0 && !remote_ended_
+            ? "; no restarts left (--max-restarts " + std::to_string(options_.max_restarts) + ")"
+            : "";
+    say("failed: " + what + restarts);
+    if (rendezvous_) rendezvous_->leave(attempt);
     return kLaunchRankFailed;
   }
 }
@@ -323,9 +395,14 @@ bool Launcher::start_rank(Rank& rank, int attempt) {
   sigaddset(&blocked, SIGTERM);
   sigaddset(&blocked, SIGCHLD);
   sigprocmask(SIG_BLOCK, &blocked, &previous_mask);
+  pid_t launcher_pid = getpid();
   pid_t pid = fork();
   if (pid == 0) {
     setpgid(0, 0);
+    // A launcher that dies (SIGKILL, a lost machine) takes its ranks with
+    // it: left running, they would hold their peers until a timeout.
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != launcher_pid) _exit(kLaunchRankFailed);
     struct sigaction default_action {};
     default_action.sa_handler = SIG_DFL;
     sigemptyset(&default_action.sa_mask);
@@ -443,6 +520,14 @@ void Launcher::reap_exited() {
     stopping_ = true;
     failed_rank_ = i;
     say(rank.outcome());
+    if (rendezvous_) {
+      try {
+        rendezvous_->report_failure(round_, rank.outcome());
+        say("told the other nodes that round " + std::to_string(round_) + " failed");
+      } catch (const RendezvousError& error) {
+        rendezvous_lost_ = error.what();
+      }
+    }
     for (const Rank& other : ranks_) {
       if (other.running && is_stopped(other.pid)) {
         say("rank " + std::to_string(other.rank) + " (pid " + std::to_string(other.pid) +
@@ -457,6 +542,37 @@ void Launcher::reap_exited() {
     stop_running_ranks(SIGTERM);
     start_grace_period();
   }
+}
+
+// Across nodes: a failure another node reported, the job ended elsewhere,
+// or node 0's store gone stops this node's ranks too. One look at the store
+// per monitor interval.
+void Launcher::watch_other_nodes() {
+  if (!rendezvous_ || stopping_) return;
+  auto now = Clock::now();
+  if (next_watch_ && now < *next_watch_) return;
+  next_watch_ = now + std::chrono::milliseconds(options_.monitor_interval_ms);
+  try {
+    if (auto why = rendezvous_->ended()) {
+      remote_ended_ = true;
+      remote_failure_ = "the job was ended by " + *why;
+      stop_for(*remote_failure_);
+    } else if (auto failed = rendezvous_->failure(round_)) {
+      remote_failure_ = *failed;
+      stop_for("round " + std::to_string(round_) + " failed on " + *failed);
+    }
+  } catch (const RendezvousError& error) {
+    rendezvous_lost_ = error.what();
+    stop_for(error.what());
+  }
+}
+
+void Launcher::stop_for(const std::string& reason) {
+  stopping_ = true;
+  say(reason + "; stopping " + plural(running_count(), "local rank") + " (SIGTERM, then SIGKILL after " +
+      format_seconds(options_.grace_period_s) + ")");
+  stop_running_ranks(SIGTERM);
+  start_grace_period();
 }
 
 void Launcher::supervise() {
@@ -485,6 +601,7 @@ void Launcher::supervise() {
       if (watched[i + 1].revents) relays[i]->read_some();
     }
     reap_exited();
+    watch_other_nodes();
 
     now = Clock::now();
     if (kill_deadline_ && now >= *kill_deadline_) {

@@ -1,6 +1,7 @@
 // Runs N local ranks of one program under the torchrun environment, relays
 // their output line by line, and stops, restarts or reaps them as a group.
-// Plain POSIX; no LibTorch.
+// Plain POSIX; across nodes the launchers meet in node_rendezvous.h (a
+// c10d TCPStore, LibTorch kept behind that header).
 #pragma once
 #include <string>
 #include <vector>
@@ -16,6 +17,10 @@ struct LaunchOptions {
   int max_restarts = 0;
   int monitor_interval_ms = 100;
   double grace_period_s = 30;
+  // The launchers' rendezvous across nodes (--nnodes > 1, node_rendezvous.h):
+  // node 0's launcher hosts it on this port (0: master_port + 1).
+  int rdzv_port = 0;
+  double rdzv_timeout_s = 900;  // torchrun's join timeout
   std::vector<std::string> program;  // the program and its arguments
 };
 
