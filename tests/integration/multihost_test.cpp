@@ -301,6 +301,19 @@ TEST_CASE("multihost: a host whose launcher dies mid-run ends the job on the oth
   MESSAGE("host 0 ended " << elapsed << " s after the start");
   CHECK(elapsed < 25);  // start-up, 2 steps, the peer's failure, the 4 s wait
 
+  // Host 0's launcher dies the same way: it hosted the launchers' store, so
+  // host 1's launcher ends the job saying so.
+  fs::path dump0 = titan::test::temp_dir("multihost_lost0");
+  std::string command0 = train(dump0, 6, 2, "{name: fsdp}", kRestartCheckpoints);
+  std::string lost0 = "sh -c '\"$0\" \"$@\" --set debug.crash_rank=0 --set debug.crash_at_step=2; kill -9 $PPID' " + command0;
+  auto node0_gone = hosts.run_all({restartable(hosts, 0, lost0, options), restartable(hosts, 1, command0, options)}, 120,
+                                  titan::test::temp_dir("multihost_lost0_logs"));
+  INFO("node 0 gone, host 0:\n", node0_gone[0].output, "\nhost 1:\n", node0_gone[1].output);
+  CHECK(node0_gone[0].exit_code == 137);
+  CHECK(node0_gone[1].exit_code == 1);
+  CHECK(has(node0_gone[1].output, "lost the launchers' rendezvous store at 10.231.0.1:29501"));
+  CHECK(has(node0_gone[1].output, "node 0's launcher, which hosts it, is gone; the job ends"));
+
   // Both hosts' ranks fail in round 0 and round 1 (--max-restarts 1): both
   // launchers restart once, then end, naming the last failure.
   fs::path always = titan::test::temp_dir("multihost_exhausted");
