@@ -13,6 +13,9 @@
 //   link     bytes / rate: the time the link alone needs per step
 //   exposed  step - the step on the unlimited link with the same prefetch
 //   overlap  1 - exposed / link: the share of the link time hidden under compute
+//            (at most unlimited step / link: only compute can hide it, and the
+//            first all-gather, the last reduce-scatter and the optimizer never
+//            overlap anything, so a link slower than compute gives overlap < 0)
 // Delay cannot be emulated: this machine's kernel has no netem qdisc, so
 // the link is a rate only (tbf queues, it never adds a fixed latency).
 // Run as root (namespaces); prints a reason and exits 0 where they cannot be
@@ -179,20 +182,20 @@ int main(int argc, char** argv) {
 
   std::printf("\nFSDP, llama3 debugmodel, 2 hosts x 1 rank, %.1f MB per host per step, median of %d\n", bytes / 1e6,
               repeats);
-  std::printf("| link | prefetch | step (s) | link time (s) | exposed comm (s) | overlap |\n");
-  std::printf("|---|---|---|---|---|---|\n");
+  std::printf("| link | prefetch | step (s) | link time (s) | exposed comm (s) | overlap | step / unlimited |\n");
+  std::printf("|---|---|---|---|---|---|---|\n");
   for (int64_t mbit : rates) {
     for (bool prefetch : {true, false}) {
       double step = median(times[{mbit, prefetch}]);
       double base = median(times[{0, prefetch}]);
       if (mbit == 0) {
-        std::printf("| %s | %s | %.3f | - | - | - |\n", rate_name(mbit).c_str(), prefetch ? "on" : "off", step);
+        std::printf("| %s | %s | %.3f | - | - | - | 1.00 |\n", rate_name(mbit).c_str(), prefetch ? "on" : "off", step);
         continue;
       }
       double link = bytes * 8 / (static_cast<double>(mbit) * 1e6);
       double exposed = step - base;
-      std::printf("| %s | %s | %.3f | %.3f | %.3f | %.0f%% |\n", rate_name(mbit).c_str(), prefetch ? "on" : "off",
-                  step, link, exposed, 100.0 * (1.0 - exposed / link));
+      std::printf("| %s | %s | %.3f | %.3f | %.3f | %.0f%% | %.2f |\n", rate_name(mbit).c_str(),
+                  prefetch ? "on" : "off", step, link, exposed, 100.0 * (1.0 - exposed / link), step / base);
     }
   }
   std::printf("\nratios (prefetch off / on) of step time:");
