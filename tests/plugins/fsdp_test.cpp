@@ -16,15 +16,16 @@ using titan::test::has;
 
 }  // namespace
 
-TEST_CASE("fsdp plugin: dp_shard -1, dp_replicate 1 and reshard_after_forward default unless set; each option "
-          "documented") {
+TEST_CASE("fsdp plugin: dp_shard -1, dp_replicate 1, reshard_after_forward default and prefetch on unless set; "
+          "each option documented") {
   titan::PluginContext context = titan::test::plugin_context("");
   auto fsdp = titan::PluginRegistry::instance().create_parallelizer("fsdp", context);
-  titan::test::check_documented(context.options, {"dp_shard", "dp_replicate", "reshard_after_forward"});
+  titan::test::check_documented(context.options, {"dp_shard", "dp_replicate", "reshard_after_forward", "prefetch"});
   titan::ConfigNode resolved = titan::test::resolved(context.options);
   CHECK(resolved.get<int64_t>("dp_shard", 0) == -1);
   CHECK(resolved.get<int64_t>("dp_replicate", 0) == 1);
   CHECK(resolved.get<std::string>("reshard_after_forward", "") == "default");
+  CHECK(resolved.get<bool>("prefetch", false));
   // Its doc lists every name users may write.
   const auto& docs = context.options.documented();
   auto reshard = std::find_if(docs.begin(), docs.end(),
