@@ -19,7 +19,7 @@ using titan::test::RunOutput;
 }  // namespace
 
 TEST_CASE("data parallel: FSDP on 2 ranks reproduces the single process, with half the state per rank; every rank "
-          "saves its metrics with metrics.save_for_all_ranks") {
+          "saves its metrics with metrics.save_for_all_ranks; prefetch off gives the same run") {
   RunOutput reference = run_single("dp_fsdp2_reference");
   RunOutput fsdp = run_ranks("dp_fsdp2", 2, 29811, "{name: fsdp}",
                              " --set metrics.save_for_all_ranks=true --set metrics.enable_tensorboard=true");
@@ -49,6 +49,9 @@ TEST_CASE("data parallel: FSDP on 2 ranks reproduces the single process, with ha
     CHECK(rank1[i]["loss_metrics/global_avg_loss"].get<double>() == fsdp.losses[i]);
   }
   CHECK(!std::filesystem::exists(fsdp.dump / "metrics.rank0.jsonl"));
+  // Without prefetch each block is gathered only when it runs: the same numbers.
+  RunOutput no_prefetch = run_ranks("dp_fsdp2_no_prefetch", 2, 29816, "{name: fsdp, prefetch: false}");
+  check_equivalent(no_prefetch, reference, 1e-5);
   for (const char* rank : {"rank_0", "rank_1"}) {
     CHECK_MESSAGE(!std::filesystem::is_empty(fsdp.dump / "tb" / rank), rank);
   }
