@@ -2,7 +2,6 @@
 // TFLOPs, MFU, time and memory over each log window.
 #include "step_metrics.hpp"
 
-#include <sys/resource.h>
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -46,18 +45,12 @@ constexpr GpuPeak kGpuPeaks[] = {
 
 }  // namespace
 
-double gpu_peak_flops(const std::string& name, const std::string& dtype) {
+double gpu_peak_flops(const std::string& name, c10::ScalarType compute_dtype) {
   for (const auto& peak : kGpuPeaks) {
     if (name.find(peak.name_part) == std::string::npos) continue;
-    return 1e12 * (dtype == "float32" ? peak.fp32 : peak.bf16);
+    return 1e12 * (compute_dtype == c10::kFloat ? peak.fp32 : peak.bf16);
   }
   return 0;
-}
-
-int64_t max_resident_bytes() {
-  rusage usage{};
-  getrusage(RUSAGE_SELF, &usage);
-  return static_cast<int64_t>(usage.ru_maxrss) * 1024;
 }
 
 std::string metrics_file_name(const MetricsConfig& config, int rank) {

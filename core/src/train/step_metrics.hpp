@@ -82,10 +82,8 @@ std::string metrics_file_name(const MetricsConfig& config, int rank);
 // Dense float32 matmul FLOP/s of this CPU with the current thread count.
 double measure_cpu_peak_flops();
 // Datasheet dense FLOP/s of a GPU from its name (H100 SXM/PCIe, H200, A100,
-// B200) for the dtype its matmuls run in ("bfloat16"/"float16" on tensor
-// cores, "float32" without TF32); 0 when unknown (MFU is then logged as 0).
-double gpu_peak_flops(const std::string& device_name, const std::string& dtype);
-// Peak resident set size of this process since it started.
-int64_t max_resident_bytes();
+// B200) for the dtype its matmuls run in (kFloat: plain fp32, TF32 being
+// off; otherwise tensor-core bf16); 0 when unknown (MFU is then logged as 0).
+double gpu_peak_flops(const std::string& device_name, c10::ScalarType compute_dtype);
 
 }  // namespace titan

@@ -169,10 +169,8 @@ TrainingRun::TrainingRun(RunPlan& plan_, const World& world_)
   metrics_setup.flops_per_token = plan.model->flops_per_token(training.seq_len);
   metrics_setup.peak_flops = core.metrics.peak_flops;
   if (metrics_setup.peak_flops == 0) {
-    const std::string dtype = plan.precision ? (plan.precision->param_dtype() == c10::kBFloat16 ? "bfloat16" : "float32")
-                                             : training.mixed_precision_param;
     metrics_setup.peak_flops =
-        device.is_cuda() ? gpu_peak_flops(compat::device_name(device), dtype) : measure_cpu_peak_flops();
+        device.is_cuda() ? gpu_peak_flops(compat::device_name(device), compute_dtype_) : measure_cpu_peak_flops();
   }
   // A replica's tokens are shared by its tp x cp x pp devices.
   metrics_setup.devices_per_replica = std::max<int64_t>(1, world.world_size / parallel->dp_degree());
@@ -191,6 +189,7 @@ TrainingRun::~TrainingRun() = default;
 // a pipeline cuts its parts first and each part goes through it.
 void TrainingRun::build_model() {
   const ParallelizeContext context = parallelize_context(plan, parallel->mesh(), device);
+  compute_dtype_ = context.param_dtype;
   CausalLM* first_stage = nullptr;
   if (plan.pipeline) {
     const PipelineRun* planned = parallel->pipeline_run();
@@ -214,7 +213,7 @@ void TrainingRun::build_model() {
   spdlog::info("model {} flavor {}: {:.2f}M parameters, vocab {}, on {}; this rank holds {:.1f} MiB of them, "
                "peak resident {:.1f} MiB after init",
                plan.model_plugin, plan.model->flavor(), plan.model->num_params() / 1e6, plan.model->vocab_size(),
-               device.str(), local_bytes / 1048576.0, max_resident_bytes() / 1048576.0);
+               device.str(), local_bytes / 1048576.0, peak_resident_bytes() / 1048576.0);
 }
 
 }  // namespace titan

@@ -78,6 +78,7 @@ class TrainingRun {
   NormReduceFn norm_reduce_;
   std::vector<double> norm_weights_;
   int64_t accumulation_ = 1;  // microbatches per step
+  c10::ScalarType compute_dtype_ = c10::kFloat;  // the parameters' (the precision plugin's or mixed_precision_param)
 };
 
 }  // namespace titan
