@@ -28,6 +28,20 @@ class CollectiveCounter : public titan::CommObserver {
   std::atomic<int64_t>& count_;
 };
 
+// The overhead benchmarks' run: the llama3 debug model, batch 8 x
+// `seq_len`, AdamW, no logging or MFU measurement in the timed steps;
+// `extra` adds YAML lines (plugins, profiling).
+inline std::string debug_model_run(int steps, int threads, const std::string& dump, int seq_len,
+                                   const std::string& extra = "") {
+  return "job: {dump_folder: " + dump + "}\n"
+         "model: {name: llama3, flavor: debugmodel, tokenizer_path: assets/tokenizer/stories_bpe.json}\n"
+         "optimizer: {name: AdamW, lr: 8.0e-4}\n"
+         "lr_scheduler: {warmup_steps: 2}\n"
+         "training: {local_batch_size: 8, seq_len: " + std::to_string(seq_len) + ", steps: " + std::to_string(steps) +
+         ", threads: " + std::to_string(threads) + "}\n"
+         "metrics: {log_freq: 1000000, peak_flops: 1.0e12}\n" + extra;
+}
+
 // One run of `yaml`, its dump folder `dump` emptied first.
 inline double train_seconds(const std::string& yaml, const std::filesystem::path& dump,
                             std::atomic<int64_t>* collectives = nullptr) {

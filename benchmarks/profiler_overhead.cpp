@@ -35,14 +35,7 @@ std::string run_yaml(int steps, int threads, const std::string& dump, Profiling 
   if (profiling == Profiling::recording) {
     section = "profiling: {enable_profiling: true, profile_freq: 2, profiler_warmup: 0, profiler_active: 1}\n";
   }
-  return "job: {dump_folder: " + dump + "}\n"
-         "model: {name: llama3, flavor: debugmodel, tokenizer_path: assets/tokenizer/stories_bpe.json}\n"
-         "optimizer: {name: AdamW, lr: 8.0e-4}\n"
-         "lr_scheduler: {warmup_steps: 2}\n"
-         "training: {local_batch_size: 8, seq_len: 128, steps: " + std::to_string(steps) +
-         ", threads: " + std::to_string(threads) + "}\n"
-         "metrics: {log_freq: 1000000, peak_flops: 1.0e12}\n"
-         "plugins: [{name: fsdp}]\n" + section;
+  return titan::bench::debug_model_run(steps, threads, dump, 128, "plugins: [{name: fsdp}]\n" + section);
 }
 
 std::filesystem::path dump_folder() { return std::filesystem::temp_directory_path() / "titan_bench_profiler"; }

@@ -8,7 +8,7 @@
 #include <cstdio>
 #include <filesystem>
 
-#include "bench_timing.hpp"
+#include "bench_training.hpp"
 #include "titan/config.hpp"
 #include "titan/data.hpp"
 #include "titan/logging.hpp"
@@ -21,13 +21,7 @@ namespace {
 using titan::bench::seconds_since;
 
 std::string run_yaml(int steps, int threads, const std::string& dump) {
-  return "job: {dump_folder: " + dump + "}\n"
-         "model: {name: llama3, flavor: debugmodel, tokenizer_path: assets/tokenizer/stories_bpe.json}\n"
-         "optimizer: {name: AdamW, lr: 8.0e-4}\n"
-         "lr_scheduler: {warmup_steps: 2}\n"
-         "training: {local_batch_size: 8, seq_len: 256, steps: " + std::to_string(steps) +
-         ", threads: " + std::to_string(threads) + "}\n"
-         "metrics: {log_freq: 1000000, peak_flops: 1.0e12}\n";
+  return titan::bench::debug_model_run(steps, threads, dump, 256);
 }
 
 // The reference: the same model built through the same plugin, trained by
