@@ -80,7 +80,10 @@ PY
 run_titan() {  # name flavor layers seq batch tokenizer -> metrics.jsonl in $out/titan_<name>
   local name=$1 flavor=$2 layers=$3 seq=$4 batch=$5 tokenizer=$6 dir=$out/titan_$1
   rm -rf "$dir"
-  (cd "$root" && "$build/bin/titan" train configs/llama3_debugmodel.yaml \
+  # FSDP2 on one rank with bf16 params and fp32 reduce, as the reference:
+  # without a parallelizer Titan's parameters and activations stay fp32
+  # (the first GPU run, 2026-11-26, ran out of memory on the 1B shape so).
+  (cd "$root" && "$build/bin/titan" train configs/llama3_debugmodel_fsdp.yaml --set training.threads=0 \
     --set job.dump_folder="$dir" --set model.flavor="$flavor" --set model.n_layers="$layers" \
     --set model.tokenizer_path="$tokenizer" --set model.max_seq_len="$seq" \
     --set training.seq_len="$seq" --set training.local_batch_size="$batch" --set training.steps="$steps" \

@@ -65,9 +65,11 @@ std::vector<int64_t> scale_shape(Granularity granularity, int64_t rows) {
 // (on the CPU) against at::mm of their dequantized values in float32.
 void check_scaled_mm(int64_t m, int64_t n, int64_t k, Operand a_spec, Operand b_spec, c10::ScalarType out_dtype,
                      double tolerance) {
-  INFO("[" << m << ", " << k << "] " << f8::name(a_spec.format) << " " << granularity_name(a_spec.granularity)
-           << " @ [" << n << ", " << k << "]^T " << f8::name(b_spec.format) << " "
-           << granularity_name(b_spec.granularity) << " -> " << c10::toString(out_dtype));
+  // std::string: doctest's INFO prints a const char* as its address.
+  INFO("[" << m << ", " << k << "] " << std::string(f8::name(a_spec.format)) << " "
+           << std::string(granularity_name(a_spec.granularity)) << " @ [" << n << ", " << k << "]^T "
+           << std::string(f8::name(b_spec.format)) << " " << std::string(granularity_name(b_spec.granularity))
+           << " -> " << std::string(c10::toString(out_dtype)));
   at::Tensor a = operand_values(m, k, static_cast<uint64_t>(m * 1000 + k));
   at::Tensor b = operand_values(n, k, static_cast<uint64_t>(n * 1000 + k + 1));
   f8::Quantized qa = f8::quantize(a, {false, a_spec.format, a_spec.granularity}, /*reduce_dim=*/1, false);
@@ -88,8 +90,11 @@ void check_scaled_mm(int64_t m, int64_t n, int64_t k, Operand a_spec, Operand b_
 
 // bf16 output: the float32 result rounded to bf16 (8 mantissa bits).
 constexpr double kBf16Tolerance = 1e-2;
-// fp32 output: the same exact products summed in another order.
-constexpr double kFp32Tolerance = 1e-5;
+// fp32 output: the same exact products, but Hopper's float8 tensor cores
+// keep only about 14 bits of the running sum (DeepSeek-V3 report, 3.3.2),
+// so about 2^-13 of the largest partial sum: measured up to 2.3e-4 on an
+// H200. A wrong scale or layout is off by O(1).
+constexpr double kFp32Tolerance = 1e-3;
 
 struct Shape {
   int64_t m, n, k;

@@ -204,6 +204,20 @@ TEST_SUITE("train") {
     CHECK(last < first - 0.1);
   }
 
+  TEST_CASE("training.mixed_precision_param=bfloat16 with no parallelizer says it computes in float32") {
+    fs::path dir = write_run("bf16_no_parallelizer");
+    auto result = train(dir, "--set checkpoint.enable=false --set training.steps=2 "
+                             "--set training.mixed_precision_param=bfloat16");
+    REQUIRE_MESSAGE(result.exit_code == 0, result.output);
+    CHECK(result.output.find("training.mixed_precision_param=bfloat16 takes effect through a parallelizer: "
+                             "with none the run computes in float32") != std::string::npos);
+    fs::path fsdp = write_run("bf16_fsdp", "plugins:\n  - name: fsdp\n");
+    result = train(fsdp, "--set checkpoint.enable=false --set training.steps=2 "
+                          "--set training.mixed_precision_param=bfloat16");
+    REQUIRE_MESSAGE(result.exit_code == 0, result.output);
+    CHECK(result.output.find("takes effect through a parallelizer") == std::string::npos);
+  }
+
   TEST_CASE("SIGTERM stops after the current step and saves a checkpoint") {
     fs::path dir = write_run("sigterm");
     std::string command = "cd " + titan::test::source_dir() + " && exec " + titan::test::titan_binary() +

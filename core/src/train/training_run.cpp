@@ -190,6 +190,14 @@ TrainingRun::~TrainingRun() = default;
 void TrainingRun::build_model() {
   const ParallelizeContext context = parallelize_context(plan, parallel->mesh(), device);
   compute_dtype_ = context.param_dtype;
+  if (plan.parallelizers.empty() && !plan.precision && compute_dtype_ != c10::kFloat) {
+    // The parallelizers (fsdp) gather parameters in that dtype; with none
+    // the weights and activations stay float32 (TorchTitan would autocast).
+    spdlog::warn("training.mixed_precision_param={} takes effect through a parallelizer: with none the run "
+                 "computes in float32. On one device add the fsdp plugin (dp_shard: -1), as TorchTitan applies "
+                 "FSDP2 on one rank", plan.core.training.mixed_precision_param);
+    compute_dtype_ = c10::kFloat;
+  }
   CausalLM* first_stage = nullptr;
   if (plan.pipeline) {
     const PipelineRun* planned = parallel->pipeline_run();
