@@ -13,6 +13,7 @@
 #include <chrono>
 #include <functional>
 #include <map>
+#include <thread>
 #include <nlohmann/json.hpp>
 
 #include "netns_hosts.hpp"
@@ -274,6 +275,50 @@ TEST_CASE("multihost: a rank killed on host 1 restarts both hosts' ranks togethe
   auto losses = losses_of(dump);  // the restart's lines win
   REQUIRE(losses.size() == 6);
   for (const auto& [step, loss] : losses) CHECK_MESSAGE(loss == expected.at(step), "step ", step);  // exact
+
+  // Host 1's cable is pulled once step 3 is logged, mid-collective of step
+  // 4, for longer than comm.train_timeout_seconds (4 s): both ranks time
+  // out naming their peer and the flight recorder dumps; host 1's launcher
+  // reaches node 0's store again once the cable is back (within
+  // --rdzv-timeout-s), and both hosts restart together from step 2.
+  fs::path cut = titan::test::temp_dir("multihost_link_down");
+  std::string with_recorder = train(cut, 6, 2, "{name: fsdp}, {name: flight_recorder}",
+                                    " --set checkpoint.enable=true --set checkpoint.interval=2"
+                                    " --set checkpoint.keep_latest_k=0 --set comm.train_timeout_seconds=4");
+  double down_at = -1, up_at = -1;
+  auto started = std::chrono::steady_clock::now();
+  auto since_start = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count(); };
+  std::thread cable([&] {
+    while (since_start() < 90 && !has(titan::test::read_file(cut / "metrics.jsonl"), "\"step\":3,")) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    hosts.set_link(1, false);
+    down_at = since_start();
+    std::this_thread::sleep_for(std::chrono::seconds(6));
+    hosts.set_link(1, true);
+    up_at = since_start();
+  });
+  auto link_down = hosts.run_all({restartable(hosts, 0, with_recorder, "--max-restarts 1 --rdzv-timeout-s 40"),
+                                  restartable(hosts, 1, with_recorder, "--max-restarts 1 --rdzv-timeout-s 40")},
+                                 150, titan::test::temp_dir("multihost_link_down_logs"));
+  cable.join();
+  INFO("link down at ", down_at, " s, up at ", up_at, " s\nhost 0:\n", link_down[0].output, "\nhost 1:\n",
+       link_down[1].output);
+  REQUIRE(down_at > 0);
+  CHECK(link_down[0].exit_code == 0);
+  CHECK(link_down[1].exit_code == 0);
+  for (int rank = 0; rank < 2; ++rank) {
+    CHECK_MESSAGE(fs::exists(cut / "flight_recorder" / ("rank_" + std::to_string(rank) + ".json")), "rank ", rank);
+  }
+  // Each side names the group, the op and the host across the cut.
+  CHECK(has(link_down[0].output, "' (rank 0 of 2) failed: "));
+  CHECK(has(link_down[0].output, "the group's other ranks: rank 1 on interface eth0 (10.231.0.2)"));
+  CHECK(has(link_down[1].output, "the group's other ranks: rank 0 on interface eth0 (10.231.0.1)"));
+  for (const auto& result : link_down) CHECK(has(result.output, "joining round 1 with the other 1 node"));
+  CHECK(has(link_down[0].output, "resumed from checkpoint at step 2"));
+  auto after_cut = losses_of(cut);
+  REQUIRE(after_cut.size() == 6);
+  for (const auto& [step, loss] : after_cut) CHECK_MESSAGE(loss == expected.at(step), "step ", step);  // exact
 }
 
 TEST_CASE("multihost: a host whose launcher dies mid-run ends the job on the other host within the rendezvous "
@@ -312,7 +357,7 @@ TEST_CASE("multihost: a host whose launcher dies mid-run ends the job on the oth
   CHECK(node0_gone[0].exit_code == 137);
   CHECK(node0_gone[1].exit_code == 1);
   CHECK(has(node0_gone[1].output, "lost the launchers' rendezvous store at 10.231.0.1:29501"));
-  CHECK(has(node0_gone[1].output, "node 0's launcher, which hosts it, is gone; the job ends"));
+  CHECK(has(node0_gone[1].output, "node 0's launcher, which hosts it, is gone or cannot be reached; the job ends"));
 
   // Both hosts' ranks fail in round 0 and round 1 (--max-restarts 1): both
   // launchers restart once, then end, naming the last failure.

@@ -76,7 +76,7 @@ struct NodeRendezvous::Impl {
 
   std::string lost(const std::exception& error) const {
     return "lost the launchers' rendezvous store at " + endpoint + " (" + first_line(error.what()) +
-           "): node 0's launcher, which hosts it, is gone; the job ends";
+           "): node 0's launcher, which hosts it, is gone or cannot be reached; the job ends";
   }
 
   static std::string first_line(const std::string& message) { return message.substr(0, message.find('\n')); }

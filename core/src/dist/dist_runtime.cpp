@@ -101,16 +101,15 @@ std::string store_hint(const World& world, const std::string& network) {
                           : loopback;
 }
 
-// A group that could not connect, named with both ends' interfaces.
-Error group_failure(c10d::Store& store, const std::string& network, std::chrono::milliseconds init, int self,
-                    const std::string& name, const std::vector<int>& ranks, const std::string& cause) {
-  // The peers' published interfaces, read without waiting: the store may be
-  // what failed.
+// "rank 1 on interface eth0 (10.0.0.2), ...": the other members' published
+// interfaces (at most 8: a message, not a roster), read without waiting,
+// as the store may be what failed.
+std::string describe_peers(c10d::Store& store, int self, const std::vector<int>& ranks) {
   std::string peers;
   int named = 0;
   for (int rank : ranks) {
     if (rank == self) continue;
-    if (++named > 8) {  // a message, not a roster
+    if (++named > 8) {
       peers += ", ...";
       break;
     }
@@ -123,6 +122,13 @@ Error group_failure(c10d::Store& store, const std::string& network, std::chrono:
       break;
     }
   }
+  return peers;
+}
+
+// A group that could not connect, named with both ends' interfaces.
+Error group_failure(c10d::Store& store, const std::string& network, std::chrono::milliseconds init, int self,
+                    const std::string& name, const std::vector<int>& ranks, const std::string& cause) {
+  const std::string peers = describe_peers(store, self, ranks);
   return Error("rank " + std::to_string(self) + " could not connect process group '" + name + "' from " +
                network + (peers.empty() ? "" : " to its peers (" + peers + ")") + " within " +
                "comm.init_timeout_seconds (" + std::to_string(init.count() / 1000) + " s): " + cause +
@@ -240,7 +246,10 @@ std::unique_ptr<Comm> DistRuntime::new_group(const std::string& name, const std:
     throw group_failure(*impl_->store, impl_->network, impl_->timeouts.init, world_.rank, name, ranks,
                         error.what() + loopback_hint(world_, impl_->network));
   }
-  return make_process_group_comm(group, name, ranks, impl_->timeouts.collective);
+  // Named in the group's failures: after a timeout across machines, which
+  // hosts were on the other end is the first question.
+  const std::string peers = world_.distributed() ? describe_peers(*impl_->store, world_.rank, ranks) : "";
+  return make_process_group_comm(group, name, ranks, impl_->timeouts.collective, peers);
 }
 
 }  // namespace titan

@@ -39,8 +39,9 @@ std::string shape_text(const at::Tensor& tensor) {
 class ProcessGroupComm : public Comm {
  public:
   ProcessGroupComm(c10::intrusive_ptr<c10d::ProcessGroup> group, std::string name, std::vector<int> ranks,
-                   std::chrono::milliseconds timeout)
-      : group_(std::move(group)), name_(std::move(name)), ranks_(std::move(ranks)), timeout_(timeout) {}
+                   std::chrono::milliseconds timeout, std::string peers)
+      : group_(std::move(group)), name_(std::move(name)), ranks_(std::move(ranks)), timeout_(timeout),
+        peers_(std::move(peers)) {}
 
   const std::string& name() const override { return name_; }
   int rank() const override { return group_->getRank(); }
@@ -186,7 +187,7 @@ class ProcessGroupComm : public Comm {
   void barrier() override {
     run("barrier", {}, [&] {
       auto work = group_->barrier();
-      compat::wait_for(*work, timeout_, "barrier");
+      compat::wait_for(*work, timeout_, what("barrier"));
     });
   }
 
@@ -225,9 +226,9 @@ class ProcessGroupComm : public Comm {
       try {
         for (auto& work : started_.works) compat::wait_for(*work, comm_.timeout_, comm_.what(event_.op));
         started_.finish();
-      } catch (const Error&) {
+      } catch (const Error& error) {
         comm_.end(event_, false);
-        throw;
+        throw Error(error.what() + comm_.peers_note());
       } catch (const c10::Error& error) {
         comm_.end(event_, false);
         throw Error(comm_.what(event_.op) + " failed: " + error.what_without_backtrace());
@@ -256,6 +257,8 @@ class ProcessGroupComm : public Comm {
       throw Error(what(op) + " failed: " + error.what_without_backtrace());
     }
   }
+
+  std::string peers_note() const { return peers_.empty() ? "" : "; the group's other ranks: " + peers_; }
 
   std::string what(const std::string& op) const {
     return op + " on group '" + name_ + "' (rank " + std::to_string(rank()) + " of " + std::to_string(size()) + ")";
@@ -321,15 +324,17 @@ class ProcessGroupComm : public Comm {
     auto event = begin(op, tensors, peer);
     try {
       body();
-    } catch (const Error&) {
+    } catch (const Error& error) {  // the compat layer's, which names the op but not the group
       end(event, false);
-      throw;
+      const std::string message = error.what();
+      const bool named = message.rfind(what(op), 0) == 0;
+      throw Error((named ? message : what(op) + ": " + message) + peers_note());
     } catch (const c10::Error& error) {
       end(event, false);
-      throw Error(what(op) + " failed: " + error.what_without_backtrace());
+      throw Error(what(op) + " failed: " + error.what_without_backtrace() + peers_note());
     } catch (const std::exception& error) {
       end(event, false);
-      throw Error(what(op) + " failed: " + error.what());
+      throw Error(what(op) + " failed: " + error.what() + peers_note());
     }
     end(event, true);
   }
@@ -338,6 +343,7 @@ class ProcessGroupComm : public Comm {
   std::string name_;
   std::vector<int> ranks_;
   std::chrono::milliseconds timeout_;
+  std::string peers_;  // the other members and their interfaces, for failures
   uint64_t sequence_ = 0;
 };
 
@@ -373,10 +379,12 @@ void clear_comm_observers() {
 }
 
 std::unique_ptr<Comm> make_process_group_comm(c10::intrusive_ptr<c10d::ProcessGroup> group, std::string name,
-                                              std::vector<int> global_ranks, std::chrono::milliseconds timeout) {
+                                              std::vector<int> global_ranks, std::chrono::milliseconds timeout,
+                                              std::string peers) {
   test_faults::check_environment();
   job_collective_timeout_ms.store(timeout.count());
-  return std::make_unique<ProcessGroupComm>(std::move(group), std::move(name), std::move(global_ranks), timeout);
+  return std::make_unique<ProcessGroupComm>(std::move(group), std::move(name), std::move(global_ranks), timeout,
+                                            std::move(peers));
 }
 
 }  // namespace titan

@@ -11,7 +11,10 @@
 
 namespace titan {
 
+// `peers` describes the other members ("rank 1 on interface eth0 (10.0.0.2)")
+// for the messages of failed collectives; empty on one process.
 std::unique_ptr<Comm> make_process_group_comm(c10::intrusive_ptr<c10d::ProcessGroup> group, std::string name,
-                                              std::vector<int> global_ranks, std::chrono::milliseconds timeout);
+                                              std::vector<int> global_ranks, std::chrono::milliseconds timeout,
+                                              std::string peers = "");
 
 }  // namespace titan
