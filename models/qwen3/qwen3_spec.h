@@ -1,6 +1,7 @@
 // Qwen3Spec: the titan::ModelSpec of the qwen3 plugin (build, sizes, FLOPs).
 // Plugin-private header.
 #pragma once
+#include <map>
 #include <string>
 
 #include "qwen3_args.h"
@@ -21,6 +22,10 @@ class Qwen3Spec : public ModelSpec {
   int64_t vocab_size() const override { return args_.vocab_size; }
   int64_t num_params(bool include_embedding = true) const override;
   double flops_per_token(int64_t seq_len) const override;
+  // Hugging Face interop (qwen3_hf.cpp): names as transformers' Qwen3 and
+  // Qwen3-MoE, experts one tensor each, no tensor permuted.
+  std::map<std::string, std::string> hf_names() const override;
+  std::string hf_config_json() const override;
   const Qwen3Args& args() const { return args_; }
 
  private:

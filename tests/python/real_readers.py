@@ -10,6 +10,7 @@ C++ test decides pass or fail.
   hf-save OUT_DIR --config JSON --tokens SHARD --batch B --seq S --seed N
                                        a random LlamaForCausalLM, save_pretrained; its loss on the first batch
   hf-logits HF_DIR TITAN_LOGITS        from_pretrained(HF_DIR) logits against Titan's (tokens + logits file)
+  qwen3-logits HF_DIR=TITAN_LOGITS...  the same through AutoModelForCausalLM (Qwen3, Qwen3-MoE)
   safetensors TITAN_FINAL HF_DIR...    every tensor of each export against Titan's saved model, bit for bit
   tokenizers TOKENIZER IDS FILE...     Tokenizer.from_file ids against Titan's (one line of ids per FILE)
 """
@@ -139,6 +140,33 @@ def hf_logits(args):
                 "wrong_rope_max_abs_diff": (wrong_rope - expected).abs().max().item()})
 
 
+def qwen3_logits(args):
+    """Each HF_DIR=TITAN_LOGITS pair: AutoModelForCausalLM's logits against Titan's; for a MoE model also
+    with two experts of layer 0 swapped in the router (the sensitivity: expert order matters)."""
+    import torch
+    from safetensors.torch import load_file
+    from transformers import AutoModelForCausalLM
+
+    results = []
+    for pair in args.pairs:
+        hf_dir, titan_logits = pair.split("=", 1)
+        titan = load_file(titan_logits)
+        tokens, expected = titan["tokens"].long(), titan["logits"]
+        model = AutoModelForCausalLM.from_pretrained(hf_dir, dtype=torch.float32).eval()
+        result = {"architecture": type(model).__name__, "shape": None, "swapped_experts_max_abs_diff": None}
+        with torch.no_grad():
+            logits = model(input_ids=tokens).logits
+            result["shape"] = list(logits.shape)
+            result["max_abs_diff"] = (logits - expected).abs().max().item()
+            result["scale"] = expected.abs().max().item()
+            gate = getattr(model.model.layers[0].mlp, "gate", None)  # a MoE layer's router; dense has none
+            if gate is not None and hasattr(gate, "weight") and gate.weight.shape[0] > 1:
+                gate.weight[[0, 1]] = gate.weight[[1, 0]].clone()
+                result["swapped_experts_max_abs_diff"] = (model(input_ids=tokens).logits - expected).abs().max().item()
+        results.append(result)
+    print_json({"models": results})
+
+
 def hf_name(titan):
     """Titan's parameter name -> the HF name its export uses (HF's LlamaForCausalLM layout)."""
     block = {"attention.wq": "self_attn.q_proj", "attention.wk": "self_attn.k_proj",
@@ -240,6 +268,9 @@ def main():
     p.add_argument("hf_dir")
     p.add_argument("titan_logits", help="safetensors file with 'tokens' and Titan's 'logits'")
     p.set_defaults(run=hf_logits)
+    p = commands.add_parser("qwen3-logits")
+    p.add_argument("pairs", nargs="+", help="HF_DIR=TITAN_LOGITS: an export and Titan's tokens + logits")
+    p.set_defaults(run=qwen3_logits)
     p = commands.add_parser("safetensors")
     p.add_argument("titan_final", help="Titan's model as debug.save_final_model wrote it")
     p.add_argument("hf_dirs", nargs="+")

@@ -8,6 +8,7 @@
 
 #include "checkpoint_hf.h"
 #include "titan/error.hpp"
+#include "titan/hf_weights.hpp"
 #include "titan/logging.hpp"
 #include "titan/safetensors.hpp"
 
@@ -21,6 +22,7 @@ struct ExportedTensor {
   std::string name;     // Titan's
   std::string hf_name;
   std::vector<int64_t> shape;
+  int64_t part = -1;    // >= 0: this index of the Titan tensor's first dim (a stacked HF name)
 };
 
 at::ScalarType parse_dtype(const std::string& name, const std::string& where) {
@@ -58,11 +60,29 @@ std::vector<ExportedTensor> plan_tensors(const RunPlan& plan, const std::string&
     if (hf == names.end()) {
       throw Error("model plugin '" + plan.model_plugin + "' gives no HF name for '" + item.key() + "'");
     }
-    tensors.push_back({item.key(), hf->second, item.value().sizes().vec()});
+    std::vector<int64_t> shape = item.value().sizes().vec();
+    if (!hf_name_is_stacked(hf->second)) {
+      tensors.push_back({item.key(), hf->second, shape});
+      continue;
+    }
+    const std::vector<int64_t> part_shape(shape.begin() + 1, shape.end());
+    for (int64_t index = 0; index < shape.at(0); ++index) {
+      tensors.push_back({item.key(), hf_name_of_part(hf->second, index), part_shape, index});
+    }
+  }
+  // Buffers saved with the model (a MoE router's expert bias and token
+  // counts) are training state HF's models have no place for.
+  std::vector<std::string> skipped;
+  for (const auto& item : model->named_buffers()) {
+    if (saved.erase(item.key())) skipped.push_back(item.key());
   }
   if (!saved.empty()) {
     throw Error("checkpoint '" + step_dir + "' has model tensor '" + *saved.begin() + "', which model " +
                 plan.model_plugin + " " + plan.model->flavor() + " does not have");
+  }
+  if (!skipped.empty()) {
+    spdlog::warn("not exported: {} buffer{} with no Hugging Face counterpart (e.g. {}); an exported MoE routes on "
+                 "the unbiased scores", skipped.size(), skipped.size() > 1 ? "s" : "", skipped.front());
   }
   return tensors;
 }
@@ -127,14 +147,21 @@ void export_safetensors(const ExportOptions& options) {
     std::vector<safetensors::TensorEntry> entries;
     for (size_t i : files[f]) entries.push_back({tensors[i].hf_name, dtype, tensors[i].shape});
     safetensors::Writer writer((out / name).string(), entries, {{"format", "pt"}});
+    std::string cached_name;  // a stacked tensor is read once for all its parts
+    at::Tensor cached;
     for (size_t i : files[f]) {
       const ExportedTensor& tensor = tensors[i];
-      at::Tensor value = plan.checkpointer->read_model_tensor(options.step_dir, tensor.name);
+      if (tensor.name != cached_name) {
+        cached = plan.model->to_hf(tensor.name, plan.checkpointer->read_model_tensor(options.step_dir, tensor.name));
+        cached_name = tensor.name;
+      }
+      at::Tensor value = tensor.part >= 0 ? cached.select(0, tensor.part) : cached;
       if (value.sizes() != c10::IntArrayRef(tensor.shape)) {
         throw Error("checkpoint '" + options.step_dir + "': tensor '" + tensor.name + "' has shape " +
-                    c10::str(value.sizes()) + " but the model's is " + c10::str(tensor.shape));
+                    c10::str(cached.sizes()) + ", which does not fit the model's" +
+                    (tensor.part >= 0 ? " (" + tensor.hf_name + ": " : " (") + c10::str(tensor.shape) + ")");
       }
-      at::Tensor converted = plan.model->to_hf(tensor.name, value).to(dtype).contiguous();
+      at::Tensor converted = value.to(dtype).contiguous();
       writer.add(tensor.hf_name, converted);
       total_bytes += static_cast<int64_t>(converted.nbytes());
       weight_map[tensor.hf_name] = name;

@@ -5,6 +5,7 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -42,20 +43,41 @@ void check_config(const std::string& dir, const std::string& model_config_text) 
   }
   // Fields that decide shapes or the rotary permutation must agree.
   for (const char* key : {"hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads",
-                          "num_hidden_layers", "vocab_size", "head_dim"}) {
+                          "num_hidden_layers", "vocab_size", "head_dim", "num_experts", "num_experts_per_tok",
+                          "moe_intermediate_size"}) {
     if (!theirs.contains(key) || !ours.contains(key) || theirs[key] == ours[key]) continue;
     throw Error("'" + path.string() + "' has " + key + " " + theirs[key].dump() + " but the configured model has " +
                 ours[key].dump() + " (check model.flavor and its overrides, and the tokenizer for vocab_size)");
   }
   // Fields that change the function but not the shapes: worth a warning.
-  for (const char* key : {"rope_theta", "rms_norm_eps", "rope_scaling", "tie_word_embeddings"}) {
+  for (const char* key : {"rope_theta", "rms_norm_eps", "rope_scaling", "tie_word_embeddings", "norm_topk_prob"}) {
     if (!theirs.contains(key) || !ours.contains(key) || theirs[key] == ours[key]) continue;
     spdlog::warn("{} has {} {} but the configured model has {}", path.string(), key, theirs[key].dump(),
                  ours[key].dump());
   }
 }
 
+// A folder name matches a stacked name: the placeholder is digits there.
+bool matches_stacked(const std::string& name, const std::string& stacked) {
+  const size_t at = stacked.find(kHfExpert), width = std::string(kHfExpert).size();
+  const std::string prefix = stacked.substr(0, at), suffix = stacked.substr(at + width);
+  if (name.size() <= prefix.size() + suffix.size() || name.compare(0, prefix.size(), prefix) != 0 ||
+      name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0) {
+    return false;
+  }
+  const std::string index = name.substr(prefix.size(), name.size() - prefix.size() - suffix.size());
+  return index.find_first_not_of("0123456789") == std::string::npos;
+}
+
 }  // namespace
+
+bool hf_name_is_stacked(const std::string& hf_name) { return hf_name.find(kHfExpert) != std::string::npos; }
+
+std::string hf_name_of_part(const std::string& hf_name, int64_t index) {
+  std::string name = hf_name;
+  name.replace(name.find(kHfExpert), std::string(kHfExpert).size(), std::to_string(index));
+  return name;
+}
 
 HfWeights::HfWeights(const std::string& dir, const ModelSpec& spec)
     : folder_(dir), spec_(spec), names_(spec.hf_names()) {
@@ -68,26 +90,47 @@ at::Tensor HfWeights::read(const std::string& name, const std::vector<int64_t>& 
   if (hf == names_.end()) {
     throw Error("parameter '" + name + "' has no Hugging Face name, so it cannot be loaded from '" + dir() + "'");
   }
-  if (!folder_.contains(hf->second)) {
-    throw Error("Hugging Face folder '" + dir() + "' has no tensor '" + hf->second + "' (the model's '" + name + "')");
+  if (!hf_name_is_stacked(hf->second)) return spec_.from_hf(name, read_one(hf->second, expected_shape, name));
+  if (expected_shape.empty()) throw Error("parameter '" + name + "' is a scalar; it cannot stack " + hf->second);
+  const std::vector<int64_t> part_shape(expected_shape.begin() + 1, expected_shape.end());
+  std::vector<at::Tensor> parts;
+  for (int64_t index = 0; index < expected_shape[0]; ++index) {
+    parts.push_back(read_one(hf_name_of_part(hf->second, index), part_shape, name));
   }
-  const auto& info = folder_.info(hf->second);
+  return spec_.from_hf(name, at::stack(parts));
+}
+
+at::Tensor HfWeights::read_one(const std::string& hf_name, const std::vector<int64_t>& expected_shape,
+                               const std::string& name) const {
+  if (!folder_.contains(hf_name)) {
+    throw Error("Hugging Face folder '" + dir() + "' has no tensor '" + hf_name + "' (the model's '" + name + "')");
+  }
+  const auto& info = folder_.info(hf_name);
   if (info.shape != expected_shape) {
-    throw Error(folder_.file_of(hf->second) + ": tensor '" + hf->second + "' has shape " + shape_text(info.shape) +
-                " but the model's '" + name + "' is " + shape_text(expected_shape));
+    throw Error(folder_.file_of(hf_name) + ": tensor '" + hf_name + "' has shape " + shape_text(info.shape) +
+                " but the model's '" + name + "' " + (hf_name_is_stacked(names_.at(name)) ? "holds one of " : "is ") +
+                shape_text(expected_shape));
   }
-  return spec_.from_hf(name, folder_.read(hf->second));
+  return folder_.read(hf_name);
 }
 
 std::vector<std::string> HfWeights::unused(const std::set<std::string>& loaded) const {
   std::set<std::string> used;
+  std::vector<std::string> stacked;
   for (const auto& name : loaded) {
     auto hf = names_.find(name);
-    if (hf != names_.end()) used.insert(hf->second);
+    if (hf == names_.end()) continue;
+    if (hf_name_is_stacked(hf->second)) {
+      stacked.push_back(hf->second);
+    } else {
+      used.insert(hf->second);
+    }
   }
   std::vector<std::string> rest;
   for (const auto& name : folder_.names()) {
-    if (!used.count(name)) rest.push_back(name);
+    if (used.count(name)) continue;
+    if (std::any_of(stacked.begin(), stacked.end(), [&](const auto& s) { return matches_stacked(name, s); })) continue;
+    rest.push_back(name);
   }
   return rest;
 }

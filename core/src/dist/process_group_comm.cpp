@@ -324,11 +324,16 @@ class ProcessGroupComm : public Comm {
     auto event = begin(op, tensors, peer);
     try {
       body();
-    } catch (const Error& error) {  // the compat layer's, which names the op but not the group
+    } catch (const Error& error) {  // the compat layer's "<op> failed: ...", which names no group
       end(event, false);
-      const std::string message = error.what();
-      const bool named = message.rfind(what(op), 0) == 0;
-      throw Error((named ? message : what(op) + ": " + message) + peers_note());
+      std::string message = error.what();
+      const std::string plain = op + " failed: ";
+      if (message.rfind(plain, 0) == 0) {
+        message = what(op) + " failed: " + message.substr(plain.size());
+      } else if (message.rfind(what(op), 0) != 0) {
+        message = what(op) + ": " + message;
+      }
+      throw Error(message + peers_note());
     } catch (const c10::Error& error) {
       end(event, false);
       throw Error(what(op) + " failed: " + error.what_without_backtrace() + peers_note());
