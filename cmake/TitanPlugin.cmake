@@ -11,13 +11,17 @@
 # Used in-tree and, installed with the SDK, out of tree. In-tree plugins join
 # the target titan_all_plugins (what training needs) unless the directory
 # sets TITAN_PLUGIN_NOT_IN_ALL (the test plugins).
+# The sources compile into the object library titan_plugin_<NAME>_objects
+# (compile settings go there), which the plugin links: a variant built from
+# the same sources less one (tests/test_plugins' mutants) links those
+# objects through OBJECTS instead of compiling them again.
 set(TITAN_PLUGIN_VERSION_SCRIPT ${CMAKE_CURRENT_LIST_DIR}/titan_plugin.map)
 # The kinds of titan/plugin.hpp (TITAN_SINGLE_FACTORY_KINDS, then pipeline_schedule).
 set(TITAN_PLUGIN_KIND_NAMES model parallelizer schedule optimizer lr_schedule precision checkpointer
   comm_observer metrics_sink pipeline_splitter pipeline_schedule)
 
 function(titan_add_plugin name)
-  cmake_parse_arguments(ARG "" "CONFORMANCE" "SOURCES;LIBRARIES;KINDS" ${ARGN})
+  cmake_parse_arguments(ARG "" "CONFORMANCE" "SOURCES;OBJECTS;LIBRARIES;KINDS" ${ARGN})
   if(NOT ARG_SOURCES)
     message(FATAL_ERROR "titan_add_plugin(${name}): SOURCES is empty")
   endif()
@@ -28,15 +32,19 @@ function(titan_add_plugin name)
     endif()
   endforeach()
   set(target titan_plugin_${name})
-  add_library(${target} MODULE ${ARG_SOURCES})
-  # One source can then build under several names (tests/test_plugins' mutants).
-  target_compile_definitions(${target} PRIVATE TITAN_PLUGIN_NAME="${name}")
   if(TARGET titan_core)
-    target_link_libraries(${target} PRIVATE titan_core)
+    set(core titan_core)
   else()  # out of tree, against the installed SDK
-    target_link_libraries(${target} PRIVATE Titan::core)
+    set(core Titan::core)
   endif()
-  target_link_libraries(${target} PRIVATE ${ARG_LIBRARIES})
+  add_library(${target}_objects OBJECT ${ARG_SOURCES})
+  set_target_properties(${target}_objects PROPERTIES POSITION_INDEPENDENT_CODE ON)
+  # One source can then build under several names (tests/test_plugins' mutants).
+  target_compile_definitions(${target}_objects PRIVATE TITAN_PLUGIN_NAME="${name}")
+  target_link_libraries(${target}_objects PRIVATE ${core} ${ARG_LIBRARIES})
+  add_library(${target} MODULE $<TARGET_OBJECTS:${target}_objects> ${ARG_OBJECTS})
+  set_target_properties(${target} PROPERTIES LINKER_LANGUAGE CXX)
+  target_link_libraries(${target} PRIVATE ${core} ${ARG_LIBRARIES})
   target_link_options(${target} PRIVATE
     "-Wl,--version-script=${TITAN_PLUGIN_VERSION_SCRIPT}" "-Wl,--no-undefined")
   if(NOT TITAN_PLUGIN_OUTPUT_DIR)
@@ -51,7 +59,7 @@ function(titan_add_plugin name)
     add_dependencies(titan_all_plugins ${target})
   endif()
   if(COMMAND titan_use_pch)
-    titan_use_pch(${target})
+    titan_use_pch(${target}_objects)
   endif()
   if(TITAN_PLUGIN_INSTALL_DIR)
     install(TARGETS ${target} LIBRARY DESTINATION ${TITAN_PLUGIN_INSTALL_DIR})
