@@ -32,8 +32,9 @@ std::map<std::pair<int, std::string>, double> imbalances(const std::filesystem::
   return out;
 }
 
-RunOutput run_reference() {
-  auto dump = titan::test::temp_dir("ep_reference");
+// `name`: its own folder per test case, as ctest -j runs them side by side.
+RunOutput run_reference(const std::string& name) {
+  auto dump = titan::test::temp_dir(name);
   auto result = titan::test::run_command("timeout 300 " + titan::test::titan_binary() + " train " +
                                          titan::test::source_dir() + "/configs/qwen3_debugmodel_moe.yaml" +
                                          " --set training.local_batch_size=8" + titan::test::common_sets(dump) + kMoE);
@@ -72,7 +73,7 @@ void check_ep_equivalent(const RunOutput& ep, const RunOutput& reference) {
 
 TEST_CASE("expert parallel: FSDP dp_shard 2 x ep 2 (2 ranks) and dp_shard 4 x ep 2 (4 ranks) reproduce one process "
           "within 1e-5, experts and expert biases included") {
-  RunOutput reference = run_reference();
+  RunOutput reference = run_reference("ep_reference_1");
   // The shipped config as it is: 4 experts per rank, efsdp = 1.
   check_ep_equivalent(run_ep("ep_2", 2, 29541, ""), reference);
   // efsdp = 2: each rank's 4 experts also sharded over 2 FSDP ranks.
@@ -88,12 +89,12 @@ TEST_CASE("expert parallel: HSDP (2 replicas of dp_shard 2) x ep 2 with full act
                              " --set 'plugins=[{name: fsdp, dp_shard: 2, dp_replicate: 2}, {name: expert_parallel, "
                              "expert_parallel_degree: 2}, {name: activation_checkpoint, mode: full}]'"
                              " --set training.local_batch_size=2"),
-                      run_reference());
+                      run_reference("ep_reference_2"));
 }
 
 TEST_CASE("expert parallel: with PP (1F1B pp 2 x FSDP 2 x ep 2, 4 ranks) and with CP (cp 2 x ep 2, 2 ranks) "
           "reproduces one process within 1e-5") {
-  RunOutput reference = run_reference();
+  RunOutput reference = run_reference("ep_reference_3");
   // Each stage's one MoE block dispatches over the ep group of its stage,
   // per microbatch.
   check_ep_equivalent(run_ep("ep_pp", 4, 29551,

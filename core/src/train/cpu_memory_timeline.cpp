@@ -238,7 +238,12 @@ std::string CpuMemoryTimeline::take_window(const std::string& reason, int rank) 
       out["failed_allocation"] = std::move(failure);
     }
 
+    // What comes between this window and the next step (the end of the
+    // step's bookkeeping, a peer's late collective) belongs to the next
+    // step's window, not to a step this window already closed.
+    ++step_;
     start_window();  // from what is live now
+    window_first_step_ = step_;
   }
   return out.dump();
 }
