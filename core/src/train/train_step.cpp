@@ -6,6 +6,8 @@
 #include <cmath>
 
 #include "training_run.hpp"
+
+#include "merge_metrics.hpp"
 #include "titan/error.hpp"
 #include "titan/logging.hpp"
 #include "titan/moe.hpp"
@@ -63,8 +65,10 @@ StepOutcome TrainingRun::step(int64_t step) {
   }
   const int64_t tokens = training.local_batch_size * training.seq_len * accumulation_;
   const double max_loss = std::isfinite(loss) ? job_loss.max : loss;  // a test hook's NaN shows in both
-  outcome.record = {step, loss, max_loss, grad_norm, lr, tokens, data_loading_s, state_bytes(),
-                    moe_metrics(moe_loads)};
+  std::map<std::string, double> moe = moe_metrics(moe_loads);
+  // Each pipeline stage holds its own routers; rank 0 logs them all.
+  if (moe_metrics_over_pp_) moe = merge_metrics_over(mesh->group("pp"), moe);
+  outcome.record = {step, loss, max_loss, grad_norm, lr, tokens, data_loading_s, state_bytes(), std::move(moe)};
   optimizer->zero_grad();
   return outcome;
 }

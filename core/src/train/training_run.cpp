@@ -19,6 +19,7 @@
 #include "titan/error.hpp"
 #include "titan/logging.hpp"
 #include "titan/model_builder.hpp"
+#include "titan/moe.hpp"
 #include "titan/tokenizer.hpp"
 
 namespace titan {
@@ -214,6 +215,11 @@ void TrainingRun::build_model() {
     first_stage = model.get();
   }
   hooks.attach(*first_stage);
+  // Whether the whole model (not just this stage) has routers: every pp
+  // rank must agree before it joins the per-step merge of their metrics.
+  const DeviceMesh* mesh = parallel->mesh();
+  moe_metrics_over_pp_ = plan.pipeline && mesh && mesh->size("pp") > 1 &&
+                         !find_routers(*plan.model->build(c10::Device(c10::kMeta))).empty();
   model->init_weights(static_cast<uint64_t>(plan.core.training.seed));
   model->train();
   int64_t local_bytes = 0;

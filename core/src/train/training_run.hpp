@@ -79,6 +79,7 @@ class TrainingRun {
   std::vector<double> norm_weights_;
   int64_t accumulation_ = 1;  // microbatches per step
   c10::ScalarType compute_dtype_ = c10::kFloat;  // the parameters' (the precision plugin's or mixed_precision_param)
+  bool moe_metrics_over_pp_ = false;  // the MoE metrics of every pipeline stage are merged each step
 };
 
 }  // namespace titan
