@@ -76,10 +76,10 @@ StartedCollective start_all_gather_into(c10d::ProcessGroup& group, at::Tensor& o
 }
 
 at::Tensor reduce_scatter(c10d::ProcessGroup& group, const at::Tensor& input, ReduceOp op,
-                          std::chrono::milliseconds timeout) {
+                          std::chrono::milliseconds timeout, const std::string& what) {
   at::Tensor output = at::empty(input.narrow(0, 0, input.size(0) / group.getSize()).sizes(), input.options());
   StartedCollective started = start_reduce_scatter_into(group, output, input, op);
-  for (auto& work : started.works) wait_for(*work, timeout, "reduce_scatter");
+  for (auto& work : started.works) wait_for(*work, timeout, what);
   started.finish();
   return output;
 }
@@ -95,27 +95,30 @@ StartedCollective start_reduce_scatter_into(c10d::ProcessGroup& group, at::Tenso
   return started;
 }
 
-void broadcast(c10d::ProcessGroup& group, at::Tensor& tensor, int root, std::chrono::milliseconds timeout) {
+void broadcast(c10d::ProcessGroup& group, at::Tensor& tensor, int root, std::chrono::milliseconds timeout,
+               const std::string& what) {
   at::Tensor buffer = tensor.is_contiguous() ? tensor : tensor.contiguous();
   std::vector<at::Tensor> list{buffer};
   c10d::BroadcastOptions options;
   options.rootRank = root;
   auto work = group.broadcast(list, options);
-  wait_for(*work, timeout, "broadcast");
+  wait_for(*work, timeout, what);
   if (!buffer.is_same(tensor)) tensor.copy_(buffer);
 }
 
-at::Tensor all_to_all(c10d::ProcessGroup& group, const at::Tensor& input, std::chrono::milliseconds timeout) {
+at::Tensor all_to_all(c10d::ProcessGroup& group, const at::Tensor& input, std::chrono::milliseconds timeout,
+                      const std::string& what) {
   at::Tensor in = input.contiguous();
   at::Tensor out = at::empty_like(in);
   std::vector<int64_t> even;  // empty: equal splits
   auto work = group.alltoall_base(out, in, even, even);
-  wait_for(*work, timeout, "all_to_all");
+  wait_for(*work, timeout, what);
   return out;
 }
 
 at::Tensor all_to_all_v(c10d::ProcessGroup& group, const at::Tensor& input, const std::vector<int64_t>& send_rows,
-                        const std::vector<int64_t>& recv_rows, std::chrono::milliseconds timeout) {
+                        const std::vector<int64_t>& recv_rows, std::chrono::milliseconds timeout,
+                        const std::string& what) {
   at::Tensor in = input.contiguous();
   int64_t received = 0;
   for (int64_t rows : recv_rows) received += rows;
@@ -125,18 +128,20 @@ at::Tensor all_to_all_v(c10d::ProcessGroup& group, const at::Tensor& input, cons
   // c10d reads the splits as rows of dim 0, like this interface.
   std::vector<int64_t> out_splits = recv_rows, in_splits = send_rows;
   auto work = group.alltoall_base(out, in, out_splits, in_splits);
-  wait_for(*work, timeout, "all_to_all");
+  wait_for(*work, timeout, what);
   return out;
 }
 
-void send(c10d::ProcessGroup& group, const at::Tensor& tensor, int peer, std::chrono::milliseconds timeout) {
+void send(c10d::ProcessGroup& group, const at::Tensor& tensor, int peer, std::chrono::milliseconds timeout,
+          const std::string& what) {
   StartedCollective started = start_send(group, tensor, peer, 0);
-  wait_for(*started.works[0], timeout, "send");
+  wait_for(*started.works[0], timeout, what);
 }
 
-void recv(c10d::ProcessGroup& group, at::Tensor& tensor, int peer, std::chrono::milliseconds timeout) {
+void recv(c10d::ProcessGroup& group, at::Tensor& tensor, int peer, std::chrono::milliseconds timeout,
+          const std::string& what) {
   StartedCollective started = start_recv(group, tensor, peer, 0);
-  wait_for(*started.works[0], timeout, "recv");
+  wait_for(*started.works[0], timeout, what);
   started.finish();
 }
 

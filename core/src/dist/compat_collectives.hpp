@@ -20,18 +20,25 @@ struct StartedCollective {
 StartedCollective start_all_reduce(c10d::ProcessGroup& group, at::Tensor& tensor, ReduceOp op);
 // output: contiguous [size * n, ...]; input [n, ...]
 StartedCollective start_all_gather_into(c10d::ProcessGroup& group, at::Tensor& output, const at::Tensor& input);
+// The blocking calls wait up to `timeout`; a failure names `what` (the op
+// and its group, as the comm layer describes them).
 at::Tensor reduce_scatter(c10d::ProcessGroup& group, const at::Tensor& input, ReduceOp op,
-                          std::chrono::milliseconds timeout);
+                          std::chrono::milliseconds timeout, const std::string& what);
 // output: contiguous [n, ...]; input [size * n, ...]; filled by finish().
 StartedCollective start_reduce_scatter_into(c10d::ProcessGroup& group, at::Tensor& output, const at::Tensor& input,
                                             ReduceOp op);
-void broadcast(c10d::ProcessGroup& group, at::Tensor& tensor, int root, std::chrono::milliseconds timeout);
-at::Tensor all_to_all(c10d::ProcessGroup& group, const at::Tensor& input, std::chrono::milliseconds timeout);
+void broadcast(c10d::ProcessGroup& group, at::Tensor& tensor, int root, std::chrono::milliseconds timeout,
+               const std::string& what);
+at::Tensor all_to_all(c10d::ProcessGroup& group, const at::Tensor& input, std::chrono::milliseconds timeout,
+                      const std::string& what);
 // Rows along dim 0 in per-rank splits (c10d's alltoall_base with split sizes).
 at::Tensor all_to_all_v(c10d::ProcessGroup& group, const at::Tensor& input, const std::vector<int64_t>& send_rows,
-                        const std::vector<int64_t>& recv_rows, std::chrono::milliseconds timeout);
-void send(c10d::ProcessGroup& group, const at::Tensor& tensor, int peer, std::chrono::milliseconds timeout);
-void recv(c10d::ProcessGroup& group, at::Tensor& tensor, int peer, std::chrono::milliseconds timeout);
+                        const std::vector<int64_t>& recv_rows, std::chrono::milliseconds timeout,
+                        const std::string& what);
+void send(c10d::ProcessGroup& group, const at::Tensor& tensor, int peer, std::chrono::milliseconds timeout,
+          const std::string& what);
+void recv(c10d::ProcessGroup& group, at::Tensor& tensor, int peer, std::chrono::milliseconds timeout,
+          const std::string& what);
 // Non-blocking point-to-point; recv's `tensor` is filled by finish().
 StartedCollective start_send(c10d::ProcessGroup& group, const at::Tensor& tensor, int peer, int tag);
 StartedCollective start_recv(c10d::ProcessGroup& group, at::Tensor& tensor, int peer, int tag);

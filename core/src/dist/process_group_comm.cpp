@@ -96,7 +96,8 @@ class ProcessGroupComm : public Comm {
                                  std::to_string(size()));
     }
     at::Tensor result;
-    run("reduce_scatter", {input}, [&] { result = compat::reduce_scatter(*group_, input, op, timeout_); });
+    run("reduce_scatter", {input},
+        [&] { result = compat::reduce_scatter(*group_, input, op, timeout_, what("reduce_scatter")); });
     return result;
   }
 
@@ -124,7 +125,7 @@ class ProcessGroupComm : public Comm {
   void broadcast(at::Tensor& tensor, int root) override {
     check_device(tensor, "broadcast");
     check_peer(root, "broadcast");
-    run("broadcast", {tensor}, [&] { compat::broadcast(*group_, tensor, root, timeout_); });
+    run("broadcast", {tensor}, [&] { compat::broadcast(*group_, tensor, root, timeout_, what("broadcast")); });
   }
 
   at::Tensor all_to_all(const at::Tensor& input) override {
@@ -134,7 +135,7 @@ class ProcessGroupComm : public Comm {
                              std::to_string(size()));
     }
     at::Tensor result;
-    run("all_to_all", {input}, [&] { result = compat::all_to_all(*group_, input, timeout_); });
+    run("all_to_all", {input}, [&] { result = compat::all_to_all(*group_, input, timeout_, what("all_to_all")); });
     return result;
   }
 
@@ -156,20 +157,22 @@ class ProcessGroupComm : public Comm {
                              " rows its send splits add up to");
     }
     at::Tensor result;
-    run("all_to_all", {input}, [&] { result = compat::all_to_all_v(*group_, input, send_rows, recv_rows, timeout_); });
+    run("all_to_all", {input}, [&] {
+      result = compat::all_to_all_v(*group_, input, send_rows, recv_rows, timeout_, what("all_to_all"));
+    });
     return result;
   }
 
   void send(const at::Tensor& tensor, int peer) override {
     check_device(tensor, "send");
     check_peer(peer, "send");
-    run("send", {tensor}, [&] { compat::send(*group_, tensor, peer, timeout_); }, Peer{peer, 0});
+    run("send", {tensor}, [&] { compat::send(*group_, tensor, peer, timeout_, what("send")); }, Peer{peer, 0});
   }
 
   void recv(at::Tensor& tensor, int peer) override {
     check_device(tensor, "recv");
     check_peer(peer, "recv");
-    run("recv", {tensor}, [&] { compat::recv(*group_, tensor, peer, timeout_); }, Peer{peer, 0});
+    run("recv", {tensor}, [&] { compat::recv(*group_, tensor, peer, timeout_, what("recv")); }, Peer{peer, 0});
   }
 
   std::unique_ptr<CommWork> send_async(const at::Tensor& tensor, int peer, int tag) override {
@@ -231,10 +234,10 @@ class ProcessGroupComm : public Comm {
         throw Error(error.what() + comm_.peers_note());
       } catch (const c10::Error& error) {
         comm_.end(event_, false);
-        throw Error(comm_.what(event_.op) + " failed: " + error.what_without_backtrace());
+        throw Error(comm_.what(event_.op) + " failed: " + error.what_without_backtrace() + comm_.peers_note());
       } catch (const std::exception& error) {
         comm_.end(event_, false);
-        throw Error(comm_.what(event_.op) + " failed: " + error.what());
+        throw Error(comm_.what(event_.op) + " failed: " + error.what() + comm_.peers_note());
       }
       comm_.end(event_, true);
     }
@@ -324,16 +327,9 @@ class ProcessGroupComm : public Comm {
     auto event = begin(op, tensors, peer);
     try {
       body();
-    } catch (const Error& error) {  // the compat layer's "<op> failed: ...", which names no group
+    } catch (const Error& error) {  // a failed wait: it names the op and the group already
       end(event, false);
-      std::string message = error.what();
-      const std::string plain = op + " failed: ";
-      if (message.rfind(plain, 0) == 0) {
-        message = what(op) + " failed: " + message.substr(plain.size());
-      } else if (message.rfind(what(op), 0) != 0) {
-        message = what(op) + ": " + message;
-      }
-      throw Error(message + peers_note());
+      throw Error(error.what() + peers_note());
     } catch (const c10::Error& error) {
       end(event, false);
       throw Error(what(op) + " failed: " + error.what_without_backtrace() + peers_note());

@@ -215,11 +215,14 @@ void TrainingRun::build_model() {
     first_stage = model.get();
   }
   hooks.attach(*first_stage);
-  // Whether the whole model (not just this stage) has routers: every pp
-  // rank must agree before it joins the per-step merge of their metrics.
+  // Whether any stage has routers: every pp rank must agree before it joins
+  // the per-step merge of their metrics, so the stages ask each other once.
   const DeviceMesh* mesh = parallel->mesh();
-  moe_metrics_over_pp_ = plan.pipeline && mesh && mesh->size("pp") > 1 &&
-                         !find_routers(*plan.model->build(c10::Device(c10::kMeta))).empty();
+  if (plan.pipeline && mesh && mesh->size("pp") > 1) {
+    at::Tensor routers = at::full({1}, static_cast<int64_t>(find_routers(*model).size()), at::kLong);
+    mesh->group("pp").all_reduce(routers, ReduceOp::max);
+    moe_metrics_over_pp_ = routers.item<int64_t>() > 0;
+  }
   model->init_weights(static_cast<uint64_t>(plan.core.training.seed));
   model->train();
   int64_t local_bytes = 0;
