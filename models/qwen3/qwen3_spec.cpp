@@ -56,4 +56,37 @@ double Qwen3Spec::flops_per_token(int64_t seq_len) const {
   return 6.0 * (static_cast<double>(num_params(false)) - inactive) + attention;
 }
 
+std::map<std::string, TpStyle> Qwen3Spec::tp_plan() const {
+  // As llama3's, plus q_norm and k_norm on each rank's heads. In MoE
+  // blocks the TP plugin splits the MoE layer itself (router whole, the
+  // experts' width or their tokens split); the ffn norm gathers its input.
+  std::map<std::string, TpStyle> plan = {{"tok_embeddings", TpStyle::rowwise},
+                                         {"layers.*.attention_norm", TpStyle::sequence_parallel_norm},
+                                         {"layers.*.attention.wq", TpStyle::colwise},
+                                         {"layers.*.attention.wk", TpStyle::colwise},
+                                         {"layers.*.attention.wv", TpStyle::colwise},
+                                         {"layers.*.attention.q_norm", TpStyle::head_norm},
+                                         {"layers.*.attention.k_norm", TpStyle::head_norm},
+                                         {"layers.*.attention.wo", TpStyle::rowwise},
+                                         {"layers.*.ffn_norm", TpStyle::sequence_parallel_norm},
+                                         {"norm", TpStyle::sequence_parallel_norm},
+                                         {"output", TpStyle::colwise}};
+  if (!args_.moe) {
+    plan["layers.*.feed_forward.w1"] = TpStyle::colwise;
+    plan["layers.*.feed_forward.w3"] = TpStyle::colwise;
+    plan["layers.*.feed_forward.w2"] = TpStyle::rowwise;
+  }
+  return plan;
+}
+
+std::vector<ShardableSize> Qwen3Spec::tp_sizes() const {
+  std::vector<ShardableSize> sizes = {{"model.n_heads", "attention heads", args_.n_heads},
+                                      {"model.n_kv_heads", "key/value heads", args_.n_kv_heads},
+                                      {"model.tokenizer_path (its vocabulary)", "vocabulary size", args_.vocab_size}};
+  if (!args_.moe) sizes.push_back({"model.hidden_dim", "FFN hidden size", args_.hidden_dim});
+  // Without expert parallelism the experts' width is split too (checked
+  // when the layers are split: the TP plugin cannot see ep here).
+  return sizes;
+}
+
 }  // namespace titan::qwen3

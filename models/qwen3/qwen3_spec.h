@@ -22,6 +22,9 @@ class Qwen3Spec : public ModelSpec {
   int64_t vocab_size() const override { return args_.vocab_size; }
   int64_t num_params(bool include_embedding = true) const override;
   double flops_per_token(int64_t seq_len) const override;
+  // TorchTitan's qwen3 plan; MoE layers are the TP plugin's own concern.
+  std::map<std::string, TpStyle> tp_plan() const override;
+  std::vector<ShardableSize> tp_sizes() const override;
   // Hugging Face interop (qwen3_hf.cpp): names as transformers' Qwen3 and
   // Qwen3-MoE, experts one tensor each, no tensor permuted.
   std::map<std::string, std::string> hf_names() const override;

@@ -18,15 +18,6 @@ namespace {
 
 const char* const kDegreeKey = "plugins: expert_parallel.expert_parallel_degree";
 
-// Every MoE layer of `model` by module path, in module order.
-std::vector<std::pair<std::string, std::shared_ptr<MoE>>> moe_layers(const torch::nn::Module& model) {
-  std::vector<std::pair<std::string, std::shared_ptr<MoE>>> found;
-  for (const auto& item : model.named_modules("", /*include_self=*/false)) {
-    if (auto moe = std::dynamic_pointer_cast<MoE>(item.value())) found.emplace_back(item.key(), moe);
-  }
-  return found;
-}
-
 int64_t degree_of(const std::map<std::string, int64_t>& degrees, const std::string& dim, int64_t absent) {
   auto found = degrees.find(dim);
   return found == degrees.end() ? absent : found->second;
@@ -36,27 +27,27 @@ int64_t degree_of(const std::map<std::string, int64_t>& degrees, const std::stri
 
 std::vector<MeshSplitRequest> ExpertParallelizer::mesh_splits() const {
   if (options_.degree == 1) return {};
-  return {{"dp_shard_cp", "efsdp", "ep", options_.degree}};
+  return {{"dp_shard_cp_tp", "efsdp", "ep", options_.degree}};
 }
 
 void ExpertParallelizer::validate(const ValidateContext& context) const {
   const int64_t ep = options_.degree;
   const std::string key = std::string(kDegreeKey) + " = " + std::to_string(ep);
-  if (degree_of(context.degrees, "tp", 1) > 1) {
-    throw Error(std::string(kDegreeKey) + ": expert parallelism with tensor_parallel_degree > 1 is not supported yet "
-                "(TorchTitan's expert tensor parallelism); drop one of them");
-  }
-  // ep borrows its ranks from dp_shard x cp; unknown without a world size.
-  const int64_t dp_shard = degree_of(context.degrees, "dp_shard", -1), cp = degree_of(context.degrees, "cp", 1);
-  if (ep > 1 && dp_shard > 0 && (dp_shard * cp) % ep != 0) {
-    throw Error(key + " does not divide data_parallel_shard_degree x context_parallel_degree = " +
-                std::to_string(dp_shard) + " x " + std::to_string(cp) + " = " + std::to_string(dp_shard * cp) +
+  // ep borrows its ranks from dp_shard x cp x tp (TorchTitan's ep without
+  // expert tensor parallelism); unknown without a world size.
+  const int64_t dp_shard = degree_of(context.degrees, "dp_shard", -1), cp = degree_of(context.degrees, "cp", 1),
+                tp = degree_of(context.degrees, "tp", 1);
+  const int64_t borrowable = dp_shard * cp * tp;
+  if (ep > 1 && dp_shard > 0 && borrowable % ep != 0) {
+    throw Error(key + " does not divide data_parallel_shard_degree x context_parallel_degree x "
+                "tensor_parallel_degree = " + std::to_string(dp_shard) + " x " + std::to_string(cp) + " x " +
+                std::to_string(tp) + " = " + std::to_string(borrowable) +
                 " (expert parallelism takes its ranks from them, as TorchTitan); use a divisor of " +
-                std::to_string(dp_shard * cp) + ", or more FSDP ranks (fsdp.dp_shard)");
+                std::to_string(borrowable) + ", or more FSDP ranks (fsdp.dp_shard)");
   }
   // The model's MoE layers, from a meta build (no memory, no weights).
   std::shared_ptr<CausalLM> model = context.spec.build(c10::Device(c10::kMeta));
-  auto layers = moe_layers(*model);
+  auto layers = find_moe_layers(*model);
   if (layers.empty()) {
     throw Error(std::string(kDegreeKey) + ": model flavor '" + context.spec.flavor() +
                 "' has no MoE layers, so there are no experts to split; use a MoE flavor (e.g. qwen3 "
@@ -80,7 +71,7 @@ void ExpertParallelizer::parallelize(CausalLM& model, const ParallelizeContext& 
   if (!context.mesh) throw Error("expert_parallel: no device mesh (the trainer builds one when a plugin asks for mesh dims)");
   Comm& ep = context.mesh->group("ep");
   const int64_t ranks = ep.size(), rank = ep.rank();
-  auto layers = moe_layers(model);
+  auto layers = find_moe_layers(model);
   if (layers.empty()) throw Error(std::string(kDegreeKey) + ": the model has no MoE layers");
   for (const auto& [path, moe] : layers) {
     auto experts = std::dynamic_pointer_cast<GroupedExperts>(find_module(model, path + ".experts"));

@@ -113,23 +113,33 @@ void FsdpParallelizer::parallelize(CausalLM& model, const ParallelizeContext& co
 
   // A parameter sharded over a mesh split's inner dim (experts over ep) is
   // data-parallel over the split's outer dim (efsdp) instead: sharded and
-  // averaged there, divided also by the inner dim's size, whose ranks'
-  // gradients its backward already summed. The split must regroup the
-  // ranks FSDP shards over.
+  // averaged there. Its gradient is divided by `presummed` more: the inner
+  // dim's backward (the all-to-all) already summed the tokens of
+  // dp_shard_cp / efsdp data-parallel ranks (ep, or ep / tp where ep also
+  // borrows the tp ranks, which share data but split its tokens), so the
+  // whole divides by dp_shard_cp as the dense weights' mean does. The split
+  // must regroup the ranks FSDP shards over (and at most tp besides).
   struct DataParallelDim {
     std::string name;
-    int64_t presummed = 1;
+    double presummed = 1;
+  };
+  auto dims_above_one = [&](const std::string& name, bool skip_tp) {
+    std::vector<std::string> dims;
+    for (const auto& dim : mesh_dims_of(name)) {
+      if (mesh.size(dim) > 1 && !(skip_tp && dim == "tp")) dims.push_back(dim);
+    }
+    return dims;
   };
   auto data_parallel_dim = [&](const std::string& param, const TensorLayout* inner) -> DataParallelDim {
     if (!inner) return {shard_dim, 1};
     for (const auto& split : mesh.splits()) {
       for (size_t i = 0; i < inner->mesh_dims.size(); ++i) {
         if (inner->mesh_dims[i] != split.inner || inner->placements[i].kind != Placement::Kind::shard) continue;
-        if (mesh.group(split.span).global_ranks() != groups.shard->global_ranks()) {
+        if (dims_above_one(split.span, /*skip_tp=*/true) != dims_above_one(shard_dim, false)) {
           throw Error("fsdp: parameter '" + param + "' is sharded over " + split.inner + ", a split of " + split.span +
                       ", but FSDP shards over " + shard_dim + " (other ranks); the split must regroup FSDP's ranks");
         }
-        return {split.outer, mesh.size(split.inner)};
+        return {split.outer, static_cast<double>(mesh.size(shard_dim)) / static_cast<double>(mesh.size(split.outer))};
       }
     }
     return {shard_dim, 1};
@@ -152,7 +162,7 @@ void FsdpParallelizer::parallelize(CausalLM& model, const ParallelizeContext& co
   using ParamsByDim = std::map<std::string, std::vector<ShardedParam>>;
   std::vector<ParamsByDim> block_params(static_cast<size_t>(model.num_blocks()));
   ParamsByDim root_params;
-  std::map<std::string, int64_t> presummed_over{{shard_dim, 1}};
+  std::map<std::string, double> presummed_over{{shard_dim, 1.0}};
   for (auto& item : model.named_parameters()) {
     at::Tensor param = item.value();
     if (!param.requires_grad()) continue;

@@ -157,7 +157,7 @@ void Unit::reduce_gradients() {
     CallSite replicas("fsdp all_reduce " + label_ + " over replicas");
     groups_.replicate->all_reduce(mine, ReduceOp::avg);
   }
-  if (groups_.presummed > 1) mine.div_(static_cast<double>(groups_.presummed));
+  if (groups_.presummed != 1) mine.div_(groups_.presummed);
   for (auto& p : params_) {
     int64_t count = p.rows.length * p.row_numel;
     at::Tensor piece = mine.narrow(0, p.offset, count).view(p.shard.sizes()).to(p.shard.scalar_type());

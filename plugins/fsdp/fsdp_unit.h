@@ -37,11 +37,12 @@ struct ShardedParam {
 struct UnitGroups {
   Comm* shard = nullptr;      // dp_shard (efsdp for parameters sharded over ep)
   Comm* replicate = nullptr;  // dp_replicate (HSDP), null when of size 1
-  // Ranks whose gradients are already summed into this rank's before the
-  // reduction (experts: the all-to-all's backward summed the ep ranks'), so
-  // the mean over data-parallel ranks divides by this much more
+  // Data-parallel ranks whose gradients are already summed into this rank's
+  // before the reduction (experts: the all-to-all's backward summed the ep
+  // ranks' tokens; below 1 where ep borrows tp ranks that split one rank's
+  // tokens), so the mean over data-parallel ranks divides by this much more
   // (TorchTitan's gradient_divide_factor).
-  int64_t presummed = 1;
+  double presummed = 1;
 };
 
 class Unit {

@@ -39,16 +39,12 @@ at::Tensor VocabParallelEmbedding::forward(const at::Tensor& tokens) {
   return reduce_partial_output(rows, tp_);
 }
 
-ParallelNorm::ParallelNorm(std::shared_ptr<Layer> inner, TpContext tp, std::string path)
-    : TpLayer(std::move(inner), tp, std::move(path)) {
-  if (!tp_.sequence_parallel) return;
-  // On a sequence shard each rank's weight gradient covers its own rows
-  // only: the sum over ranks is the gradient of the whole sequence.
-  for (auto& item : named_parameters(/*recurse=*/false)) {
+void sum_gradients_over_tp(torch::nn::Module& module, Comm& tp, const std::string& path) {
+  for (auto& item : module.named_parameters(/*recurse=*/false)) {
     at::Tensor& weight = item.value();
     if (!weight.requires_grad()) continue;
-    Comm* comm = tp_.comm;
-    std::string site_text = "tp all_reduce " + path_ + "." + item.key() + " grad";
+    Comm* comm = &tp;
+    std::string site_text = "tp all_reduce " + path + "." + item.key() + " grad";
     weight.register_hook([comm, site_text](const at::Tensor& grad) {
       CallSite site(site_text);
       at::Tensor sum = grad.clone();
@@ -56,6 +52,18 @@ ParallelNorm::ParallelNorm(std::shared_ptr<Layer> inner, TpContext tp, std::stri
       return sum;
     });
   }
+}
+
+ParallelNorm::ParallelNorm(std::shared_ptr<Layer> inner, TpContext tp, std::string path)
+    : TpLayer(std::move(inner), tp, std::move(path)) {
+  // On a sequence shard each rank's weight gradient covers its own rows
+  // only: the sum over ranks is the gradient of the whole sequence.
+  if (tp_.sequence_parallel) sum_gradients_over_tp(*this, *tp_.comm, path_);
+}
+
+HeadNorm::HeadNorm(std::shared_ptr<Layer> inner, TpContext tp, std::string path)
+    : TpLayer(std::move(inner), tp, std::move(path)) {
+  sum_gradients_over_tp(*this, *tp_.comm, path_);
 }
 
 at::Tensor ParallelNorm::forward(const at::Tensor& input) {

@@ -71,6 +71,21 @@ class ParallelNorm : public TpLayer {
   at::Tensor forward(const at::Tensor& input) override;
 };
 
+// A norm over each head's features on this rank's heads: the forward is the
+// norm's own; each rank's weight gradient covers its heads only, so it is
+// summed over tp.
+class HeadNorm : public TpLayer {
+ public:
+  HeadNorm(std::shared_ptr<Layer> inner, TpContext tp, std::string path);
+  at::Tensor forward(const at::Tensor& input) override { return inner().forward(input); }
+};
+
+// Registers on each trainable parameter of `module` (not its children) a
+// gradient hook that sums the gradient over tp: for weights every rank
+// holds whole but uses on its own share of the work (sequence rows, heads,
+// tokens). `path` names the call site.
+void sum_gradients_over_tp(torch::nn::Module& module, Comm& tp, const std::string& path);
+
 // Partial (or sharded) output rows -> what the residual stream holds: the
 // whole sum (all-reduce), or this rank's sequence shard of it (SP). In
 // tp_reduction.cpp, beside RowwiseLinear::forward.

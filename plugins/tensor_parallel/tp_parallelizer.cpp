@@ -10,36 +10,12 @@
 #include "titan/logging.hpp"
 #include "titan/module_path.hpp"
 #include "tp_layers.h"
+#include "tp_moe.h"
+#include "tp_weights.h"
 
 namespace titan::tensor_parallel {
 
 namespace {
-
-// Shards `weight` (still on meta) along `dim` for this rank and returns its layout.
-TensorLayout shard_weight(at::Tensor& weight, int64_t dim, const Comm& tp, const std::string& name) {
-  if (!weight.is_meta()) {
-    throw Error("tensor_parallel: parameter '" + name + "' is already materialized; TP must run on the meta model");
-  }
-  std::vector<int64_t> global = weight.sizes().vec();
-  if (global[dim] % tp.size() != 0) {
-    throw Error("tensor_parallel: parameter '" + name + "' " + c10::str(weight.sizes()) + " has dim " +
-                std::to_string(dim) + " not divisible by tensor_parallel_degree " + std::to_string(tp.size()));
-  }
-  TensorLayout layout = TensorLayout::replicated(global);
-  layout.local_shape[dim] = global[dim] / tp.size();
-  layout.local_offset[dim] = layout.local_shape[dim] * tp.rank();
-  layout.mesh_dims = {"tp"};
-  layout.placements = {Placement::shard(dim)};
-  weight.set_data(at::empty(layout.local_shape, weight.options()));
-  return layout;
-}
-
-TensorLayout whole_over_tp(const at::Tensor& weight) {
-  TensorLayout layout = TensorLayout::replicated(weight.sizes().vec());
-  layout.mesh_dims = {"tp"};
-  layout.placements = {Placement::replicate()};
-  return layout;
-}
 
 at::Tensor& weight_of(torch::nn::Module& layer, const std::string& path) {
   at::Tensor* weight = layer.named_parameters(/*recurse=*/false).find("weight");
@@ -120,12 +96,26 @@ void TpParallelizer::parallelize(CausalLM& model, const ParallelizeContext& cont
           model.set_layout(name, whole_over_tp(weight));
           replacement = std::make_shared<ParallelNorm>(layer, tp, path);
           break;
+        case TpStyle::head_norm:
+          model.set_layout(name, whole_over_tp(weight));
+          replacement = std::make_shared<HeadNorm>(layer, tp, path);
+          break;
       }
       swap_module(model, path, replacement);
       ++swapped;
     }
   }
   if (swapped == 0) throw Error("tensor_parallel: the model's TP plan matched none of its modules");
+  // Expert parallelism holding the experts (ep > 1, its ranks borrowed from
+  // tp among others) splits the MoE layers' tokens over tp; else their
+  // experts' width is split.
+  const bool split_tokens = context.mesh->size("ep") > 1;
+  const int moe_layers = parallelize_moe_layers(model, tp, split_tokens);
+  if (moe_layers > 0) {
+    spdlog::info("tensor_parallel: {} MoE layers: {}", moe_layers,
+                 split_tokens ? "tokens split over tp (experts held by expert parallelism)"
+                              : "each expert's and the shared expert's width split over tp");
+  }
   if (!model.logits_vocab_sharded_over().empty()) {
     // Without loss parallel the vocab-sharded logits are gathered whole for
     // the model's loss; every rank then computes the same loss.

@@ -45,7 +45,8 @@ RunOutput run_reference(const std::string& name) {
 
 // configs/qwen3_debugmodel_moe_ep.yaml (FSDP dp_shard 2 x ep 2) on `ranks`
 // processes with `extra` settings; the global batch stays 8.
-RunOutput run_ep(const std::string& name, int ranks, int port, const std::string& extra) {
+RunOutput run_ep(const std::string& name, int ranks, int port, const std::string& extra,
+                 const std::vector<std::string>& logged = {"MoE layers split over ep=2"}) {
   auto dump = titan::test::temp_dir(name);
   auto result = titan::test::run_command(
       "timeout 300 " + titan::test::titan_binary() + " launch --nproc-per-node " + std::to_string(ranks) +
@@ -54,7 +55,7 @@ RunOutput run_ep(const std::string& name, int ranks, int port, const std::string
       extra);
   INFO(result.output);
   REQUIRE(result.exit_code == 0);
-  CHECK(titan::test::has(result.output, "MoE layers split over ep=2"));
+  for (const auto& line : logged) CHECK_MESSAGE(titan::test::has(result.output, line), line);
   return titan::test::read_run(dump);
 }
 
@@ -111,6 +112,37 @@ TEST_CASE("expert parallel: with PP (1F1B pp 2 x FSDP 2 x ep 2, 4 ranks) and wit
                       reference);
 }
 
+TEST_CASE("expert parallel with tensor parallelism: FSDP 2 x TP 2 with ep 2 borrowing the tp ranks (4 ranks), "
+          "TP 2 x ep 2 without sequence parallelism, and TP 2 splitting the experts' width (ep 1, async TP) "
+          "reproduce one process within 1e-5") {
+  RunOutput reference = run_reference("ep_reference_4");
+  // Each tp rank routes its sequence shard of the tokens to the experts of
+  // its ep group (= its tp group); the router scores every token.
+  check_ep_equivalent(run_ep("ep_fsdp_tp", 4, 29561,
+                             " --set 'plugins=[{name: fsdp, dp_shard: 2}, {name: tensor_parallel, "
+                             "tensor_parallel_degree: 2}, {name: expert_parallel, expert_parallel_degree: 2}]'",
+                             {"MoE layers split over ep=2", "tokens split over tp"}),
+                      reference);
+  // Without SP the MoE output shards are gathered whole again.
+  check_ep_equivalent(run_ep("ep_tp_nosp", 2, 29563,
+                             " --set 'plugins=[{name: tensor_parallel, tensor_parallel_degree: 2, "
+                             "enable_sequence_parallel: false}, {name: expert_parallel, expert_parallel_degree: 2}]'"
+                             " --set training.local_batch_size=8"),
+                      reference);
+  // ep 1: every rank holds every expert's w1/w3 rows and w2 columns of its
+  // width slice; the partial outputs are reduce-scattered.
+  auto dump = titan::test::temp_dir("tp_moe_width");
+  auto result = titan::test::run_command(
+      "timeout 300 " + titan::test::titan_binary() + " launch --nproc-per-node 2 --master-port 29565 "
+      "--grace-period-s 5 -- " + titan::test::titan_binary() + " train " + titan::test::source_dir() +
+      "/configs/qwen3_debugmodel_moe.yaml" + titan::test::common_sets(dump) + kMoE +
+      " --set 'plugins=[{name: tensor_parallel, tensor_parallel_degree: 2, enable_async_tensor_parallel: true}]'");
+  INFO(result.output);
+  REQUIRE(result.exit_code == 0);
+  CHECK(titan::test::has(result.output, "width split over tp"));
+  check_ep_equivalent(titan::test::read_run(dump), reference);
+}
+
 TEST_CASE("expert parallel: a degree that does not divide the experts or dp_shard, or a model without MoE, is "
           "refused naming the key") {
   const std::string check = titan::test::titan_binary() + " config check " + titan::test::source_dir() +
@@ -123,7 +155,8 @@ TEST_CASE("expert parallel: a degree that does not divide the experts or dp_shar
   auto ranks = titan::test::run_command(check + "3 --set plugins.fsdp.dp_shard=3");
   CHECK(ranks.exit_code != 0);
   CHECK_MESSAGE(titan::test::has(ranks.output, "expert_parallel.expert_parallel_degree = 2 does not divide "
-                                               "data_parallel_shard_degree x context_parallel_degree = 3 x 1 = 3"),
+                                               "data_parallel_shard_degree x context_parallel_degree x "
+                                               "tensor_parallel_degree = 3 x 1 x 1 = 3"),
                 ranks.output);
   auto dense = titan::test::run_command(check + "2 --set model.flavor=debugmodel --set model.num_experts=0 "
                                         "--set model.top_k=0 --set model.moe_hidden_dim=0");

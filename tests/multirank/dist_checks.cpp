@@ -867,6 +867,7 @@ std::vector<std::string> members_of(const std::string& name) {
   if (name == "dp") return {"dp_replicate", "dp_shard"};
   if (name == "dp_shard_cp") return {"dp_shard", "cp"};
   if (name == "dp_cp") return {"dp_replicate", "dp_shard", "cp"};
+  if (name == "dp_shard_cp_tp") return {"dp_shard", "cp", "tp"};
   if (name == "world") return kDims;
   return {name};
 }
@@ -889,7 +890,7 @@ void check_one_mesh(titan::DistRuntime& runtime, std::map<std::string, int64_t> 
   auto mine = coordinates_of(me, degrees);
   expect(mesh.world_size() == world_size, label + ": world_size() is " + std::to_string(mesh.world_size()));
 
-  for (const std::string name : {"pp", "dp_replicate", "dp_shard", "cp", "tp", "dp", "dp_shard_cp", "dp_cp", "world"}) {
+  for (const std::string name : {"pp", "dp_replicate", "dp_shard", "cp", "tp", "dp", "dp_shard_cp", "dp_cp", "dp_shard_cp_tp", "world"}) {
     const std::string what = label + " dim " + name;
     auto members = members_of(name);
     int64_t size = 1, coordinate = 0;

@@ -31,7 +31,7 @@ std::string validate(const std::string& options, const std::map<std::string, int
 }  // namespace
 
 TEST_CASE("expert_parallel plugin: expert_parallel_degree 1 by default (documented), and a degree > 1 declares "
-          "the split dp_shard_cp = efsdp x ep") {
+          "the split dp_shard_cp_tp = efsdp x ep") {
   titan::PluginContext context = titan::test::plugin_context("");
   auto ep = titan::PluginRegistry::instance().create_parallelizer("expert_parallel", context);
   titan::test::check_documented(context.options, {"expert_parallel_degree"});
@@ -41,7 +41,7 @@ TEST_CASE("expert_parallel plugin: expert_parallel_degree 1 by default (document
   CHECK(ep->mesh_splits().empty());
   auto splits = create_parallelizer("expert_parallel", "{expert_parallel_degree: 4}")->mesh_splits();
   REQUIRE(splits.size() == 1);
-  CHECK(splits[0].span == "dp_shard_cp");
+  CHECK(splits[0].span == "dp_shard_cp_tp");
   CHECK(splits[0].outer == "efsdp");
   CHECK(splits[0].inner == "ep");
   CHECK(splits[0].inner_degree == 4);
@@ -60,9 +60,11 @@ TEST_CASE("expert_parallel plugin: validate() refuses a degree dividing neither 
                 experts);
   std::string ranks = validate("{expert_parallel_degree: 4}", {{"dp_shard", 6}});
   CHECK_MESSAGE(has(ranks, "expert_parallel_degree = 4 does not divide data_parallel_shard_degree x "
-                           "context_parallel_degree = 6 x 1 = 6"),
+                           "context_parallel_degree x tensor_parallel_degree = 6 x 1 x 1 = 6"),
                 ranks);
-  CHECK(has(validate("{expert_parallel_degree: 2}", {{"dp_shard", 2}, {"tp", 2}}), "tensor_parallel_degree > 1"));
+  // ep borrows the tp ranks too (TorchTitan's ep = dp_shard x cp x tp).
+  CHECK(validate("{expert_parallel_degree: 4}", {{"dp_shard", 2}, {"tp", 2}}) == "<no error>");
+  CHECK(has(validate("{expert_parallel_degree: 4}", {{"dp_shard", 3}, {"tp", 2}}), "= 3 x 1 x 2 = 6"));
   std::string dense = validate("{expert_parallel_degree: 2}", {{"dp_shard", 2}}, "  flavor: debugmodel\n  dim: 64\n  n_layers: 2\n");
   CHECK_MESSAGE(has(dense, "has no MoE layers"), dense);
 }

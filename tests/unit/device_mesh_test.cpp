@@ -134,6 +134,18 @@ TEST_SUITE("device_mesh") {
     CHECK(by_label.count("ep/pp0/dp_replicate0/tp1/efsdp1") == 1);
   }
 
+  TEST_CASE("mesh_slices: a split of dp_shard_cp_tp borrows the tp ranks first (ep over tp, then dp_shard)") {
+    // dp_shard 2 x tp 2: ranks {0, 1} and {2, 3} are tp groups.
+    const auto dense = degrees(1, 1, 2, 1, 2);
+    const std::vector<titan::MeshSplitRequest> ep{{"dp_shard_cp_tp", "efsdp", "ep", 2}};
+    std::map<std::string, std::vector<int>> rank3;
+    for (const auto& group : titan::mesh_slices(dense, ep, 3).groups) rank3[group.name] = group.ranks;
+    CHECK(rank3["dp_shard_cp_tp"] == std::vector<int>{0, 1, 2, 3});
+    CHECK(rank3["ep"] == std::vector<int>{2, 3});     // = its tp group
+    CHECK(rank3["efsdp"] == std::vector<int>{1, 3});  // = its dp_shard group
+    CHECK(rank3["tp"] == std::vector<int>{2, 3});
+  }
+
   TEST_CASE("check_mesh_splits: a span that is no dense dim, a taken name or a degree that does not divide") {
     const auto dense = degrees(1, 1, 2, 2, 1);
     auto split_error = [&](titan::MeshSplitRequest split) {
@@ -236,7 +248,7 @@ TEST_SUITE("device_mesh") {
 
     titan::DeviceMesh mesh(runtime, {});
     CHECK(mesh.describe() == "1 rank");
-    for (const char* dim : {"pp", "dp_replicate", "dp_shard", "cp", "tp", "dp", "dp_shard_cp", "dp_cp", "world"}) {
+    for (const char* dim : {"pp", "dp_replicate", "dp_shard", "cp", "tp", "dp", "dp_shard_cp", "dp_cp", "dp_shard_cp_tp", "world"}) {
       CHECK_MESSAGE(mesh.size(dim) == 1, dim);
       CHECK_MESSAGE(mesh.coordinate(dim) == 0, dim);
       CHECK_MESSAGE(mesh.group(dim).size() == 1, dim);

@@ -72,6 +72,27 @@ TEST_CASE("layers: a swapped-in wrapper runs in place of the layer and keeps eve
                        doctest::Contains("no module 'tail'"), titan::Error);
 }
 
+// Runs its "proj" child, as a layer that calls its parts by name.
+struct Calling : titan::Layer {
+  Calling() { register_module("proj", std::make_shared<titan::Linear>(4, 4, at::kFloat)); }
+  at::Tensor forward(const at::Tensor& input) override { return titan::child_layer(*this, "proj")->forward(input); }
+};
+
+struct WrappedHolder : torch::nn::Module {
+  WrappedHolder() { register_module("layer", std::make_shared<Doubling>(std::make_shared<Calling>())); }
+};
+
+TEST_CASE("layers: a child swapped below a wrapper is swapped in the wrapped layer too, which is what runs") {
+  WrappedHolder holder;
+  auto proj = std::dynamic_pointer_cast<titan::Layer>(titan::find_module(holder, "layer.proj"));
+  REQUIRE(proj);
+  at::Tensor x = at::randn({3, 4});
+  at::Tensor before = titan::child_layer(holder, "layer")->forward(x);  // 2 * proj(x)
+  titan::swap_module(holder, "layer.proj", std::make_shared<Doubling>(proj));
+  // Without the inner swap the wrapped layer would still call the old proj: 2 * proj(x).
+  CHECK(at::allclose(titan::child_layer(holder, "layer")->forward(x), 2 * before));
+}
+
 TEST_CASE("layers: a child that is not a Layer is refused by name") {
   Toy toy;
   CHECK(titan::find_child_layer(toy, "missing") == nullptr);

@@ -1,9 +1,9 @@
 // DeviceMesh: the world as a named n-D grid (pp, dp_replicate, dp_shard,
 // cp, tp; outer to inner, as TorchTitan orders them), with one Comm per
 // slice of each dim and of the flattened dims dp (dp_replicate x dp_shard),
-// dp_shard_cp and dp_cp, and "world"; plus the dims plugins declare by
-// splitting one of those (MeshSplitRequest: expert parallelism's ep and
-// efsdp over dp_shard_cp, a sparse mesh beside the dense one).
+// dp_shard_cp, dp_cp, dp_shard_cp_tp and "world"; plus the dims plugins
+// declare by splitting one of those (MeshSplitRequest: expert parallelism's
+// ep and efsdp over dp_shard_cp_tp, a sparse mesh beside the dense one).
 #pragma once
 #include <map>
 #include <memory>

@@ -15,7 +15,8 @@ namespace titan {
 // The submodule at `path` ("" is root itself); null when absent.
 std::shared_ptr<torch::nn::Module> find_module(const torch::nn::Module& root, const std::string& path);
 // Replaces the submodule at `path` by `replacement` (same name, same place in
-// its parent); an error names the missing part of the path.
+// its parent, and in the inner layer of a wrapper parent); an error names
+// the missing part of the path.
 void swap_module(torch::nn::Module& root, const std::string& path, std::shared_ptr<torch::nn::Module> replacement);
 // Paths of every submodule matching `pattern`, where `*` stands for one
 // whole path component ("layers.*.attention.wq"), in module order.

@@ -17,6 +17,8 @@
 
 namespace titan {
 
+class DeviceMesh;
+
 enum class RouterScore { softmax, sigmoid };
 // How the routed experts multiply: `loop` one matmul per expert (any
 // device); `grouped_mm` LibTorch's grouped GEMM (a CUTLASS kernel on CUDA
@@ -131,15 +133,26 @@ class MoE : public Layer {
  public:
   MoE(int64_t dim, const MoEOptions& options, const at::TensorOptions& tensor_options);
   at::Tensor forward(const at::Tensor& x) override;  // [batch, seq, D] or [tokens, D]
+  // The layer's output for the token rows `rows` (int64 indices into the
+  // flattened [tokens, D] input) only: [rows, D]. The router still scores
+  // every token, so its counts and expert bias are those of the whole
+  // input; the experts and the shared expert see only these rows (tensor
+  // parallelism splits a MoE layer's tokens over its ranks this way).
+  at::Tensor forward_rows(const at::Tensor& x, const at::Tensor& rows);
   const MoEOptions& options() const { return options_; }
 
  private:
+  at::Tensor run(const at::Tensor& x, const at::Tensor& rows);
   MoEOptions options_;
 };
 
 // The change load balancing makes to expert_bias for `counts` [E]:
 // coeff * sign(mean - counts), minus its mean.
 at::Tensor expert_bias_delta(const at::Tensor& counts, double coeff);
+
+// Every MoE layer in a model with its module path, in module order; a MoE
+// layer another plugin wrapped (LayerWrapper) is found inside its wrapper.
+std::vector<std::pair<std::string, std::shared_ptr<MoE>>> find_moe_layers(const torch::nn::Module& model);
 
 // Every Router in a model with its module path, in module order.
 std::vector<std::pair<std::string, std::shared_ptr<Router>>> find_routers(const torch::nn::Module& model);
@@ -155,6 +168,9 @@ struct RouterLoad {
 // Sums [routers, experts] counts over the ranks that saw different tokens
 // (dp and cp), in place.
 using CountReduction = std::function<void(at::Tensor& counts)>;
+// The trainer's: a sum over dp_cp through the host; nothing without a mesh
+// or with one dp_cp rank. The conformance harness replays it.
+CountReduction sum_over_dp_cp(const DeviceMesh* mesh);
 
 // The step's load balancing, for the trainer to call after the last
 // backward and before the optimizer (TorchTitan's optimizer pre-step hook):

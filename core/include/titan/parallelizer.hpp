@@ -20,9 +20,9 @@ struct MeshDimRequest {
 // A dim a plugin declares over ranks the dense dims already hold: the ranks
 // of `span` (a dim, or a flattened name such as dp_shard_cp) regrouped as
 // `outer` x `inner`, inner fastest, with `inner_degree` ranks along inner.
-// Expert parallelism's sparse mesh: {"dp_shard_cp", "efsdp", "ep", 4} puts
-// every 4 consecutive ranks of dp_shard_cp in one ep group, and ranks that
-// hold the same experts in one efsdp group.
+// Expert parallelism's sparse mesh: {"dp_shard_cp_tp", "efsdp", "ep", 4}
+// puts every 4 consecutive ranks of dp_shard_cp_tp in one ep group, and
+// ranks that hold the same experts in one efsdp group.
 struct MeshSplitRequest {
   std::string span;
   std::string outer;

@@ -31,7 +31,9 @@ namespace titan {
 //    Schedule::step -> Schedule::forward_backward
 // 10: Comm::all_to_all_v (uneven per-rank rows, for expert parallelism's dispatch); DispatchedTokens::exchange;
 //     DeviceMesh::splits and TensorLayout::replication / is_first_copy count split dims (ep, efsdp)
-constexpr int kPluginAbiVersion = 10;
+// 11: TpStyle::head_norm; MoE::forward_rows, find_moe_layers (found through wrappers); swap_module swaps inside a
+//     wrapper's inner layer too; the flattened mesh dim dp_shard_cp_tp (expert parallelism's span)
+constexpr int kPluginAbiVersion = 11;
 
 // The kinds a plugin registers one factory of: name, interface, PluginKind
 // bit. The enum below (kind_model, ...), the registrar's methods (model(),

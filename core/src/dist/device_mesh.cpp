@@ -18,6 +18,9 @@ const std::map<std::string, std::vector<std::string>>& flattened_dims() {
       {"dp", {"dp_replicate", "dp_shard"}},
       {"dp_shard_cp", {"dp_shard", "cp"}},
       {"dp_cp", {"dp_replicate", "dp_shard", "cp"}},
+      // Expert parallelism borrows its ranks from here (TorchTitan's
+      // ep = dp_shard x cp x tp when experts are not tensor-parallel).
+      {"dp_shard_cp_tp", {"dp_shard", "cp", "tp"}},
       {"world", {"pp", "dp_replicate", "dp_shard", "cp", "tp"}},
   };
   return flattened;
@@ -108,7 +111,7 @@ void check_mesh_splits(const std::vector<MeshSplitRequest>& splits, const std::m
     const std::string what = "mesh split " + split.inner + " x " + split.outer + " of " + split.span;
     if (!taken.count(split.span) || split.span == "world") {
       throw Error(what + ": '" + split.span + "' is not a dim of the dense mesh (pp, dp_replicate, dp_shard, cp, tp, "
-                  "dp, dp_shard_cp, dp_cp)");
+                  "dp, dp_shard_cp, dp_cp, dp_shard_cp_tp)");
     }
     for (const auto& name : {split.inner, split.outer}) {
       if (name.empty() || !taken.insert(name).second) {

@@ -54,7 +54,14 @@ void swap_module(torch::nn::Module& root, const std::string& path, std::shared_p
   if (!named_child(*parent, name)) {
     throw Error("swap_module: the model has no module '" + path + "' to replace");
   }
-  parent->replace_module(name, std::move(replacement));
+  parent->replace_module(name, replacement);
+  // A wrapper registers its inner layer's children under the same names,
+  // but the inner layer calls its own: swap there too.
+  while (auto* wrapper = dynamic_cast<LayerWrapper*>(parent)) {
+    parent = &wrapper->inner();
+    if (!named_child(*parent, name)) break;
+    parent->replace_module(name, replacement);
+  }
 }
 
 bool path_matches(const std::string& pattern, const std::string& path) {

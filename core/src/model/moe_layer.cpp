@@ -60,11 +60,26 @@ std::shared_ptr<T> part(const torch::nn::Module& moe, const std::string& name) {
 
 }  // namespace
 
-at::Tensor MoE::forward(const at::Tensor& input) {
+at::Tensor MoE::forward(const at::Tensor& input) { return run(input, at::Tensor()).view(input.sizes()); }
+
+at::Tensor MoE::forward_rows(const at::Tensor& input, const at::Tensor& rows) {
+  if (!rows.defined() || rows.dim() != 1 || rows.scalar_type() != at::kLong) {
+    throw Error("moe: forward_rows takes a 1-D int64 tensor of token rows");
+  }
+  return run(input, rows);
+}
+
+at::Tensor MoE::run(const at::Tensor& input, const at::Tensor& rows) {
   const int64_t dim = input.size(-1);
   at::Tensor x = input.reshape({-1, dim});
-  const int64_t tokens = x.size(0), top_k = options_.top_k;
+  const int64_t top_k = options_.top_k;
   Routing routing = part<Router>(*this, "router")->forward(x);
+  if (rows.defined()) {
+    x = x.index_select(0, rows);
+    routing.selected = routing.selected.index_select(0, rows);
+    routing.top_scores = routing.top_scores.index_select(0, rows);
+  }
+  const int64_t tokens = x.size(0);
   auto dispatcher = part<TokenDispatcher>(*this, "dispatcher");
   at::Tensor scale = options_.score_before_experts ? routing.top_scores.reshape({-1}) : at::Tensor();
   DispatchedTokens dispatched = dispatcher->dispatch(x, routing.selected, options_.num_experts, scale);
@@ -78,7 +93,17 @@ at::Tensor MoE::forward(const at::Tensor& input) {
     routed = at::bmm(routing.top_scores.view({tokens, 1, top_k}), per_slot.to(at::kFloat)).squeeze(1).to(x.scalar_type());
   }
   if (auto shared = find_child_layer(*this, "shared_experts")) routed = shared->forward(x) + routed;
-  return routed.view(input.sizes());
+  return routed;
+}
+
+std::vector<std::pair<std::string, std::shared_ptr<MoE>>> find_moe_layers(const torch::nn::Module& model) {
+  std::vector<std::pair<std::string, std::shared_ptr<MoE>>> found;
+  for (const auto& item : model.named_modules("", /*include_self=*/false)) {
+    std::shared_ptr<torch::nn::Module> module = item.value();
+    while (auto wrapper = std::dynamic_pointer_cast<LayerWrapper>(module)) module = wrapper->inner_ptr();
+    if (auto moe = std::dynamic_pointer_cast<MoE>(module)) found.emplace_back(item.key(), moe);
+  }
+  return found;
 }
 
 }  // namespace titan
