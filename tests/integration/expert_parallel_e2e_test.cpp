@@ -8,6 +8,8 @@
 #include "equivalence_runs.hpp"
 
 #include <map>
+#include <string>
+#include <vector>
 #include <utility>
 
 namespace {
@@ -79,6 +81,12 @@ TEST_CASE("expert parallel: FSDP dp_shard 2 x ep 2 (2 ranks) and dp_shard 4 x ep
   check_ep_equivalent(run_ep("ep_2", 2, 29541, ""), reference);
   // efsdp = 2: each rank's 4 experts also sharded over 2 FSDP ranks.
   check_ep_equivalent(run_ep("ep_4", 4, 29543, " --set plugins.fsdp.dp_shard=4 --set training.local_batch_size=2"),
+                      reference);
+  // ep 4 on 4 ranks: 2 experts each, efsdp = 1.
+  check_ep_equivalent(run_ep("ep_4x4", 4, 29567,
+                             " --set plugins.fsdp.dp_shard=4 --set plugins.expert_parallel.expert_parallel_degree=4"
+                             " --set training.local_batch_size=2",
+                             {"MoE layers split over ep=4"}),
                       reference);
 }
 
@@ -162,6 +170,64 @@ TEST_CASE("expert parallel: a degree that does not divide the experts or dp_shar
                                         "--set model.top_k=0 --set model.moe_hidden_dim=0");
   CHECK(dense.exit_code != 0);
   CHECK_MESSAGE(titan::test::has(dense.output, "has no MoE layers"), dense.output);
+}
+
+TEST_CASE("expert parallel: an FSDP 4 x ep 4 checkpoint (2 experts a rank) loads bit for bit under ep 2, ep 1 and "
+          "in one process") {
+  const std::string checkpoint = " --set training.steps=3 --set checkpoint.enable=true --set checkpoint.interval=3";
+  RunOutput saved = run_ep("ep4_saved", 4, 29569,
+                           checkpoint + " --set plugins.fsdp.dp_shard=4 --set training.local_batch_size=2"
+                                        " --set plugins.expert_parallel.expert_parallel_degree=4",
+                           {"MoE layers split over ep=4"});
+  REQUIRE(saved.params.contains("layers.1.moe.router.expert_bias"));
+  // Each loader resumes at step 3 of 3: it loads, trains no step, and
+  // writes the loaded parameters as its final model.
+  struct Loader {
+    std::string name;
+    int ranks;
+    std::string sets;
+  };
+  const std::vector<Loader> loaders = {
+      {"ep4_as_ep2", 4, " --set plugins.fsdp.dp_shard=4 --set training.local_batch_size=2"},
+      {"ep4_as_ep1", 2, " --set plugins.expert_parallel.expert_parallel_degree=1"},
+      {"ep4_as_one", 1, " --set 'plugins=[]' --set training.local_batch_size=8"}};
+  int port = 29571;
+  for (const auto& loader : loaders) {
+    auto dump = titan::test::temp_dir(loader.name);
+    std::filesystem::create_directories(dump / "checkpoint");
+    std::filesystem::copy(saved.dump / "checkpoint" / "step-3", dump / "checkpoint" / "step-3",
+                          std::filesystem::copy_options::recursive);
+    auto result = titan::test::run_command(
+        "timeout 300 " + titan::test::titan_binary() + " launch --nproc-per-node " + std::to_string(loader.ranks) +
+        " --master-port " + std::to_string(port) + " --grace-period-s 5 -- " + titan::test::titan_binary() +
+        " train " + titan::test::source_dir() + "/configs/qwen3_debugmodel_moe_ep.yaml" +
+        titan::test::common_sets(dump) + kMoE + checkpoint + loader.sets);
+    port += 2;
+    INFO(loader.name, "\n", result.output);
+    REQUIRE(result.exit_code == 0);
+    CHECK(titan::test::has(result.output, "resumed from checkpoint at step 3"));
+    RunOutput loaded = titan::test::read_run(dump);
+    CHECK(loaded.losses.empty());
+    REQUIRE(loaded.params.size() == saved.params.size());
+    for (const auto& item : saved.params) {
+      CHECK_MESSAGE(at::equal(loaded.params.at(item.key()), item.value()), loader.name, " ", item.key());
+    }
+  }
+}
+
+TEST_CASE("expert parallel: the shipped qwen3 MoE configs pass config check at their world sizes") {
+  for (const auto& [name, world] : std::vector<std::pair<std::string, int>>{{"qwen3_debugmodel_moe_ep.yaml", 2},
+                                                                            {"qwen3_30b_a3b.yaml", 8}}) {
+    auto ok = titan::test::run_command(titan::test::titan_binary() + " config check " + titan::test::source_dir() +
+                                       "/configs/" + name + " --world-size " + std::to_string(world));
+    CHECK_MESSAGE(ok.exit_code == 0, name, "\n", ok.output);
+  }
+  // 30B-A3B's 128 experts over ep 16 of 8 ranks cannot be.
+  auto bad = titan::test::run_command(titan::test::titan_binary() + " config check " + titan::test::source_dir() +
+                                      "/configs/qwen3_30b_a3b.yaml --world-size 8 --set "
+                                      "'plugins=[{name: fsdp}, {name: expert_parallel, expert_parallel_degree: 16}]'");
+  CHECK(bad.exit_code != 0);
+  CHECK_MESSAGE(titan::test::has(bad.output, "expert_parallel_degree = 16 does not divide"), bad.output);
 }
 
 TEST_CASE("expert parallel: 6 straight steps equal 3 + resume + 3 at the same degree, bit for bit (each rank's "
