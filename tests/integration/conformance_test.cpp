@@ -87,7 +87,7 @@ namespace {
 const std::vector<std::vector<std::string>>& plugin_groups() {
   static const std::vector<std::vector<std::string>> groups = {
       {"fsdp", "context_parallel", "activation_checkpoint", "adamw", "float8", "flight_recorder"},
-      {"tensor_parallel", "ddp", "fused_kernels", "llama3", "qwen3", "lr_schedules"},
+      {"tensor_parallel", "ddp", "fused_kernels", "llama3", "qwen3", "deepseek_v3", "lr_schedules"},
       {"dcp", "loss_parallel", "pp_schedules", "pipeline", "tensorboard", "expert_parallel"},
   };
   return groups;

@@ -181,9 +181,11 @@ TEST_CASE("pipeline: shapes a schedule cannot run and a CSV that would deadlock 
                         "1RECV_F0,1F0,1F1,1B0,1SEND_B0,1B1,1SEND_B1\n";
   check(plugins(pp(2, "1F1B", 2, ", pipeline_parallel_schedule_csv: '" + csv.string() + "'")), 2,
         "rank 1, step 2 (1F1, microbatch 1): no 1RECV_F1 before it: its input was never received");
-  // The shipped configs pass: the debug model on 2 ranks and 405B's 3-D layout on 512.
+  // The shipped configs pass: the debug model on 2 ranks, 405B's 3-D layout
+  // and DeepSeek-V3 671B's FSDP x EP 2 on 512.
   for (const auto& [name, world] : std::vector<std::pair<std::string, int>>{{"llama3_debugmodel_pp.yaml", 2},
-                                                                            {"llama3_405b_3d.yaml", 512}}) {
+                                                                            {"llama3_405b_3d.yaml", 512},
+                                                                            {"deepseek_v3_671b.yaml", 512}}) {
     auto ok = run_command(titan::test::titan_binary() + " config check " + titan::test::source_dir() + "/configs/" +
                           name + " --world-size " + std::to_string(world));
     CHECK_MESSAGE(ok.exit_code == 0, name, "\n", ok.output);

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "titan/config.hpp"
+#include "titan/hf_weights.hpp"
 #include "titan/model.hpp"
 #include "titan/registry.hpp"
 #include "titan/safetensors.hpp"
@@ -311,6 +312,153 @@ TEST_SUITE("real readers") {
     // Two experts swapped in layer 0's router: the check can fail (measured:
     // 5e-3 of a 4.8 scale, against 2.4e-7 for the export as it is).
     CHECK(moe["swapped_experts_max_abs_diff"].get<double>() > 20 * 1e-5 * moe["scale"].get<double>());
+  }
+
+  TEST_CASE("deepseek_v3: export, import, export is byte-exact and holds every tensor and the expert bias; "
+            "transformers loads the export as DeepseekV3ForCausalLM with Titan's logits, and a DeepseekV3 saved by "
+            "transformers starts Titan's training at its own loss") {
+    const fs::path dir = titan::test::temp_dir("real_readers_deepseek_v3");
+    // The debug flavor shrunk, with routing HF can express: sigmoid scores,
+    // 4 groups of 2 experts of which 2 are kept, route_norm, route_scale 2.5,
+    // one shared expert; q through the low-rank path; YaRN on (64 positions
+    // past original_seq_len 16; factor 4, not 40, so that the interpolated
+    // rotations stay large enough for the rotary check to bite); HF's norm
+    // epsilons (1e-6 everywhere).
+    const std::string common = "  flavor: debugmodel\n  dim: 64\n  n_layers: 3\n  n_heads: 4\n  kv_lora_rank: 32\n"
+                               "  qk_nope_head_dim: 16\n  qk_rope_head_dim: 8\n  v_head_dim: 16\n  inter_dim: 128\n"
+                               "  moe_inter_dim: 32\n  num_experts: 8\n  top_k: 2\n  num_shared_experts: 1\n"
+                               "  score_func: sigmoid\n  route_norm: true\n  route_scale: 2.5\n"
+                               "  num_expert_groups: 4\n  num_limited_groups: 2\n  norm_eps: 1.0e-6\n"
+                               "  final_norm_eps: 1.0e-6\n  max_seq_len: 64\n  original_seq_len: 16\n  rope_factor: 4.0\n";
+    const std::string exported_model = "model:\n" + common + "  q_lora_rank: 32\n  load_balance_coeff: 0.01\n";
+    const std::string saved_model = "model:\n" + common + "  q_lora_rank: 0\n";  // q_proj this time
+    const auto vocab =
+        titan::load_tokenizer(titan::test::source_dir() + "/assets/tokenizer/stories_bpe.json")->vocab_size();
+    auto spec_of = [&](const std::string& yaml) {
+      titan::PluginContext context;
+      context.options = titan::ConfigNode::parse(yaml, "run.yaml").child("model");
+      auto spec = titan::PluginRegistry::instance().create_model("deepseek_v3", context);
+      spec->set_vocab_size(vocab);
+      return spec;
+    };
+    auto sets_of = [](const std::string& yaml) {
+      std::string sets;
+      auto options = titan::ConfigNode::parse(yaml, "run.yaml").child("model");
+      for (const auto& key : options.keys()) sets += " --set model." + key + "=" + options.get<std::string>(key, "");
+      return sets;
+    };
+    const std::string run_sets = " --set 'plugins=[]' --set training.seq_len=32 --set training.local_batch_size=2"
+                                 " --set training.threads=1 --set lr_scheduler.warmup_steps=1 --set metrics.log_freq=1";
+    const std::string config = " configs/deepseek_v3_debugmodel_fsdp_ep.yaml";
+
+    // Two trained steps (the expert bias moves at each), exported, imported, exported again.
+    const fs::path run = dir / "run";
+    auto result = run_command(titan_cmd(
+        "train" + config + sets_of(exported_model) + run_sets + " --set training.steps=2 --set optimizer.lr=3e-3" +
+        " --set checkpoint.enable=true --set checkpoint.interval=2 --set job.dump_folder=" + run.string() +
+        " --set debug.save_final_model=" + (run / "final.pt").string()));
+    REQUIRE_MESSAGE(result.exit_code == 0, result.output);
+    result = run_command(titan_cmd("checkpoint export " + (run / "checkpoint/step-2").string() + " --out " +
+                                   (run / "hf").string()));
+    REQUIRE_MESSAGE(result.exit_code == 0, result.output);
+    result = run_command(titan_cmd("checkpoint import " + (run / "hf").string() + " --config " +
+                                   (run / "checkpoint/step-2/config.yaml").string() + " --out " +
+                                   (run / "imported/step-2").string()));
+    REQUIRE_MESSAGE(result.exit_code == 0, result.output);
+    CHECK_MESSAGE(!has(result.output, "not used by the model"), result.output);
+    result = run_command(titan_cmd("checkpoint export " + (run / "imported/step-2").string() + " --out " +
+                                   (run / "hf_again").string()));
+    REQUIRE_MESSAGE(result.exit_code == 0, result.output);
+    CHECK(titan::test::read_file(run / "hf_again/model.safetensors") ==
+          titan::test::read_file(run / "hf/model.safetensors"));
+    // Every tensor of the export is the trained model's, the expert bias
+    // (a buffer) included; each expert its own HF tensor.
+    auto spec = spec_of(exported_model);
+    auto trained = final_model(run / "final.pt");
+    titan::safetensors::File exported((run / "hf/model.safetensors").string());
+    size_t compared = 0;
+    for (const auto& [name, hf_name] : spec->hf_names()) {
+      CAPTURE(name);
+      const at::Tensor& ours = trained.at(name);
+      if (titan::hf_name_is_stacked(hf_name)) {
+        for (int64_t e = 0; e < ours.size(0); ++e) CHECK(at::equal(exported.read(titan::hf_name_of_part(hf_name, e)), ours[e]));
+      } else {
+        CHECK(at::equal(exported.read(hf_name), ours));
+      }
+      ++compared;
+    }
+    CHECK(exported.tensors().size() == compared + 2 * 3 * 7);  // 3 stacked tensors of 8 experts in 2 MoE blocks
+    CHECK(trained.at("layers.1.moe.router.expert_bias").norm().item<double>() > 0);
+
+    if (auto why = missing("transformers,safetensors"); !why.empty()) {
+      MESSAGE("TITAN_SKIPPED: " << why);
+      return;
+    }
+    // Titan's forward of the trained model (expert bias included) on a batch of its own.
+    {
+      auto model = spec->build(c10::Device(c10::kCPU));
+      torch::NoGradGuard no_grad;
+      for (auto& item : model->named_parameters()) item.value().copy_(trained.at(item.key()));
+      for (auto& item : model->named_buffers()) {
+        if (has(item.key(), "expert_bias")) item.value().copy_(trained.at(item.key()));
+      }
+      torch::manual_seed(3);
+      at::Tensor tokens = at::randint(0, vocab, {2, 24}, at::kLong);
+      titan::safetensors::save_file((run / "titan_logits.safetensors").string(),
+                                    {{"tokens", tokens}, {"logits", model->forward(tokens)}});
+    }
+    const auto loaded = report_of(run_command(reader("deepseek-v3-logits " + (run / "hf").string() + " " +
+                                                     (run / "titan_logits.safetensors").string())));
+    INFO(loaded.dump());
+    CHECK(loaded["architecture"] == "DeepseekV3ForCausalLM");
+    CHECK(loaded["rope_type"] == "yarn");
+    CHECK(loaded["shape"] == nlohmann::json::array({2, 24, vocab}));
+    CHECK(loaded["bias_norm"].get<double>() > 0);
+    const double scale = loaded["scale"];
+    CHECK(scale > 1.0);  // trained-looking logits
+    // fp32 both sides, other kernels and summation orders: 1e-5 of the logits' scale.
+    CHECK(loaded["max_abs_diff"].get<double>() <= 1e-5 * scale);
+    // The check can fail: without the expert bias the logits move 170 times
+    // the band (measured). Rotating the rope dims as halves moves them only
+    // about 10 times (two steps from init, attention is nearly uniform): the
+    // rotary check is the one below, on trained-looking weights.
+    CHECK(loaded["zero_bias_max_abs_diff"].get<double>() > 20 * 1e-5 * scale);
+    CHECK(loaded["halves_rope_max_abs_diff"].get<double>() > 2 * 1e-5 * scale);
+
+    // transformers writes a random DeepseekV3 (Titan's config.json fields,
+    // its own weights and a random expert bias) and computes its loss on
+    // Titan's first batch; Titan starts from that folder.
+    auto saved_spec = spec_of(saved_model);
+    torch::manual_seed(11);
+    write_token_shard(dir / "tokens.u16", 4 * 2 * 33, vocab);
+    const auto saved = report_of(run_command(
+        reader("deepseek-v3-save " + (dir / "from_transformers").string() + " --config '" +
+               nlohmann::json::parse(saved_spec->hf_config_json()).dump() + "' --tokens " +
+               (dir / "tokens.u16").string() + " --batch 2 --seq 32 --seed 5")));
+    INFO(saved.dump());
+    CHECK(saved["biases"] == 2);
+    const double hf_loss = saved["loss"];
+    result = run_command(titan_cmd(
+        "train" + config + sets_of(saved_model) + run_sets + " --set training.steps=1" +
+        " --set training.dataset_path=" + (dir / "tokens.u16").string() + " --set checkpoint.initial_load_path=" +
+        (dir / "from_transformers").string() + " --set job.dump_folder=" + (dir / "from_hf_run").string()));
+    REQUIRE_MESSAGE(result.exit_code == 0, result.output);
+    // 3 blocks' MLA and norms, 1 dense FFN, 2 MoE blocks (router, 3 stacked experts, 3 shared, bias), 3 outside.
+    CHECK_MESSAGE(has(result.output, "loaded initial weights: " + std::to_string(3 * 7 + 3 + 2 * 8 + 3) + " tensors"),
+                  result.output);
+    CHECK_MESSAGE(!has(result.output, "but the configured model has"), result.output);
+    const auto lines = metrics_of(dir / "from_hf_run/metrics.jsonl");
+    REQUIRE(lines.size() == 1);
+    const double titan_loss = lines[0]["loss_metrics/global_avg_loss"];
+    MESSAGE("transformers " << hf_loss << ", Titan " << titan_loss << "; transformers without the expert bias "
+                            << saved["zero_bias_loss"].get<double>() << ", with the rope dims rotated as halves "
+                            << saved["halves_rope_loss"].get<double>());
+    // fp32 both sides, other kernels and summation orders (measured: 1.2e-7 relative).
+    CHECK(std::abs(titan_loss - hf_loss) <= 1e-5 * std::abs(hf_loss));
+    // The check can fail: without the expert bias, or with the rope dims paired as halves, the loss is far
+    // outside the band.
+    CHECK(std::abs(saved["zero_bias_loss"].get<double>() - hf_loss) > 10 * 1e-5 * std::abs(hf_loss));
+    CHECK(std::abs(saved["halves_rope_loss"].get<double>() - hf_loss) > 10 * 1e-5 * std::abs(hf_loss));
   }
 
   TEST_CASE("safetensors reads every tensor of Titan's exports (float32, bfloat16, sharded) bit for bit") {

@@ -11,6 +11,12 @@ C++ test decides pass or fail.
                                        a random LlamaForCausalLM, save_pretrained; its loss on the first batch
   hf-logits HF_DIR TITAN_LOGITS        from_pretrained(HF_DIR) logits against Titan's (tokens + logits file)
   qwen3-logits HF_DIR=TITAN_LOGITS...  the same through AutoModelForCausalLM (Qwen3, Qwen3-MoE)
+  deepseek-v3-logits HF_DIR TITAN_LOGITS
+                                       the same as DeepseekV3ForCausalLM, with the sensitivity to the expert
+                                       bias and to the rotary pairing
+  deepseek-v3-save OUT_DIR --config JSON --tokens SHARD --batch B --seq S --seed N
+                                       a random DeepseekV3ForCausalLM (and expert bias), save_pretrained;
+                                       its loss on the first batch
   safetensors TITAN_FINAL HF_DIR...    every tensor of each export against Titan's saved model, bit for bit
   tokenizers TOKENIZER IDS FILE...     Tokenizer.from_file ids against Titan's (one line of ids per FILE)
 """
@@ -167,6 +173,69 @@ def qwen3_logits(args):
     print_json({"models": results})
 
 
+def deepseek_v3_logits(args):
+    """from_pretrained(HF_DIR) as DeepseekV3ForCausalLM against Titan's logits; then the same weights with
+    the expert bias zeroed and with the rope dims rotated as halves (rope_interleave false)."""
+    import torch
+    from safetensors.torch import load_file
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    titan = load_file(args.titan_logits)
+    tokens, expected = titan["tokens"].long(), titan["logits"]
+    model = AutoModelForCausalLM.from_pretrained(args.hf_dir, dtype=torch.float32).eval()
+    config = AutoConfig.from_pretrained(args.hf_dir)
+    result = {"architecture": type(model).__name__, "rope_type": config.rope_parameters.get("rope_type")}
+    with torch.no_grad():
+        logits = model(input_ids=tokens).logits
+        result["shape"] = list(logits.shape)
+        result["max_abs_diff"] = (logits - expected).abs().max().item()
+        result["scale"] = expected.abs().max().item()
+        biases = [m.e_score_correction_bias for m in model.modules() if hasattr(m, "e_score_correction_bias")]
+        result["bias_norm"] = sum(b.norm().item() for b in biases)
+        saved = [b.clone() for b in biases]
+        for b in biases:
+            b.zero_()
+        result["zero_bias_max_abs_diff"] = (model(input_ids=tokens).logits - expected).abs().max().item()
+        for b, value in zip(biases, saved):
+            b.copy_(value)
+        model.config.rope_interleave = False
+        result["halves_rope_max_abs_diff"] = (model(input_ids=tokens).logits - expected).abs().max().item()
+    print_json(result)
+
+
+def deepseek_v3_save(args):
+    import torch
+    from transformers import DeepseekV3Config, DeepseekV3ForCausalLM
+
+    config = DeepseekV3Config(**json.loads(args.config))
+    torch.manual_seed(args.seed)
+    model = DeepseekV3ForCausalLM(config).float().eval()
+    with torch.no_grad():
+        # Trained-looking weights (init's std 0.02 makes attention nearly
+        # uniform), and an expert bias that changes which experts are chosen.
+        for name, param in model.named_parameters():
+            if "norm" in name:
+                param.uniform_(0.5, 1.5)
+            elif "embed" not in name:
+                param.mul_(6.0)
+        biases = [m.e_score_correction_bias for m in model.modules() if hasattr(m, "e_score_correction_bias")]
+        for b in biases:
+            b.copy_(torch.randn(b.shape) * 0.1)
+    model.save_pretrained(args.out_dir)
+    window = first_batch(args.tokens, args.batch, args.seq)
+    with torch.no_grad():
+        loss = model(input_ids=window, labels=window).loss.item()
+        # The same weights with the rope dims rotated as halves, then without the expert bias.
+        model.config.rope_interleave = False
+        halves_rope_loss = model(input_ids=window, labels=window).loss.item()
+        model.config.rope_interleave = True
+        for b in biases:
+            b.zero_()
+        zero_bias_loss = model(input_ids=window, labels=window).loss.item()
+    print_json({"loss": loss, "halves_rope_loss": halves_rope_loss, "zero_bias_loss": zero_bias_loss,
+                "biases": len(biases), "files": sorted(os.listdir(args.out_dir))})
+
+
 def hf_name(titan):
     """Titan's parameter name -> the HF name its export uses (HF's LlamaForCausalLM layout)."""
     block = {"attention.wq": "self_attn.q_proj", "attention.wk": "self_attn.k_proj",
@@ -271,6 +340,18 @@ def main():
     p = commands.add_parser("qwen3-logits")
     p.add_argument("pairs", nargs="+", help="HF_DIR=TITAN_LOGITS: an export and Titan's tokens + logits")
     p.set_defaults(run=qwen3_logits)
+    p = commands.add_parser("deepseek-v3-logits")
+    p.add_argument("hf_dir")
+    p.add_argument("titan_logits", help="safetensors file with 'tokens' and Titan's 'logits'")
+    p.set_defaults(run=deepseek_v3_logits)
+    p = commands.add_parser("deepseek-v3-save")
+    p.add_argument("out_dir")
+    p.add_argument("--config", required=True, help="DeepseekV3Config fields as JSON")
+    p.add_argument("--tokens", required=True, help="the raw uint16 shard Titan trains on")
+    p.add_argument("--batch", type=int, required=True)
+    p.add_argument("--seq", type=int, required=True)
+    p.add_argument("--seed", type=int, default=0)
+    p.set_defaults(run=deepseek_v3_save)
     p = commands.add_parser("safetensors")
     p.add_argument("titan_final", help="Titan's model as debug.save_final_model wrote it")
     p.add_argument("hf_dirs", nargs="+")

@@ -1,6 +1,7 @@
 // `titan checkpoint export`: a checkpoint step folder's model as a Hugging
 // Face folder. Tensors are read, converted (ModelSpec::to_hf) and written
 // one at a time, so the whole model is never in memory at once.
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -71,18 +72,28 @@ std::vector<ExportedTensor> plan_tensors(const RunPlan& plan, const std::string&
     }
   }
   // Buffers saved with the model (a MoE router's expert bias and token
-  // counts) are training state HF's models have no place for.
+  // counts) are training state most HF models have no place for; those the
+  // model names (DeepSeek-V3's expert bias) are exported with the parameters.
   std::vector<std::string> skipped;
   for (const auto& item : model->named_buffers()) {
-    if (saved.erase(item.key())) skipped.push_back(item.key());
+    if (!saved.erase(item.key())) continue;
+    auto hf = names.find(item.key());
+    if (hf == names.end()) {
+      skipped.push_back(item.key());
+    } else {
+      tensors.push_back({item.key(), hf->second, item.value().sizes().vec()});
+    }
   }
   if (!saved.empty()) {
     throw Error("checkpoint '" + step_dir + "' has model tensor '" + *saved.begin() + "', which model " +
                 plan.model_plugin + " " + plan.model->flavor() + " does not have");
   }
   if (!skipped.empty()) {
-    spdlog::warn("not exported: {} buffer{} with no Hugging Face counterpart (e.g. {}); an exported MoE routes on "
-                 "the unbiased scores", skipped.size(), skipped.size() > 1 ? "s" : "", skipped.front());
+    auto bias = std::find_if(skipped.begin(), skipped.end(),
+                             [](const std::string& name) { return name.find("expert_bias") != std::string::npos; });
+    spdlog::warn("not exported: {} buffer{} with no Hugging Face counterpart (e.g. {}){}", skipped.size(),
+                 skipped.size() > 1 ? "s" : "", bias != skipped.end() ? *bias : skipped.front(),
+                 bias != skipped.end() ? "; an exported MoE routes on the unbiased scores" : "");
   }
   return tensors;
 }

@@ -21,11 +21,17 @@ void import_safetensors(const ImportOptions& options) {
   std::map<std::string, at::Tensor> tensors;
   std::set<std::string> loaded;
   int64_t bytes = 0;
-  for (const auto& item : model->named_parameters()) {
-    at::Tensor value = weights.read(item.key(), item.value().sizes().vec());
-    tensors[item.key()] = value.to(item.value().scalar_type()).contiguous();
-    bytes += static_cast<int64_t>(tensors[item.key()].nbytes());
-    loaded.insert(item.key());
+  auto read = [&](const std::string& name, const at::Tensor& like) {
+    at::Tensor value = weights.read(name, like.sizes().vec());
+    tensors[name] = value.to(like.scalar_type()).contiguous();
+    bytes += static_cast<int64_t>(tensors[name].nbytes());
+    loaded.insert(name);
+  };
+  for (const auto& item : model->named_parameters()) read(item.key(), item.value());
+  // Buffers the model gives HF names (DeepSeek-V3's expert bias).
+  const auto names = plan.model->hf_names();
+  for (const auto& item : model->named_buffers()) {
+    if (names.count(item.key())) read(item.key(), item.value());
   }
   auto unused = weights.unused(loaded);
   if (!unused.empty()) {

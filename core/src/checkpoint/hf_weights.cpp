@@ -42,15 +42,20 @@ void check_config(const std::string& dir, const std::string& model_config_text) 
     theirs["rope_scaling"] = rope.value("rope_type", "default") == "default" ? json(nullptr) : rope;
   }
   // Fields that decide shapes or the rotary permutation must agree.
+  // (DeepSeek-V3: the nope/rope split and rope_interleave keep shapes but
+  // change which dims rotate.)
   for (const char* key : {"hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads",
                           "num_hidden_layers", "vocab_size", "head_dim", "num_experts", "num_experts_per_tok",
-                          "moe_intermediate_size"}) {
+                          "moe_intermediate_size", "n_routed_experts", "n_shared_experts", "first_k_dense_replace",
+                          "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim",
+                          "rope_interleave"}) {
     if (!theirs.contains(key) || !ours.contains(key) || theirs[key] == ours[key]) continue;
     throw Error("'" + path.string() + "' has " + key + " " + theirs[key].dump() + " but the configured model has " +
                 ours[key].dump() + " (check model.flavor and its overrides, and the tokenizer for vocab_size)");
   }
   // Fields that change the function but not the shapes: worth a warning.
-  for (const char* key : {"rope_theta", "rms_norm_eps", "rope_scaling", "tie_word_embeddings", "norm_topk_prob"}) {
+  for (const char* key : {"rope_theta", "rms_norm_eps", "rope_scaling", "tie_word_embeddings", "norm_topk_prob",
+                          "routed_scaling_factor", "n_group", "topk_group"}) {
     if (!theirs.contains(key) || !ours.contains(key) || theirs[key] == ours[key]) continue;
     spdlog::warn("{} has {} {} but the configured model has {}", path.string(), key, theirs[key].dump(),
                  ours[key].dump());

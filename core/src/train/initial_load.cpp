@@ -56,6 +56,21 @@ bool load_initial_weights(const Checkpointer& checkpointer, const ModelSpec& spe
     bytes += whole.numel() * whole.element_size();
     loaded.insert(name);
   }
+  // Buffers the model gives HF names (DeepSeek-V3's expert bias, HF's
+  // e_score_correction_bias) come from an HF folder too; from a Titan
+  // checkpoint only parameters are starting weights.
+  if (hf) {
+    const auto names = spec.hf_names();
+    for (auto& item : model.named_buffers()) {
+      const std::string& name = item.key();
+      if (!names.count(name)) continue;
+      const TensorLayout* layout = model.layout(name);
+      at::Tensor whole = hf_weights->read(name, layout ? layout->global_shape : item.value().sizes().vec());
+      item.value().copy_(layout ? local_piece(whole, *layout) : whole);
+      bytes += whole.numel() * whole.element_size();
+      loaded.insert(name);
+    }
+  }
   std::vector<std::string> unused;
   if (hf) {
     unused = hf_weights->unused(loaded);

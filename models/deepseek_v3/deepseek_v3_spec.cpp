@@ -1,0 +1,65 @@
+// DeepSeekV3Spec: sizes and FLOPs from shapes alone (671B is instant), as
+// TorchTitan's get_moe_model_nparams_and_flops counts them: every expert in
+// the size, only the top_k routed ones (and the router and shared experts)
+// in the FLOPs, attention as 6 x layers x heads x (qk + v head dims) x seq.
+#include "deepseek_v3_spec.h"
+
+#include "deepseek_v3_model.h"
+#include "titan/error.hpp"
+
+namespace titan::deepseek_v3 {
+
+DeepSeekV3Spec::DeepSeekV3Spec(std::string flavor, const DeepSeekV3Args& args)
+    : flavor_(std::move(flavor)), args_(args) {}
+
+void DeepSeekV3Spec::set_vocab_size(int64_t vocab_size) {
+  if (vocab_size <= 0) throw Error("deepseek_v3: vocabulary size must be positive, got " + std::to_string(vocab_size));
+  args_.vocab_size = vocab_size;
+}
+
+std::shared_ptr<CausalLM> DeepSeekV3Spec::build(const c10::Device& device) const {
+  return std::make_shared<Transformer>(args_, device);
+}
+
+namespace {
+
+struct Counts {
+  int64_t dense = 0;    // every block's attention and norms, the dense FFNs
+  int64_t experts = 0;  // routed experts of all MoE blocks
+  int64_t always = 0;   // routers and shared experts (active for every token)
+};
+
+Counts block_counts(const DeepSeekV3Args& a) {
+  const int64_t heads = a.n_heads, dim = a.dim;
+  int64_t q = a.q_lora_rank == 0 ? dim * heads * a.qk_head_dim()
+                                 : dim * a.q_lora_rank + a.q_lora_rank + a.q_lora_rank * heads * a.qk_head_dim();
+  int64_t attention = q + dim * (a.kv_lora_rank + a.qk_rope_head_dim) + a.kv_lora_rank +
+                      a.kv_lora_rank * heads * (a.qk_nope_head_dim + a.v_head_dim) + heads * a.v_head_dim * dim;
+  Counts c;
+  c.dense = a.n_layers * (attention + 2 * dim) + a.n_dense_layers * 3 * dim * a.inter_dim;
+  const int64_t moe_layers = a.n_layers - a.n_dense_layers;
+  const MoEOptions& m = a.moe_options;
+  c.experts = moe_layers * 3 * m.num_experts * m.hidden_dim * dim;
+  c.always = moe_layers * (dim * m.num_experts + 3 * dim * m.hidden_dim * m.num_shared_experts);
+  return c;
+}
+
+}  // namespace
+
+int64_t DeepSeekV3Spec::num_params(bool include_embedding) const {
+  Counts c = block_counts(args_);
+  int64_t total = c.dense + c.experts + c.always + args_.dim + args_.vocab_size * args_.dim;  // + norm + output
+  return include_embedding ? total + args_.vocab_size * args_.dim : total;
+}
+
+double DeepSeekV3Spec::flops_per_token(int64_t seq_len) const {
+  Counts c = block_counts(args_);
+  const MoEOptions& m = args_.moe_options;
+  int64_t active_experts = m.num_experts > 0 ? c.experts * m.top_k / m.num_experts : 0;  // TorchTitan's floor
+  int64_t active = num_params(false) - c.experts + active_experts;
+  double attention = 6.0 * static_cast<double>(args_.n_layers) * static_cast<double>(args_.n_heads) *
+                     static_cast<double>(args_.qk_head_dim() + args_.v_head_dim) * static_cast<double>(seq_len);
+  return 6.0 * static_cast<double>(active) + attention;
+}
+
+}  // namespace titan::deepseek_v3

@@ -1,0 +1,41 @@
+// DeepSeekV3Spec: the titan::ModelSpec of the deepseek_v3 plugin (build,
+// sizes, FLOPs, Hugging Face names). Plugin-private header.
+#pragma once
+#include <map>
+#include <string>
+
+#include "deepseek_v3_args.h"
+#include "titan/model.hpp"
+
+namespace titan {
+class ConfigNode;
+}
+
+namespace titan::deepseek_v3 {
+
+class DeepSeekV3Spec : public ModelSpec {
+ public:
+  DeepSeekV3Spec(std::string flavor, const DeepSeekV3Args& args);
+  std::string flavor() const override { return flavor_; }
+  void set_vocab_size(int64_t vocab_size) override;
+  std::shared_ptr<CausalLM> build(const c10::Device& device) const override;
+  int64_t vocab_size() const override { return args_.vocab_size; }
+  int64_t num_params(bool include_embedding = true) const override;
+  double flops_per_token(int64_t seq_len) const override;
+  // Hugging Face interop (deepseek_v3_hf.cpp): transformers'
+  // DeepseekV3ForCausalLM names (rope_interleave: no tensor permuted),
+  // experts one tensor each, the expert bias as e_score_correction_bias.
+  std::map<std::string, std::string> hf_names() const override;
+  std::string hf_config_json() const override;
+  const DeepSeekV3Args& args() const { return args_; }
+
+ private:
+  std::string flavor_;
+  DeepSeekV3Args args_;
+};
+
+// The `model:` options (flavor, shape, attention, rotary and MoE
+// overrides), read and checked (deepseek_v3_options.cpp).
+DeepSeekV3Spec read_deepseek_v3_spec(const ConfigNode& options);
+
+}  // namespace titan::deepseek_v3
