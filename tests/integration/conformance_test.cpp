@@ -303,3 +303,46 @@ TEST_CASE("titan-conformance: a context_parallel whose causal mask ignores where
   CHECK(report.results["parallelizer.loss@2:ulysses"] == "pass");
   CHECK(report.results["parallelizer.sharding@2"] == "pass");
 }
+
+// Expert parallelism's two mutants (tests/test_plugins): a dispatcher bug
+// the loss sees at once, and a load-balancing bug only the expert biases
+// show.
+TEST_CASE("titan-conformance: an expert_parallel that feeds the experts its arrived rows unregrouped fails the "
+          "parallelizer checks by name") {
+  auto result = run_conformance("--json --ranks 2 --plugin " + test_plugin("unpermuted_ep").string());
+  INFO(result.output);
+  CHECK(result.exit_code == 1);
+  CHECK(result.output.find("conformance check failed: parallelizer.params@2") != std::string::npos);
+  auto json = nlohmann::json::parse(result.output.substr(0, result.output.find("\nconformance check failed")));
+  std::map<std::string, std::string> results;
+  for (const auto& check : json["checks"]) {
+    const std::string name = check["name"];
+    results[name] = check["result"];
+    // The wrong experts' gradients move their weights (lr 1 in the declaration).
+    if (name == "parallelizer.params@2") CHECK(check["measured"].get<double>() > 10 * check["limit"].get<double>());
+  }
+  CHECK(results["parallelizer.params@2"] == "fail");
+  CHECK(results["parallelizer.loss@2"] == "fail");
+  // Every row reaches an expert of the right rank and comes back to its
+  // place: the layouts, the gradients' shapes and the memory are right.
+  for (const char* name : {"parallelizer.sharding@2", "parallelizer.gradients@2", "parallelizer.memory@2",
+                           "parallelizer.replicas_agree@2", "parallelizer.expert_bias@2"}) {
+    CHECK_MESSAGE(results[name] == "pass", name);
+  }
+}
+
+TEST_CASE("titan-conformance: an expert_parallel that moves the expert bias by its own rank's token counts fails "
+          "parallelizer.expert_bias by name on 2 ranks, not on 1") {
+  auto report = conformance_json(test_plugin("local_bias_ep"), "--ranks 1,2");
+  INFO(report.output);
+  CHECK(report.exit_code == 1);
+  CHECK(report.output.find("conformance check failed: parallelizer.expert_bias@2") != std::string::npos);
+  CHECK(report.results["parallelizer.expert_bias@2"] == "fail");
+  // One rank's counts are the job's: nothing to reduce, nothing wrong.
+  CHECK(report.results["parallelizer.expert_bias@1:ep1"] == "pass");
+  CHECK(report.results["parallelizer.loss@1:ep1"] == "pass");
+  // The experts, their tokens and their gradients are right.
+  for (const char* name : {"parallelizer.sharding@2", "parallelizer.gradients@2", "parallelizer.replicas_agree@2"}) {
+    CHECK_MESSAGE(report.results[name] == "pass", name);
+  }
+}

@@ -16,6 +16,7 @@
 #include "titan/dist_runtime.hpp"
 #include "titan/grad_clip.hpp"
 #include "titan/model_builder.hpp"
+#include "titan/moe.hpp"
 #include "titan/parallelizer.hpp"
 #include "titan/peak_memory.hpp"
 #include "titan/placement.hpp"
@@ -43,6 +44,7 @@ struct ParallelizerDeclaration {
   double loss_tolerance = 0;
   double grad_norm_tolerance = 0;
   double params_tolerance = 0;
+  double expert_bias_tolerance = 0;
   double memory_limit = 0;
   double activation_memory_limit = 0;
   std::vector<int64_t> world_sizes;  // empty: any
@@ -65,6 +67,8 @@ ParallelizerDeclaration read_declaration(const ConfigNode& declaration, size_t v
   out.loss_tolerance = tolerance.get<double>("loss", 1e-5, "max relative loss difference per step");
   out.grad_norm_tolerance = tolerance.get<double>("grad_norm", 1e-5, "max relative gradient-norm difference");
   out.params_tolerance = tolerance.get<double>("params", 1e-5, "max |parameter - reference| after the steps");
+  out.expert_bias_tolerance = tolerance.get<double>(
+      "expert_bias", 1e-5, "max |MoE expert bias - reference| after each step's load balancing");
   out.memory_limit = section.get<double>(
       "memory_limit", 0.75, "peak bytes while building and initializing / whole-model bytes (sharding plugins)");
   out.activation_memory_limit = section.get<double>(
@@ -201,9 +205,31 @@ void compare_parameters(CausalLM& model, const DeviceMesh& mesh, const Reference
   rows.push_back(row("replicas_agree", w, spread, 0, "ranks' whole parameters differ by at most this, worst " + spread_name));
 }
 
+// The largest |expert bias - reference| of any router after a step's load
+// balancing; INFINITY when the routers are not the reference's.
+double expert_bias_difference(CausalLM& model, const std::map<std::string, at::Tensor>& expected,
+                              std::string& worst) {
+  std::map<std::string, at::Tensor> biases = expert_biases(model);
+  if (biases.size() != expected.size()) {
+    worst = std::to_string(biases.size()) + " routers with an expert bias, the reference " +
+            std::to_string(expected.size());
+    return INFINITY;
+  }
+  double most = 0;
+  for (const auto& [path, bias] : biases) {
+    auto reference = expected.find(path);
+    double diff = reference == expected.end() || !reference->second.sizes().equals(bias.sizes())
+                      ? INFINITY
+                      : (bias.to(at::kDouble) - reference->second.to(at::kDouble)).abs().max().item<double>();
+    if (diff > most || worst.empty()) most = diff, worst = path;
+  }
+  return most;
+}
+
 // The fixture's steps with the plugin, each data-parallel rank on its share
 // of every batch; loss (averaged over dp) and the global grad norm are
-// compared with the reference at every step.
+// compared with the reference at every step, and on a MoE model every
+// router's expert bias after the trainer's load balancing.
 void train_on_mesh(CausalLM& model, const DeviceMesh& mesh, const TrainingFixture& fixture,
                    const ReferenceTrace& reference, const ParallelizerDeclaration& declared, CheckResults& rows) {
   const std::string where = suffix(mesh.world_size(), declared.variant);
@@ -227,7 +253,8 @@ void train_on_mesh(CausalLM& model, const DeviceMesh& mesh, const TrainingFixtur
     world_group.all_reduce(value, op == NormReduceOp::max ? ReduceOp::max : ReduceOp::sum);
     return value.item<double>();
   };
-  double loss_diff = 0, norm_diff = 0;
+  double loss_diff = 0, norm_diff = 0, bias_diff = 0;
+  std::string bias_worst;
   at::manual_seed(fixture.seed);  // as the reference run: dropout draws the same
   for (int64_t step = 1; step <= fixture.steps; ++step) {
     at::Tensor windows = fixture_windows(fixture, step).narrow(0, dp_rank * rows_per_rank, rows_per_rank);
@@ -241,11 +268,25 @@ void train_on_mesh(CausalLM& model, const DeviceMesh& mesh, const TrainingFixtur
     double norm = clip_grad_norm(params, INFINITY, 2.0, reduce, weights);
     loss_diff = std::max(loss_diff, relative_difference(mean.item<double>(), reference.losses[step - 1]));
     norm_diff = std::max(norm_diff, relative_difference(norm, reference.grad_norms[step - 1]));
+    // The trainer's load balancing, its reduction of the counts included:
+    // a plugin must leave each router's counts what one process's would sum to.
+    balance_experts(model, sum_over_dp_cp(&mesh));
+    std::string worst;
+    double diff = expert_bias_difference(model, reference.expert_biases[step - 1], worst);
+    if (diff > bias_diff || bias_worst.empty()) bias_diff = diff, bias_worst = worst + " after step " + std::to_string(step);
     sgd_step(params, fixture.lr);
   }
   std::string steps = std::to_string(fixture.steps) + " SGD steps on " + mesh.describe();
   rows.push_back(row("loss", where, loss_diff, declared.loss_tolerance, "max relative loss difference, " + steps));
   rows.push_back(row("grad_norm", where, norm_diff, declared.grad_norm_tolerance, "max relative grad-norm difference"));
+  if (!reference.expert_biases.back().empty()) {
+    at::Tensor worst = at::full({1}, bias_diff, at::kDouble);
+    world_group.all_reduce(worst, ReduceOp::max);
+    const double most = worst.item<double>();
+    rows.push_back(row("expert_bias", where, most, declared.expert_bias_tolerance,
+                       "max |expert bias - reference| over routers, steps and ranks after the load balancing" +
+                           (most > 0 && most == bias_diff ? ", worst " + bias_worst : std::string())));
+  }
 }
 
 // Activation checkpointing must pay for its recompute: a forward (its loss

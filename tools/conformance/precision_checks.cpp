@@ -10,6 +10,7 @@
 
 #include "training_fixture.h"
 #include "titan/model_builder.hpp"
+#include "titan/moe.hpp"
 #include "titan/plugin.hpp"
 #include "titan/precision.hpp"
 #include "titan/registry.hpp"
@@ -58,6 +59,7 @@ double losses_under_policy(const TrainingFixture& fixture, PrecisionPolicy& poli
     at::Tensor loss = next_token_loss(*compute, fixture_windows(fixture, step));
     loss.backward();
     compute->finalize_gradients();
+    balance_experts(*compute, {});  // as the reference: MoE load balancing before the optimizer
     for (auto& item : compute_params) {
       at::Tensor& grad = item.value().mutable_grad();
       if (!grad.defined()) continue;

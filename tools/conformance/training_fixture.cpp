@@ -8,6 +8,7 @@
 #include "titan/model_builder.hpp"
 #include "titan/compat.hpp"
 #include "titan/grad_clip.hpp"
+#include "titan/moe.hpp"
 #include "titan/plugin.hpp"
 #include "titan/registry.hpp"
 #include "titan/schedule.hpp"
@@ -92,6 +93,14 @@ std::vector<at::Tensor> trainable(CausalLM& model) {
   return params;
 }
 
+std::map<std::string, at::Tensor> expert_biases(CausalLM& model) {
+  std::map<std::string, at::Tensor> biases;
+  for (const auto& [path, router] : find_routers(model)) {
+    if (router->expert_bias.defined()) biases[path] = router->expert_bias.detach().clone();
+  }
+  return biases;
+}
+
 ReferenceTrace train_reference(const TrainingFixture& fixture) {
   ReferenceTrace trace;
   auto model = build_single_process(fixture);
@@ -103,6 +112,8 @@ ReferenceTrace train_reference(const TrainingFixture& fixture) {
     model->finalize_gradients();
     trace.losses.push_back(loss.item<double>());
     trace.grad_norms.push_back(clip_grad_norm(params, INFINITY));
+    balance_experts(*model, {});  // MoE load balancing, as the trainer before its optimizer
+    trace.expert_biases.push_back(expert_biases(*model));
     sgd_step(params, fixture.lr);
   }
   trace.params = parameter_values(*model);

@@ -48,10 +48,17 @@ void sgd_step(const std::vector<at::Tensor>& params, double lr);
 
 std::vector<at::Tensor> trainable(CausalLM& model);
 
+// Every MoE router's expert bias by module path (routers without one left
+// out), detached copies.
+std::map<std::string, at::Tensor> expert_biases(CausalLM& model);
+
 struct ReferenceTrace {
   std::vector<double> losses;
   std::vector<double> grad_norms;
   std::map<std::string, at::Tensor> params;  // after the last step
+  // Per step, after its load balancing (the trainer's, before the optimizer):
+  // empty maps for a model without MoE routers.
+  std::vector<std::map<std::string, at::Tensor>> expert_biases;
 };
 
 // The fixture's steps on one process: the reference every check compares to.

@@ -4,6 +4,7 @@
 // become metrics.
 #include <ATen/ATen.h>
 
+#include "titan/device_mesh.hpp"
 #include "titan/moe.hpp"
 
 namespace titan {
@@ -40,6 +41,15 @@ std::vector<RouterLoad> balance_experts(const torch::nn::Module& model, const Co
     loads.push_back(load);
   }
   return loads;
+}
+
+CountReduction sum_over_dp_cp(const DeviceMesh* mesh) {
+  return [mesh](at::Tensor& counts) {
+    if (!mesh || mesh->size("dp_cp") == 1) return;
+    at::Tensor host = counts.to(at::kCPU);
+    mesh->group("dp_cp").all_reduce(host, ReduceOp::sum);
+    counts.copy_(host);
+  };
 }
 
 std::map<std::string, double> moe_metrics(const std::vector<RouterLoad>& loads) {

@@ -39,12 +39,7 @@ StepOutcome TrainingRun::step(int64_t step) {
   // each router's token counts of the step, summed over the ranks that saw
   // other tokens (dp and cp; tp ranks saw the same), move its expert bias.
   const DeviceMesh* mesh = parallel->mesh();
-  const std::vector<RouterLoad> moe_loads = balance_experts(*model, [mesh](at::Tensor& counts) {
-    if (!mesh || mesh->size("dp_cp") == 1) return;
-    at::Tensor host = counts.to(at::kCPU);
-    mesh->group("dp_cp").all_reduce(host, ReduceOp::sum);
-    counts.copy_(host);
-  });
+  const std::vector<RouterLoad> moe_loads = balance_experts(*model, sum_over_dp_cp(mesh));
   StepOutcome outcome;
   if (std::isfinite(loss) && std::isfinite(grad_norm)) {
     hooks.before_optimizer();
