@@ -163,6 +163,7 @@ void FsdpParallelizer::parallelize(CausalLM& model, const ParallelizeContext& co
   std::vector<ParamsByDim> block_params(static_cast<size_t>(model.num_blocks()));
   ParamsByDim root_params;
   std::map<std::string, double> presummed_over{{shard_dim, 1.0}};
+  int64_t on_dim_1 = 0;
   for (auto& item : model.named_parameters()) {
     at::Tensor param = item.value();
     if (!param.requires_grad()) continue;
@@ -184,20 +185,33 @@ void FsdpParallelizer::parallelize(CausalLM& model, const ParallelizeContext& co
     p.name = item.key();
     p.param = param;
     p.unsharded_shape = param.sizes().vec();
-    p.rows = even_row_shard(p.unsharded_shape[0], ranks, rank);
-    p.chunk_rows = (p.unsharded_shape[0] + ranks - 1) / ranks;
-    p.row_numel = p.unsharded_shape[0] == 0 ? 0 : param.numel() / p.unsharded_shape[0];
+    // Experts with fewer rows (this rank's experts) than efsdp ranks are
+    // split on dim 1 instead, so every rank holds a share (TorchTitan's
+    // Shard(1) where efsdp x ep > num_experts).
+    const bool on_split = dp.name != shard_dim;
+    p.shard_dim = on_split && param.dim() >= 2 && p.unsharded_shape[0] < ranks ? 1 : 0;
+    on_dim_1 += p.shard_dim;
+    const int64_t dim_rows = p.unsharded_shape[p.shard_dim];
+    for (int64_t d = 0; d < p.shard_dim; ++d) p.outer *= p.unsharded_shape[d];
+    p.rows = even_row_shard(dim_rows, ranks, rank);
+    p.chunk_rows = (dim_rows + ranks - 1) / ranks;
+    p.row_numel = dim_rows == 0 || p.outer == 0 ? 0 : param.numel() / (p.outer * dim_rows);
     if (auto extension = extension_of.find(param.unsafeGetTensorImpl()); extension != extension_of.end()) {
+      if (p.shard_dim != 0) {
+        throw Error("fsdp: parameter '" + p.name + "' is sharded on dim 1 (fewer experts than " + dp.name +
+                    " ranks) and gathered by an all-gather extension (float8), which needs dim 0; use fewer ranks "
+                    "or a larger expert_parallel_degree");
+      }
       p.extension = extension->second;
     }
     std::vector<int64_t> local_shape = p.unsharded_shape;
-    local_shape[0] = p.rows.length;
+    local_shape[p.shard_dim] = p.rows.length;
 
     TensorLayout layout = inner ? *inner : TensorLayout::replicated(p.unsharded_shape);
-    layout.local_offset[0] += p.rows.begin;
-    layout.local_shape[0] = p.rows.length;
+    layout.local_offset[p.shard_dim] += p.rows.begin;
+    layout.local_shape[p.shard_dim] = p.rows.length;
     layout.mesh_dims.insert(layout.mesh_dims.begin(), {"dp_replicate", dp.name});
-    layout.placements.insert(layout.placements.begin(), {Placement::replicate(), Placement::shard(0)});
+    layout.placements.insert(layout.placements.begin(), {Placement::replicate(), Placement::shard(p.shard_dim)});
     model.set_layout(p.name, layout);
 
     // Still on meta: materialization then allocates this rank's rows only.
@@ -273,6 +287,9 @@ void FsdpParallelizer::parallelize(CausalLM& model, const ParallelizeContext& co
                groups.replicate ? " x dp_replicate=" + std::to_string(groups.replicate->size()) : std::string(),
                c10::toString(context.param_dtype), c10::toString(context.reduce_dtype),
                state->reshard_after_forward ? "yes" : "no", reshard_why, prefetch ? "yes" : "no");
+  if (on_dim_1 > 0) {
+    spdlog::info("fsdp: {} expert parameters have fewer experts than FSDP ranks: sharded on dim 1", on_dim_1);
+  }
   for (const auto& [dim, presummed] : presummed_over) {
     if (dim != shard_dim) {
       spdlog::info("fsdp: parameters sharded over a mesh split are sharded over {}={} (gradients divided by {} more)",

@@ -26,7 +26,7 @@ Unit::Unit(std::string label, std::vector<ShardedParam> params, UnitGroups group
   for (auto& p : params_) {
     p.wire_element_size = static_cast<int64_t>(c10::elementSize(p.extension ? p.extension->wire_dtype() : param_dtype_));
     p.offset = flat_numel_;
-    flat_numel_ += (p.chunk_rows * p.row_numel * p.wire_element_size + buffer_element - 1) / buffer_element;
+    flat_numel_ += (p.outer * p.chunk_rows * p.row_numel * p.wire_element_size + buffer_element - 1) / buffer_element;
   }
 }
 
@@ -42,7 +42,7 @@ void Unit::prefetch() {
       if (!p.shard.defined()) p.shard = p.param.data();  // the materialized, initialized rows
       p.param.mutable_grad().reset();  // the optimizer's view of the last step's gradient
     }
-    int64_t count = p.rows.length * p.row_numel;
+    int64_t count = p.outer * p.rows.length * p.row_numel;
     // Every rank asks the extension, even with no rows: it may run a collective.
     at::Tensor wire = p.extension ? p.extension->pre_all_gather(p.shard, *groups_.shard) : p.shard.to(param_dtype_);
     wire = wire.contiguous();
@@ -86,11 +86,15 @@ void Unit::unshard() {
     auto* destination = static_cast<char*>(wire_full.data_ptr());
     const auto* source = static_cast<const char*>(gathered.data_ptr());
     const int64_t wire = p.wire_element_size;
+    const int64_t dim_rows = p.unsharded_shape[p.shard_dim];
     for (int64_t rank = 0; rank < ranks; ++rank) {
-      RowRange rows = even_row_shard(p.unsharded_shape[0], ranks, rank);
+      RowRange rows = even_row_shard(dim_rows, ranks, rank);
       if (rows.length == 0) continue;
-      std::memcpy(destination + rows.begin * p.row_numel * wire,
-                  source + (rank * flat_numel_ + p.offset) * buffer_element, rows.length * p.row_numel * wire);
+      const int64_t piece = rows.length * p.row_numel * wire;  // bytes of one outer index
+      const char* from = source + (rank * flat_numel_ + p.offset) * buffer_element;
+      for (int64_t o = 0; o < p.outer; ++o) {
+        std::memcpy(destination + (o * dim_rows + rows.begin) * p.row_numel * wire, from + o * piece, piece);
+      }
     }
     if (p.extension) {
       // The layer keeps what it computes with (e.g. the codes and their
@@ -144,11 +148,13 @@ void Unit::reduce_gradients() {
   for (auto& p : params_) {
     at::Tensor grad = p.param.grad();
     if (!grad.defined()) continue;  // unused in this step: contributes zeros
-    at::Tensor rows_view = grad.reshape({p.unsharded_shape[0], p.row_numel});
+    const int64_t dim_rows = p.unsharded_shape[p.shard_dim];
+    at::Tensor rows_view = grad.reshape({p.outer, dim_rows, p.row_numel});
     for (int64_t rank = 0; rank < ranks; ++rank) {
-      RowRange rows = even_row_shard(p.unsharded_shape[0], ranks, rank);
+      RowRange rows = even_row_shard(dim_rows, ranks, rank);
       if (rows.length == 0) continue;
-      flat[rank].narrow(0, p.offset, rows.length * p.row_numel).copy_(rows_view.narrow(0, rows.begin, rows.length).reshape({-1}));
+      flat[rank].narrow(0, p.offset, p.outer * rows.length * p.row_numel)
+          .copy_(rows_view.narrow(1, rows.begin, rows.length).reshape({-1}));
     }
     p.param.mutable_grad().reset();  // free the full gradient now
   }
@@ -159,7 +165,7 @@ void Unit::reduce_gradients() {
   }
   if (groups_.presummed != 1) mine.div_(groups_.presummed);
   for (auto& p : params_) {
-    int64_t count = p.rows.length * p.row_numel;
+    int64_t count = p.outer * p.rows.length * p.row_numel;
     at::Tensor piece = mine.narrow(0, p.offset, count).view(p.shard.sizes()).to(p.shard.scalar_type());
     if (p.grad_shard.defined()) {
       p.grad_shard.add_(piece);

@@ -1,7 +1,8 @@
 // An FSDP unit: the parameters gathered and reduced together (one
 // transformer block, or the root: embeddings + final norm + output).
 // Each parameter's rows are split over dp_shard (FSDP2's dim-0 sharding,
-// the last ranks holding fewer rows); the module's parameter tensor holds
+// the last ranks holding fewer rows; experts with fewer rows than ranks on
+// dim 1, as TorchTitan); the module's parameter tensor holds
 // this rank's fp32 rows between steps and the gathered full tensor (in the
 // param dtype) around forward and backward.
 #pragma once
@@ -21,9 +22,11 @@ struct ShardedParam {
   std::string name;
   at::Tensor param;  // the module's leaf; its data is swapped, never its identity
   std::vector<int64_t> unsharded_shape;  // what dp_shard gathers: global, or this rank's TP piece (2-D)
-  RowRange rows;           // this rank's rows of dim 0
+  int64_t shard_dim = 0;   // the dim split over the ranks (0, or 1 for experts)
+  int64_t outer = 1;       // elements of the dims before shard_dim (1 for dim 0)
+  RowRange rows;           // this rank's rows of shard_dim
   int64_t chunk_rows = 0;  // rows per rank, with padding
-  int64_t row_numel = 1;   // elements per row
+  int64_t row_numel = 1;   // elements per row (of the dims after shard_dim)
   int64_t offset = 0;      // where its chunk sits in the unit's flat per-rank buffer (in buffer elements)
   // What it is gathered as, when its layer says (float8 codes): null = its
   // rows in the param dtype (titan/all_gather_extension.hpp).
