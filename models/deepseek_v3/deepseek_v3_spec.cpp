@@ -62,4 +62,42 @@ double DeepSeekV3Spec::flops_per_token(int64_t seq_len) const {
   return 6.0 * static_cast<double>(active) + attention;
 }
 
+std::map<std::string, TpStyle> DeepSeekV3Spec::tp_plan() const {
+  // TorchTitan's: each rank's heads through the colwise projections; the
+  // kv latent (and the low-rank q) run whole on every rank, since every
+  // head needs all of it, with their gradients summed over tp; MoE blocks
+  // are split by the TP plugin itself.
+  std::map<std::string, TpStyle> plan = {{"tok_embeddings", TpStyle::rowwise},
+                                         {"layers.*.attention_norm", TpStyle::sequence_parallel_norm},
+                                         {"layers.*.attention.wkv_a", TpStyle::no_parallel},
+                                         {"layers.*.attention.kv_norm", TpStyle::no_parallel},
+                                         {"layers.*.attention.wkv_b", TpStyle::colwise},
+                                         {"layers.*.attention.wo", TpStyle::rowwise},
+                                         {"layers.*.ffn_norm", TpStyle::sequence_parallel_norm},
+                                         {"norm", TpStyle::sequence_parallel_norm},
+                                         {"output", TpStyle::colwise}};
+  if (args_.q_lora_rank == 0) {
+    plan["layers.*.attention.wq"] = TpStyle::colwise;
+  } else {
+    plan["layers.*.attention.wq_a"] = TpStyle::no_parallel;
+    plan["layers.*.attention.q_norm"] = TpStyle::no_parallel;
+    plan["layers.*.attention.wq_b"] = TpStyle::colwise;
+  }
+  if (args_.n_dense_layers > 0) {
+    plan["layers.*.feed_forward.w1"] = TpStyle::colwise;
+    plan["layers.*.feed_forward.w3"] = TpStyle::colwise;
+    plan["layers.*.feed_forward.w2"] = TpStyle::rowwise;
+  }
+  return plan;
+}
+
+std::vector<ShardableSize> DeepSeekV3Spec::tp_sizes() const {
+  std::vector<ShardableSize> sizes = {{"model.n_heads", "attention heads", args_.n_heads},
+                                      {"model.tokenizer_path (its vocabulary)", "vocabulary size", args_.vocab_size}};
+  if (args_.n_dense_layers > 0) sizes.push_back({"model.inter_dim", "dense FFN hidden size", args_.inter_dim});
+  // Without expert parallelism the experts' width is split too (checked
+  // when the layers are split: the TP plugin cannot see ep here).
+  return sizes;
+}
+
 }  // namespace titan::deepseek_v3

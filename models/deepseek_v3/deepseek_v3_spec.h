@@ -22,6 +22,10 @@ class DeepSeekV3Spec : public ModelSpec {
   int64_t vocab_size() const override { return args_.vocab_size; }
   int64_t num_params(bool include_embedding = true) const override;
   double flops_per_token(int64_t seq_len) const override;
+  // TorchTitan's plan for MLA and the dense blocks; MoE layers are the TP
+  // plugin's own concern.
+  std::map<std::string, TpStyle> tp_plan() const override;
+  std::vector<ShardableSize> tp_sizes() const override;
   // Hugging Face interop (deepseek_v3_hf.cpp): transformers'
   // DeepseekV3ForCausalLM names (rope_interleave: no tensor permuted),
   // experts one tensor each, the expert bias as e_score_correction_bias.

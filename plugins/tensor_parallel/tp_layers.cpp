@@ -61,7 +61,7 @@ ParallelNorm::ParallelNorm(std::shared_ptr<Layer> inner, TpContext tp, std::stri
   if (tp_.sequence_parallel) sum_gradients_over_tp(*this, *tp_.comm, path_);
 }
 
-HeadNorm::HeadNorm(std::shared_ptr<Layer> inner, TpContext tp, std::string path)
+NoParallelLayer::NoParallelLayer(std::shared_ptr<Layer> inner, TpContext tp, std::string path)
     : TpLayer(std::move(inner), tp, std::move(path)) {
   sum_gradients_over_tp(*this, *tp_.comm, path_);
 }

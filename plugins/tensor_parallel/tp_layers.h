@@ -71,12 +71,12 @@ class ParallelNorm : public TpLayer {
   at::Tensor forward(const at::Tensor& input) override;
 };
 
-// A norm over each head's features on this rank's heads: the forward is the
-// norm's own; each rank's weight gradient covers its heads only, so it is
-// summed over tp.
-class HeadNorm : public TpLayer {
+// A layer every rank runs whole (TorchTitan's NoParallel): the forward is
+// the layer's own; each rank uses the output for its own heads, so its
+// weight gradient covers those only and is summed over tp.
+class NoParallelLayer : public TpLayer {
  public:
-  HeadNorm(std::shared_ptr<Layer> inner, TpContext tp, std::string path);
+  NoParallelLayer(std::shared_ptr<Layer> inner, TpContext tp, std::string path);
   at::Tensor forward(const at::Tensor& input) override { return inner().forward(input); }
 };
 

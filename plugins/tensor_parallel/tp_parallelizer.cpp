@@ -96,9 +96,17 @@ void TpParallelizer::parallelize(CausalLM& model, const ParallelizeContext& cont
           model.set_layout(name, whole_over_tp(weight));
           replacement = std::make_shared<ParallelNorm>(layer, tp, path);
           break;
-        case TpStyle::head_norm:
+        case TpStyle::no_parallel:
+          if (options_.async && options_.sequence_parallel && linear_weight(*layer)) {
+            // Async TP leaves the norms' output on the sequence shard for
+            // the colwise layers to gather; a linear run whole reads it too
+            // (DeepSeek-V3's kv latent), and would get the shard.
+            throw Error("tensor_parallel: enable_async_tensor_parallel: the model's plan runs the linear '" + path +
+                        "' whole on every rank (no_parallel), which async TP does not support yet; set "
+                        "enable_async_tensor_parallel: false");
+          }
           model.set_layout(name, whole_over_tp(weight));
-          replacement = std::make_shared<HeadNorm>(layer, tp, path);
+          replacement = std::make_shared<NoParallelLayer>(layer, tp, path);
           break;
       }
       swap_module(model, path, replacement);

@@ -9,6 +9,8 @@
 #include "equivalence_runs.hpp"
 
 #include <map>
+#include <string>
+#include <vector>
 
 namespace {
 
@@ -45,7 +47,8 @@ RunOutput run_reference(const std::string& name) {
   return titan::test::read_run(dump);
 }
 
-RunOutput run_ep(const std::string& name, int ranks, int port, const std::string& extra) {
+RunOutput run_ep(const std::string& name, int ranks, int port, const std::string& extra,
+                 const std::vector<std::string>& logged = {"MoE layers split over ep=2"}) {
   auto dump = titan::test::temp_dir(name);
   auto result = titan::test::run_command(
       "timeout 300 " + titan::test::titan_binary() + " launch --nproc-per-node " + std::to_string(ranks) +
@@ -53,7 +56,7 @@ RunOutput run_ep(const std::string& name, int ranks, int port, const std::string
       config() + titan::test::common_sets(dump) + kSmall + extra);
   INFO(result.output);
   REQUIRE(result.exit_code == 0);
-  CHECK(titan::test::has(result.output, "MoE layers split over ep=2"));
+  for (const auto& line : logged) CHECK_MESSAGE(titan::test::has(result.output, line), line);
   return titan::test::read_run(dump);
 }
 
@@ -82,4 +85,30 @@ TEST_CASE("deepseek_v3 expert parallel: FSDP dp_shard 2 x ep 2 (2 ranks) and dp_
                       reference);
   // The shipped layout: efsdp = 2, each rank's 4 experts also sharded over 2 FSDP ranks.
   check_ep_equivalent(run_ep("deepseek_v3_ep_4", 4, 29563, ""), reference);
+}
+
+TEST_CASE("deepseek_v3 tensor parallel: TP 2 (MLA heads split, the experts' and shared experts' width split) and "
+          "FSDP 2 x TP 2 x ep 2 (4 ranks: each tp rank's tokens to the experts, the shared experts whole) reproduce "
+          "one process within 1e-5") {
+  RunOutput reference = run_reference("deepseek_v3_tp_reference");
+  check_ep_equivalent(run_ep("deepseek_v3_tp_2", 2, 29587,
+                             " --set 'plugins=[{name: tensor_parallel, tensor_parallel_degree: 2}]'"
+                             " --set training.local_batch_size=8",
+                             {"width split over tp"}),
+                      reference);
+  check_ep_equivalent(run_ep("deepseek_v3_fsdp_tp_ep", 4, 29589,
+                             " --set 'plugins=[{name: fsdp, dp_shard: 2}, {name: tensor_parallel, "
+                             "tensor_parallel_degree: 2, enable_sequence_parallel: false}, {name: expert_parallel, "
+                             "expert_parallel_degree: 2}]' --set training.local_batch_size=4",
+                             {"MoE layers split over ep=2", "tokens split over tp"}),
+                      reference);
+  // Async TP would hand the kv latent's linear the norm's sequence shard.
+  auto async = titan::test::run_command(
+      "timeout 120 " + titan::test::titan_binary() + " launch --nproc-per-node 2 --master-port 29591 "
+      "--grace-period-s 5 -- " + titan::test::titan_binary() + " train " + config() +
+      titan::test::common_sets(titan::test::temp_dir("deepseek_v3_tp_async")) + kSmall +
+      " --set 'plugins=[{name: tensor_parallel, tensor_parallel_degree: 2, enable_async_tensor_parallel: true}]'");
+  CHECK(async.exit_code != 0);
+  CHECK_MESSAGE(titan::test::has(async.output, "runs the linear 'layers.0.attention.wkv_a' whole on every rank"),
+                async.output);
 }

@@ -119,10 +119,12 @@ void materialize_module(torch::nn::Module& module, const c10::Device& device);
 //   rowwise: a Linear's input features (weight Shard(1), partial output
 //     reduced); an Embedding's vocabulary (weight Shard(0), masked lookup);
 //   sequence_parallel_norm: a norm run on a sequence shard (weight whole);
-//   head_norm: a norm over each attention head's features (qwen3's q_norm,
-//     k_norm), run on this rank's heads (weight whole, gradient summed).
+//   no_parallel: a layer every rank runs whole (TorchTitan's NoParallel),
+//     its weight whole; each rank uses its output for its own share (its
+//     heads: qwen3's q/k norms, DeepSeek-V3's kv latent), so the weight's
+//     gradient is summed over tp.
 // MoE layers (titan/moe.hpp) need no entry: the plugin finds them itself.
-enum class TpStyle { colwise, rowwise, sequence_parallel_norm, head_norm };
+enum class TpStyle { colwise, rowwise, sequence_parallel_norm, no_parallel };
 
 // A model size tensor parallelism must divide, with the config key (or the
 // source) that sets it, for validation messages.

@@ -31,7 +31,7 @@ namespace titan {
 //    Schedule::step -> Schedule::forward_backward
 // 10: Comm::all_to_all_v (uneven per-rank rows, for expert parallelism's dispatch); DispatchedTokens::exchange;
 //     DeviceMesh::splits and TensorLayout::replication / is_first_copy count split dims (ep, efsdp)
-// 11: TpStyle::head_norm; MoE::forward_rows, find_moe_layers (found through wrappers); swap_module swaps inside a
+// 11: TpStyle::no_parallel; MoE::forward_rows, find_moe_layers (found through wrappers); swap_module swaps inside a
 //     wrapper's inner layer too; the flattened mesh dim dp_shard_cp_tp (expert parallelism's span)
 constexpr int kPluginAbiVersion = 11;
 
