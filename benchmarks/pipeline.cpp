@@ -3,9 +3,12 @@
 // gradients, temporaries), the step time, and the bubble measured from the
 // executor's Chrome traces beside the theoretical one, with ratios to GPipe,
 // measured in one run: this binary launches itself under `titan launch` once
-// per schedule and runs `titan::train` in each rank.
+// per schedule and runs `titan::train` in each rank. Then GPipe and 1F1B
+// again with glibc's default host allocator (training.cpu_allocator
+// system) beside the default caching one: minor page faults and step time.
 // Usage (from the repository root):
 //   titan_bench_pipeline [steps (8)] [microbatches (8)] [repeats (2)] [schedule ...]
+#include <sys/resource.h>
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -48,7 +51,8 @@ const std::vector<std::string> kSchedules = {
 constexpr int kBlocks = 8;
 constexpr int kSeq = 256;
 
-std::string run_yaml(const std::string& schedule, int steps, int microbatches, const fs::path& folder) {
+std::string run_yaml(const std::string& schedule, int steps, int microbatches, const fs::path& folder,
+                     const std::string& allocator) {
   const std::string blocks = std::to_string(kBlocks), batch = std::to_string(microbatches);
   return "job: {dump_folder: '" + folder.string() + "'}\n" +
          "model: {name: llama3, flavor: debugmodel, n_layers: " + blocks +
@@ -56,7 +60,7 @@ std::string run_yaml(const std::string& schedule, int steps, int microbatches, c
          "optimizer: {name: AdamW, lr: 8.0e-4}\n" +
          "lr_scheduler: {warmup_steps: 2}\n" +
          "training: {local_batch_size: " + batch + ", seq_len: " + std::to_string(kSeq) +
-         ", steps: " + std::to_string(steps) + ", threads: 1}\n" +
+         ", steps: " + std::to_string(steps) + ", threads: 1, cpu_allocator: " + allocator + "}\n" +
          "metrics: {log_freq: 1}\n" +
          "plugins:\n" +
          "  - {name: pipeline, pipeline_parallel_degree: " + std::to_string(kDegree) +
@@ -74,9 +78,12 @@ class StepMemorySink : public titan::MetricsSink {
   StepMemorySink(titan::CpuMemoryTracker& tracker, int rank) : tracker_(tracker), rank_(rank) {}
   void write(int64_t step, const std::map<std::string, double>& metrics) override {
     const int64_t peak = tracker_.take_peak();
-    std::printf("RESULT %d %ld %ld %ld %.0f %.6f %.17g\n", rank_, static_cast<long>(step),
+    rusage usage{};
+    getrusage(RUSAGE_SELF, &usage);
+    std::printf("RESULT %d %ld %ld %ld %.0f %.6f %.17g %ld\n", rank_, static_cast<long>(step),
                 static_cast<long>(peak - rest_), static_cast<long>(rest_), metrics.at("memory/state(GiB)") * double(1ull << 30),
-                metrics.at("time_metrics/elapsed(s)"), metrics.at("loss_metrics/global_avg_loss"));
+                metrics.at("time_metrics/elapsed(s)"), metrics.at("loss_metrics/global_avg_loss"),
+                static_cast<long>(usage.ru_minflt));
     std::fflush(stdout);
     rest_ = tracker_.live();
   }
@@ -87,10 +94,12 @@ class StepMemorySink : public titan::MetricsSink {
   int64_t rest_ = 0;  // the first window also holds the model's construction
 };
 
-int worker(const std::string& schedule, int steps, int microbatches, const fs::path& folder) {
+int worker(const std::string& schedule, int steps, int microbatches, const fs::path& folder,
+           const std::string& allocator) {
   titan::World world = titan::detect_world();
   titan::init_logging(world.rank, "warn");
-  auto config = titan::ConfigNode::parse(run_yaml(schedule, steps, microbatches, folder), "bench_pipeline.yaml");
+  auto config =
+      titan::ConfigNode::parse(run_yaml(schedule, steps, microbatches, folder, allocator), "bench_pipeline.yaml");
   titan::RunPlan plan = titan::plan_run(config, world.rank, world.world_size);
   titan::CpuMemoryTracker tracker;
   plan.metrics_sinks.push_back(std::make_unique<StepMemorySink>(tracker, world.rank));
@@ -105,6 +114,7 @@ int worker(const std::string& schedule, int steps, int microbatches, const fs::p
 
 struct StepResult {
   double above_rest = 0, rest = 0, state = 0, elapsed = 0, loss = 0;
+  long minor_faults = 0;  // the process's, since it started
 };
 
 struct TraceEvent {
@@ -130,12 +140,12 @@ std::string run(const std::string& command, int* status) {
 }
 
 Measured measure(const fs::path& self, const fs::path& titan, const std::string& schedule, int port, int steps,
-                 int microbatches, const fs::path& folder) {
+                 int microbatches, const fs::path& folder, const std::string& allocator = "caching") {
   Measured out;
   fs::remove_all(folder);
   fs::create_directories(folder);
   const std::string command = "TITAN_BENCH_PP_WORKER=" + schedule + " TITAN_BENCH_PP_FOLDER='" + folder.string() +
-                              "' " + titan.string() + " launch --nproc-per-node " + std::to_string(kDegree) +
+                              "' TITAN_BENCH_PP_ALLOCATOR=" + allocator + " " + titan.string() + " launch --nproc-per-node " + std::to_string(kDegree) +
                               " --master-port " + std::to_string(port) + " --grace-period-s 5 -- " + self.string() +
                               " " + std::to_string(steps) + " " + std::to_string(microbatches) + " 2>&1";
   int status = 0;
@@ -148,7 +158,8 @@ Measured measure(const fs::path& self, const fs::path& titan, const std::string&
     int rank;
     long step;
     StepResult result;
-    fields >> rank >> step >> result.above_rest >> result.rest >> result.state >> result.elapsed >> result.loss;
+    fields >> rank >> step >> result.above_rest >> result.rest >> result.state >> result.elapsed >> result.loss >>
+        result.minor_faults;
     out.steps[rank][step] = result;
   }
   for (int rank = 0; rank < kDegree; ++rank) {
@@ -271,6 +282,20 @@ struct Row {
     return titan::bench::median(times);
   }
   const StepResult& last_step(int rank) const { return runs.front().steps.at(rank).rbegin()->second; }
+  // Minor page faults of rank `rank`'s process per steady step (median).
+  double faults_per_step(int rank) const {
+    std::vector<double> counts;
+    for (const Measured& run : runs) {
+      const auto& steps = run.steps.at(rank);
+      for (const auto& [step, result] : steps) {
+        auto before = steps.find(step - 1);
+        if (step > kWarmupSteps && before != steps.end()) {
+          counts.push_back(static_cast<double>(result.minor_faults - before->second.minor_faults));
+        }
+      }
+    }
+    return titan::bench::median(counts);
+  }
 };
 
 std::string tail(const std::string& text, size_t characters) {
@@ -284,7 +309,10 @@ int main(int argc, char** argv) {
   const int microbatches = argc > 2 ? std::atoi(argv[2]) : 8;
   const char* worker_schedule = std::getenv("TITAN_BENCH_PP_WORKER");
   const char* worker_folder = std::getenv("TITAN_BENCH_PP_FOLDER");
-  if (worker_schedule && worker_folder) return worker(worker_schedule, steps, microbatches, worker_folder);
+  const char* worker_allocator = std::getenv("TITAN_BENCH_PP_ALLOCATOR");
+  if (worker_schedule && worker_folder) {
+    return worker(worker_schedule, steps, microbatches, worker_folder, worker_allocator ? worker_allocator : "caching");
+  }
   const int repeats = argc > 3 ? std::atoi(argv[3]) : 2;
   if (steps <= kWarmupSteps + 1 || microbatches < 4 || microbatches % kDegree != 0 || repeats < 1) {
     std::fprintf(stderr,
@@ -336,14 +364,14 @@ int main(int argc, char** argv) {
               "B = 2. compute: a rank's F, B, I and W time per step. bwd / F: the mean time of a backward (B, or\n"
               "I + W) over a forward's\n");
   std::printf("| schedule | stages | step peak MiB r0 | r1 | / GPipe r0, r1 | s/step | / GPipe | bubble measured | "
-              "theory | compute s r0, r1 | bwd / F |\n|---|---|---|---|---|---|---|---|---|---|---|\n");
+              "theory | compute s r0, r1 | bwd / F | faults/step r0 |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   for (const Row& row : rows) {
-    std::printf("| %s | %ld | %.1f | %.1f | %.3f, %.3f | %.3f | %.2f | %.3f | %.3f | %.2f, %.2f | %.2f |\n",
+    std::printf("| %s | %ld | %.1f | %.1f | %.3f, %.3f | %.3f | %.2f | %.3f | %.3f | %.2f, %.2f | %.2f | %.0f |\n",
                 row.schedule.c_str(), static_cast<long>(row.trace.stages()), row.peak_mib(0), row.peak_mib(1),
                 row.peak_mib(0) / gpipe.peak_mib(0), row.peak_mib(1) / gpipe.peak_mib(1), row.step_seconds(),
                 row.step_seconds() / gpipe.step_seconds(), row.trace.bubble(), row.theory,
                 row.trace.compute_seconds(0), row.trace.compute_seconds(1),
-                row.trace.backward_us() / row.trace.mean_us(titan::ActionType::forward));
+                row.trace.backward_us() / row.trace.mean_us(titan::ActionType::forward), row.faults_per_step(0));
   }
   // Parameters, gradients and AdamW's two moments are all fp32 and the same
   // size: the gradients are a quarter of the trainer's state bytes.
@@ -359,5 +387,41 @@ int main(int argc, char** argv) {
     }
   }
   std::printf("same computation: every run's last loss is within %.1e (relative) of GPipe's\n", worst);
+
+  // The host allocator: GPipe and 1F1B again with glibc's defaults, beside
+  // the caching rows above (same repeats, alternating).
+  std::vector<Row> system_rows(2);
+  const std::vector<std::string> compared = {"GPipe", "1F1B"};
+  for (int repeat = 0; repeat < repeats; ++repeat) {
+    for (size_t i = 0; i < compared.size(); ++i) {
+      Row& row = system_rows[i];
+      row.schedule = compared[i];
+      Measured run = measure(self, titan, row.schedule, kFirstPort + 8 + static_cast<int>(i), steps, microbatches,
+                             root / ("system_" + row.schedule), "system");
+      if (!run.ok) {
+        std::fprintf(stderr, "%s (system allocator) failed; the launch's output ends:\n%s\n", row.schedule.c_str(),
+                     tail(run.output, 4000).c_str());
+        return 1;
+      }
+      row.trace.add(run.traces, steps);
+      row.runs.push_back(std::move(run));
+    }
+  }
+  const Row* one_f_one_b = nullptr;
+  for (const Row& row : rows) {
+    if (row.schedule == "1F1B") one_f_one_b = &row;
+  }
+  std::printf("\nhost allocator (training.cpu_allocator): minor page faults per steady step of rank 0's process, "
+              "s/step median, and 1F1B / GPipe\n");
+  std::printf("| allocator | GPipe faults/step | 1F1B faults/step | GPipe s/step | 1F1B s/step | 1F1B / GPipe |\n"
+              "|---|---|---|---|---|---|\n");
+  std::printf("| system (glibc defaults) | %.0f | %.0f | %.3f | %.3f | %.2f |\n", system_rows[0].faults_per_step(0),
+              system_rows[1].faults_per_step(0), system_rows[0].step_seconds(), system_rows[1].step_seconds(),
+              system_rows[1].step_seconds() / system_rows[0].step_seconds());
+  if (one_f_one_b) {
+    std::printf("| caching (default) | %.0f | %.0f | %.3f | %.3f | %.2f |\n", gpipe.faults_per_step(0),
+                one_f_one_b->faults_per_step(0), gpipe.step_seconds(), one_f_one_b->step_seconds(),
+                one_f_one_b->step_seconds() / gpipe.step_seconds());
+  }
   return 0;
 }

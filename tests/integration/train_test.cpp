@@ -149,10 +149,12 @@ TEST_SUITE("train") {
     CHECK(read_file(dir / "out" / "config.resolved.yaml").find("warmup_steps: 5") != std::string::npos);
   }
 
-  TEST_CASE("20 straight steps equal 10 steps + crash + resume + 10 steps, bit for bit") {
+  TEST_CASE("20 straight steps equal 10 steps + crash + resume + 10 steps, bit for bit (the resumed half with "
+            "glibc's default host allocator: the allocator changes no number)") {
     fs::path straight = write_run("straight");
     auto a = train(straight);
     REQUIRE_MESSAGE(a.exit_code == 0, a.output);
+    CHECK_MESSAGE(a.output.find("host allocator: caching") != std::string::npos, a.output);
     // The same 20-step run, "crashed" right after its step-10 checkpoint:
     // remove everything it produced later, then start it again.
     fs::path resumed = write_run("resumed");
@@ -160,8 +162,9 @@ TEST_SUITE("train") {
     REQUIRE_MESSAGE(b1.exit_code == 0, b1.output);
     fs::remove_all(resumed / "out/checkpoint/step-20");
     fs::remove(resumed / "out/metrics.jsonl");
-    auto b2 = train(resumed);
+    auto b2 = train(resumed, "--set training.cpu_allocator=system");
     REQUIRE_MESSAGE(b2.exit_code == 0, b2.output);
+    CHECK_MESSAGE(b2.output.find("host allocator: system") != std::string::npos, b2.output);
     CHECK(b2.output.find("resumed from checkpoint at step 10") != std::string::npos);
     auto straight_losses = losses_of(straight), resumed_losses = losses_of(resumed);
     REQUIRE(resumed_losses.size() == 10);
@@ -261,6 +264,7 @@ TEST_SUITE("train") {
     fs::path garbage = titan::test::temp_dir("train_garbage") / "data.jsonl";
     titan::test::write_file(garbage, "{\"text\": \"fine\"}\nnot json at all\n");
     expect_error("malformed_data", "--set training.dataset_path=" + garbage.string(), "line 2");
+    expect_error("bad_allocator", "--set training.cpu_allocator=jemalloc", "cpu_allocator");
   }
 
   TEST_CASE("a corrupt checkpoint is refused by name and resume falls back to the newest intact one") {

@@ -29,6 +29,7 @@ struct TrainingConfig {
   bool deterministic = false;
   std::string device = "cpu";
   int64_t threads = 0;  // CPU intra-op threads; 0 = all cores
+  std::string cpu_allocator = "caching";  // or "system" (glibc's defaults)
   std::string mixed_precision_param = "float32";
   std::string mixed_precision_reduce = "float32";
   std::string on_nonfinite_loss = "error";  // or "skip"

@@ -53,6 +53,10 @@ CoreConfig read_core_config(const ConfigNode& root) {
   t.device = training.choice("device", "cpu", {"cpu", "cuda"}, "where to train");
   t.threads = training.get<int64_t>("threads", 0, "CPU intra-op threads; 0 = all cores of the machine");
   if (t.threads < 0) training.fail("threads", "expected >= 0, got " + std::to_string(t.threads));
+  t.cpu_allocator = training.choice(
+      "cpu_allocator", "caching", {"caching", "system"},
+      "host memory: caching = freed tensor memory stays in the process for the next step (no page faults "
+      "again); system = glibc's defaults, which return it to the OS");
   t.mixed_precision_param = training.choice("mixed_precision_param", "float32", {"float32", "bfloat16"},
                                             "dtype of parameters in compute (FSDP)");
   t.mixed_precision_reduce = training.choice("mixed_precision_reduce", "float32", {"float32", "bfloat16"},

@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "accumulation_schedule.hpp"
+#include "cpu_allocator.hpp"
 #include "initial_load.hpp"
 #include "pipeline/pipeline_setup.hpp"
 #include "titan/assets.hpp"
@@ -112,6 +113,8 @@ TrainingRun::TrainingRun(RunPlan& plan_, const World& world_)
   const CoreConfig& core = plan.core;
   const TrainingConfig& training = core.training;
   check_cuda_graph_plan(plan, world);
+  const std::string allocator = configure_cpu_allocator(training.cpu_allocator);
+  if (world.rank == 0) spdlog::info("host allocator: {}", allocator);
   set_threads_and_seed(training);
   memory = std::make_unique<MemoryMetrics>(device);
 
