@@ -14,13 +14,16 @@ std::string configure_cpu_allocator(const std::string& mode) {
   std::call_once(once, [&] {
     if (mode != "caching") return;
 #if defined(__GLIBC__)
-    // Every block from the heap, never a private mmap (the threshold alone
-    // cannot go above 32 MiB), and the heap top never given back: a freed
-    // activation's pages are reused by the next allocation, not faulted in.
-    const bool no_mmap = mallopt(M_MMAP_MAX, 0) == 1;
+    // Blocks up to glibc's largest mmap threshold (32 MiB: activations,
+    // their gradients, temporaries) from the heap, and the heap top never
+    // given back: a freed activation's pages are reused by the next
+    // allocation, not faulted in again. Larger blocks (whole weights, flat
+    // FSDP buffers) keep their own mmaps, which keeps the heap from
+    // fragmenting around them.
+    const bool threshold = mallopt(M_MMAP_THRESHOLD, 32 << 20) == 1;
     const bool no_trim = mallopt(M_TRIM_THRESHOLD, 1 << 30) == 1;  // effectively never below 1 GiB free
-    done = no_mmap && no_trim ? "caching (glibc: no mmap for large blocks, no heap trim)"
-                              : "system (glibc refused the caching settings)";
+    done = threshold && no_trim ? "caching (glibc: blocks up to 32 MiB from the heap, no heap trim)"
+                                : "system (glibc refused the caching settings)";
 #else
     done = "system (not glibc: the caching settings are glibc's)";
 #endif
