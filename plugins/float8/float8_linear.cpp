@@ -83,34 +83,47 @@ struct Float8MatmulFunction : torch::autograd::Function<Float8MatmulFunction> {
     return out.to(x2.scalar_type());
   }
 
+  // Each gradient only where autograd asks for it: the pipeline's split
+  // backward runs this node twice, the input's gradient in I and the
+  // weight's in W.
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const Recipe& recipe = recipe_of(ctx);
     auto saved = ctx->get_saved_variables();
     const at::Tensor& x2 = saved[0];
     const at::Tensor& weight = saved[1];
     at::Tensor grad_out = grads[0].contiguous();
+    at::Tensor grad_x, grad_w;
     if (ctx->saved_data["gpu"].toBool()) {
-      at::Tensor grad_x =
-          ctx->saved_data.count("weight_codes")
-              ? scaled_mm_of(cast(grad_out, recipe.grad_output, 1, recipe),
-                             transposed({ctx->saved_data["weight_codes"].toTensor(),
-                                         ctx->saved_data["weight_scale"].toTensor(), recipe.weight_for_grad_input.format}),
-                             x2.scalar_type())
-              : gpu_matmul(grad_out, recipe.grad_output, weight, recipe.weight_for_grad_input, recipe,
-                           x2.scalar_type());
-      at::Tensor grad_w = gpu_matmul(grad_out.t(), recipe.grad_output_for_grad_weight, x2, recipe.input_for_grad_weight,
-                                     recipe, weight.scalar_type());
+      if (ctx->needs_input_grad(0)) {
+        grad_x = ctx->saved_data.count("weight_codes")
+                     ? scaled_mm_of(cast(grad_out, recipe.grad_output, 1, recipe),
+                                    transposed({ctx->saved_data["weight_codes"].toTensor(),
+                                                ctx->saved_data["weight_scale"].toTensor(),
+                                                recipe.weight_for_grad_input.format}),
+                                    x2.scalar_type())
+                     : gpu_matmul(grad_out, recipe.grad_output, weight, recipe.weight_for_grad_input, recipe,
+                                  x2.scalar_type());
+      }
+      if (ctx->needs_input_grad(1)) {
+        grad_w = gpu_matmul(grad_out.t(), recipe.grad_output_for_grad_weight, x2, recipe.input_for_grad_weight,
+                            recipe, weight.scalar_type());
+      }
       return {grad_x, grad_w, at::Tensor(), at::Tensor(), at::Tensor()};
     }
-    at::Tensor weight_for_input =
-        ctx->saved_data.count("weight_codes")
-            ? dequantize({ctx->saved_data["weight_codes"].toTensor(), ctx->saved_data["weight_scale"].toTensor(),
-                          recipe.weight_for_grad_input.format})
-            : operand(weight, recipe.weight_for_grad_input, 0, recipe);
-    at::Tensor grad_x = at::mm(operand(grad_out, recipe.grad_output, 1, recipe), weight_for_input);
-    at::Tensor grad_w = at::mm(operand(grad_out, recipe.grad_output_for_grad_weight, 0, recipe).t(),
-                               operand(x2, recipe.input_for_grad_weight, 0, recipe));
-    return {grad_x.to(x2.scalar_type()), grad_w.to(weight.scalar_type()), at::Tensor(), at::Tensor(), at::Tensor()};
+    if (ctx->needs_input_grad(0)) {
+      at::Tensor weight_for_input =
+          ctx->saved_data.count("weight_codes")
+              ? dequantize({ctx->saved_data["weight_codes"].toTensor(), ctx->saved_data["weight_scale"].toTensor(),
+                            recipe.weight_for_grad_input.format})
+              : operand(weight, recipe.weight_for_grad_input, 0, recipe);
+      grad_x = at::mm(operand(grad_out, recipe.grad_output, 1, recipe), weight_for_input).to(x2.scalar_type());
+    }
+    if (ctx->needs_input_grad(1)) {
+      grad_w = at::mm(operand(grad_out, recipe.grad_output_for_grad_weight, 0, recipe).t(),
+                      operand(x2, recipe.input_for_grad_weight, 0, recipe))
+                   .to(weight.scalar_type());
+    }
+    return {grad_x, grad_w, at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 

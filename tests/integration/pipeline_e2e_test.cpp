@@ -3,7 +3,8 @@
 // jobs: losses, grad norms and final parameters within 1e-5 relative for
 // every built-in schedule at PP2 with 4 and 8 microbatches, 1F1B and
 // Interleaved1F1B at PP4, a user's CSV schedule, FSDP2 x PP2, DDP x PP2 and
-// FSDP2 x TP2 x PP2; a PP2 checkpoint resumed at PP4, without PP and under
+// FSDP2 x TP2 x PP2, the zero-bubble split backward under TP2 and with
+// activation checkpointing; a PP2 checkpoint resumed at PP4, without PP and under
 // FSDP alone; the Chrome trace; shapes that cannot run refused at config
 // check; a killed pipeline rank named by fr-analyze. titan-conformance
 // passes the built-in schedules (each also trains on 2 ranks like one
@@ -102,6 +103,25 @@ TEST_CASE("pipeline: FSDP2 x PP2, DDP x PP2 and FSDP2 x TP2 x PP2 reproduce the 
                                  pp(2, "1F1B", 2),
                              kModel, 2),
                    reference, 1e-5);
+}
+
+TEST_CASE("pipeline: the zero-bubble split backward (W from I's kept gradients) under TP2, and with activation "
+          "checkpointing (I runs the whole backward), reproduces the single process; under float8 it reproduces 1F1B") {
+  RunOutput reference = run_single("pp_split_reference", kModel);
+  // Tensor parallelism's collectives sit on the activation path: W must not run them again.
+  check_equivalent(run_ranks("tp2_pp2_zbv", 4, 29806,
+                             "{name: tensor_parallel, tensor_parallel_degree: 2, enable_sequence_parallel: false}, " +
+                                 pp(2, "ZBVZeroBubble", 4),
+                             kModel, 1),
+                   reference, 1e-5);
+  check_equivalent(run_ranks("ac_pp2_izb", 2, 29807,
+                             "{name: activation_checkpoint, mode: full}, " + pp(2, "InterleavedZeroBubble", 4), kModel, 1),
+                   reference, 1e-5);
+  // float8's matmul node computes only the gradient autograd asks for (the
+  // input's in I, the weight's in W). Against 1F1B on the same microbatches:
+  // float8 scales each microbatch's activations, so one process differs.
+  check_equivalent(run_ranks("float8_pp2_zbv", 2, 29808, "{name: float8}, " + pp(2, "ZBVZeroBubble", 4), kModel, 1),
+                   run_ranks("float8_pp2_1f1b", 2, 29809, "{name: float8}, " + pp(2, "1F1B", 4), kModel, 1), 1e-5);
 }
 
 TEST_CASE("pipeline: a PP2 checkpoint resumes at PP4, without PP and under FSDP alone on the same loss curve; the "

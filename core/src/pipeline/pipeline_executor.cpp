@@ -8,6 +8,7 @@
 
 #include <fstream>
 
+#include "split_backward.hpp"
 #include "titan/profile_range.hpp"
 #include "titan/error.hpp"
 #include "titan/logging.hpp"
@@ -41,6 +42,7 @@ struct PipelineExecutor::Slot {
   at::Tensor output;       // the stage output, detached: what goes downstream
   at::Tensor grad_output;  // d loss / d output, received or handed over (not on the last stage)
   at::Tensor grad_input;   // d loss / d input, for the stage before
+  std::unique_ptr<WeightGradientPass> weight_pass;  // what I kept for W (split backward)
 };
 
 struct PipelineExecutor::Run {
@@ -228,9 +230,12 @@ void PipelineExecutor::backward(Run& run, const Action& action, bool input_gradi
   const int64_t s = action.stage, m = action.microbatch;
   const size_t i = local_index(s);
   Slot& slot = run.slots[{s, m}];
-  if (!slot.target.defined()) throw Error("pipeline: " + action.to_string() + " has no forward to run back through");
+  const bool weight_only = !input_gradient;
+  if (weight_only ? !slot.weight_pass : !slot.target.defined()) {
+    throw Error("pipeline: " + action.to_string() + " has no forward to run back through");
+  }
   std::vector<at::Tensor> grads;
-  if (s < plan_.shape.stages - 1) {
+  if (s < plan_.shape.stages - 1 && slot.target.defined()) {
     if (!slot.grad_output.defined()) {
       // The stage after is on this rank: its input gradient is handed over in memory.
       const Slot& down = run.slots[{s + 1, m}];
@@ -241,6 +246,8 @@ void PipelineExecutor::backward(Run& run, const Action& action, bool input_gradi
   }
   if (weight_gradient) {
     // Data parallelism reduces on the stage's last weight pass of the step.
+    // (A split I on the first stage accumulates the embedding's gradient, so
+    // plugins that reduce as gradients accumulate refuse the split.)
     const int64_t microbatches = plan_.shape.microbatches;
     parts_[i]->set_gradient_sync(run.last_batch && run.weight_passes[i] + 1 == microbatches);
   }
@@ -249,10 +256,23 @@ void PipelineExecutor::backward(Run& run, const Action& action, bool input_gradi
     torch::autograd::backward({slot.target}, grads);
     if (has_input) slot.grad_input = slot.input.grad();
   } else if (input_gradient) {
-    // Keeps the graph for the weight pass (W) that follows later.
-    if (has_input) slot.grad_input = torch::autograd::grad({slot.target}, {slot.input}, grads, true)[0];
+    // Only the activation path runs (on the first stage down to the
+    // embedding); what W needs is kept in the weight pass and the rest of
+    // the stage's graph goes with the target.
+    SplitBackward split = backward_input(slot.target, grads.empty() ? at::Tensor() : grads[0],
+                                         has_input ? slot.input : at::Tensor(), part_parameters_[i]);
+    slot.grad_input = std::move(split.input_gradient);
+    slot.weight_pass = std::move(split.weight);
+    if (run.send_headers && m == 0) {
+      spdlog::info("pipeline: stage {}'s W starts from {} autograd nodes and keeps {:.2f} MiB of I's "
+                   "gradients per microbatch until it runs",
+                   s, slot.weight_pass->start_nodes(), slot.weight_pass->kept_gradient_bytes() / 1048576.0);
+    }
+    slot.target = at::Tensor();
+    slot.grad_output = at::Tensor();
   } else {
-    torch::autograd::backward({slot.target}, grads, false, false, part_parameters_[i]);
+    slot.weight_pass->run();
+    slot.weight_pass.reset();
   }
   if (has_input && input_gradient && !slot.grad_input.defined()) {
     throw Error("pipeline: " + action.to_string() + " produced no gradient for the stage's input");

@@ -20,10 +20,11 @@
 namespace titan {
 
 struct PipelineExecutorOptions {
-  // Run I as the input gradient and W as the weight gradient (autograd twice
-  // over the stage). Off: I runs the whole backward and W nothing, for
-  // plugins that reduce gradients when a block's input gradient is computed
-  // (FSDP, activation checkpointing's recompute); results are the same.
+  // Run I as the input gradient and W as the weight gradient, W from the
+  // gradients I kept (split_backward.hpp). Off: I runs the whole backward
+  // and W nothing, for plugins that reduce gradients when a block's input
+  // gradient is computed (FSDP, activation checkpointing's recompute);
+  // results are the same.
   bool split_backward = true;
   std::string trace_path;  // Chrome-trace JSON of every action ("" none)
 };
