@@ -234,7 +234,8 @@ TEST_SUITE("real readers") {
   }
 
   TEST_CASE("transformers: Titan's qwen3 exports, dense and MoE, load as Qwen3ForCausalLM and Qwen3MoeForCausalLM "
-            "with Titan's logits, and import back bit for bit") {
+            "with Titan's logits, and import back bit for bit; a Qwen3-MoE saved by transformers starts Titan's "
+            "training at its own loss") {
     if (auto why = missing("transformers,safetensors"); !why.empty()) {
       MESSAGE("TITAN_SKIPPED: " << why);
       return;
@@ -312,6 +313,44 @@ TEST_SUITE("real readers") {
     // Two experts swapped in layer 0's router: the check can fail (measured:
     // 5e-3 of a 4.8 scale, against 2.4e-7 for the export as it is).
     CHECK(moe["swapped_experts_max_abs_diff"].get<double>() > 20 * 1e-5 * moe["scale"].get<double>());
+
+    // transformers writes a random Qwen3-MoE of the MoE model's shape (Titan's
+    // config.json fields, its own weights) and computes its loss on Titan's
+    // first batch; Titan starts from that folder.
+    titan::PluginContext context;
+    context.options = titan::ConfigNode::parse(moe_model, "run.yaml").child("model");
+    auto spec = titan::PluginRegistry::instance().create_model("qwen3", context);
+    spec->set_vocab_size(
+        titan::load_tokenizer(titan::test::source_dir() + "/assets/tokenizer/stories_bpe.json")->vocab_size());
+    torch::manual_seed(13);
+    write_token_shard(dir / "tokens.u16", 4 * 2 * 33, spec->vocab_size());
+    const auto saved = report_of(run_command(
+        reader("qwen3-save " + (dir / "from_transformers").string() + " --config '" +
+               nlohmann::json::parse(spec->hf_config_json()).dump() + "' --tokens " + (dir / "tokens.u16").string() +
+               " --batch 2 --seq 32 --seed 7")));
+    INFO(saved.dump());
+    const double hf_loss = saved["loss"];
+    std::string sets;
+    for (const char* key : {"flavor", "dim", "n_layers", "n_heads", "n_kv_heads", "head_dim", "num_experts", "top_k",
+                            "moe_hidden_dim", "load_balance_coeff"}) {
+      sets += std::string(" --set model.") + key + "=" + context.options.get<std::string>(key, "");
+    }
+    auto result = run_command(titan_cmd(
+        "train configs/qwen3_debugmodel_moe.yaml" + sets +
+        " --set training.steps=1 --set training.seq_len=32 --set training.local_batch_size=2"
+        " --set training.threads=1 --set metrics.log_freq=1 --set training.dataset_path=" +
+        (dir / "tokens.u16").string() + " --set checkpoint.initial_load_path=" + (dir / "from_transformers").string() +
+        " --set job.dump_folder=" + (dir / "from_hf_run").string()));
+    REQUIRE_MESSAGE(result.exit_code == 0, result.output);
+    CHECK_MESSAGE(has(result.output, "loaded initial weights"), result.output);
+    const auto lines = metrics_of(dir / "from_hf_run/metrics.jsonl");
+    REQUIRE(lines.size() == 1);
+    const double titan_loss = lines[0]["loss_metrics/global_avg_loss"];
+    MESSAGE("transformers " << hf_loss << ", Titan " << titan_loss << "; transformers with two experts swapped "
+                            << saved["swapped_experts_loss"].get<double>());
+    // fp32 both sides, other kernels and summation orders.
+    CHECK(std::abs(titan_loss - hf_loss) <= 1e-5 * std::abs(hf_loss));
+    CHECK(std::abs(saved["swapped_experts_loss"].get<double>() - hf_loss) > 10 * 1e-5 * std::abs(hf_loss));
   }
 
   TEST_CASE("deepseek_v3: export, import, export is byte-exact and holds every tensor and the expert bias; "

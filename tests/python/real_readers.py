@@ -15,6 +15,7 @@ C++ test decides pass or fail.
                                        the same as DeepseekV3ForCausalLM, with the sensitivity to the expert
                                        bias and to the rotary pairing
   deepseek-v3-save OUT_DIR --config JSON --tokens SHARD --batch B --seq S --seed N
+  qwen3-save OUT_DIR --config JSON --tokens SHARD --batch B --seq S --seed N
                                        a random DeepseekV3ForCausalLM (and expert bias), save_pretrained;
                                        its loss on the first batch
   safetensors TITAN_FINAL HF_DIR...    every tensor of each export against Titan's saved model, bit for bit
@@ -236,6 +237,32 @@ def deepseek_v3_save(args):
                 "biases": len(biases), "files": sorted(os.listdir(args.out_dir))})
 
 
+def qwen3_save(args):
+    """A random Qwen3-MoE written by transformers, with its loss on Titan's first batch."""
+    import torch
+    from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
+
+    config = Qwen3MoeConfig(**json.loads(args.config))
+    torch.manual_seed(args.seed)
+    model = Qwen3MoeForCausalLM(config).float().eval()
+    with torch.no_grad():
+        # Trained-looking weights (init's std 0.02 makes attention nearly uniform).
+        for name, param in model.named_parameters():
+            if "norm" in name:
+                param.uniform_(0.5, 1.5)
+            elif "embed" not in name:
+                param.mul_(6.0)
+    model.save_pretrained(args.out_dir)
+    window = first_batch(args.tokens, args.batch, args.seq)
+    with torch.no_grad():
+        loss = model(input_ids=window, labels=window).loss.item()
+        # The same weights with two experts of layer 0 swapped in its router: how far expert order moves the loss.
+        gate = model.model.layers[0].mlp.gate.weight
+        gate[[0, 1]] = gate[[1, 0]].clone()
+        swapped_loss = model(input_ids=window, labels=window).loss.item()
+    print_json({"loss": loss, "swapped_experts_loss": swapped_loss, "files": sorted(os.listdir(args.out_dir))})
+
+
 def hf_name(titan):
     """Titan's parameter name -> the HF name its export uses (HF's LlamaForCausalLM layout)."""
     block = {"attention.wq": "self_attn.q_proj", "attention.wk": "self_attn.k_proj",
@@ -340,6 +367,14 @@ def main():
     p = commands.add_parser("qwen3-logits")
     p.add_argument("pairs", nargs="+", help="HF_DIR=TITAN_LOGITS: an export and Titan's tokens + logits")
     p.set_defaults(run=qwen3_logits)
+    p = commands.add_parser("qwen3-save")
+    p.add_argument("out_dir")
+    p.add_argument("--config", required=True, help="Qwen3MoeConfig fields as JSON")
+    p.add_argument("--tokens", required=True, help="the raw uint16 shard Titan trains on")
+    p.add_argument("--batch", type=int, required=True)
+    p.add_argument("--seq", type=int, required=True)
+    p.add_argument("--seed", type=int, default=0)
+    p.set_defaults(run=qwen3_save)
     p = commands.add_parser("deepseek-v3-logits")
     p.add_argument("hf_dir")
     p.add_argument("titan_logits", help="safetensors file with 'tokens' and Titan's 'logits'")
