@@ -204,21 +204,29 @@ def deepseek_v3_logits(args):
     print_json(result)
 
 
-def deepseek_v3_save(args):
+def trained_looking(model_class, config, seed):
+    """A random model of transformers' class with trained-looking weights (init's std 0.02 makes attention nearly
+    uniform, so a wrong rotary or routing would hardly move the loss)."""
     import torch
-    from transformers import DeepseekV3Config, DeepseekV3ForCausalLM
 
-    config = DeepseekV3Config(**json.loads(args.config))
-    torch.manual_seed(args.seed)
-    model = DeepseekV3ForCausalLM(config).float().eval()
+    torch.manual_seed(seed)
+    model = model_class(config).float().eval()
     with torch.no_grad():
-        # Trained-looking weights (init's std 0.02 makes attention nearly
-        # uniform), and an expert bias that changes which experts are chosen.
         for name, param in model.named_parameters():
             if "norm" in name:
                 param.uniform_(0.5, 1.5)
             elif "embed" not in name:
                 param.mul_(6.0)
+    return model
+
+
+def deepseek_v3_save(args):
+    import torch
+    from transformers import DeepseekV3Config, DeepseekV3ForCausalLM
+
+    model = trained_looking(DeepseekV3ForCausalLM, DeepseekV3Config(**json.loads(args.config)), args.seed)
+    with torch.no_grad():
+        # An expert bias that changes which experts are chosen.
         biases = [m.e_score_correction_bias for m in model.modules() if hasattr(m, "e_score_correction_bias")]
         for b in biases:
             b.copy_(torch.randn(b.shape) * 0.1)
@@ -242,16 +250,7 @@ def qwen3_save(args):
     import torch
     from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
 
-    config = Qwen3MoeConfig(**json.loads(args.config))
-    torch.manual_seed(args.seed)
-    model = Qwen3MoeForCausalLM(config).float().eval()
-    with torch.no_grad():
-        # Trained-looking weights (init's std 0.02 makes attention nearly uniform).
-        for name, param in model.named_parameters():
-            if "norm" in name:
-                param.uniform_(0.5, 1.5)
-            elif "embed" not in name:
-                param.mul_(6.0)
+    model = trained_looking(Qwen3MoeForCausalLM, Qwen3MoeConfig(**json.loads(args.config)), args.seed)
     model.save_pretrained(args.out_dir)
     window = first_batch(args.tokens, args.batch, args.seq)
     with torch.no_grad():
