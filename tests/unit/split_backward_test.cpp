@@ -24,13 +24,13 @@ struct Marker : torch::autograd::Function<Marker> {
   }
 };
 
-// Identity forward that saves a 1 MiB buffer for its backward: whether the
-// activation path's saved tensors are freed.
+// Identity forward that saves a 1 MiB buffer for its backward: when saved
+// tensors are freed (the buffers of the forwards since the last clear).
 struct Saving : torch::autograd::Function<Saving> {
-  static inline c10::weak_intrusive_ptr<c10::StorageImpl> buffer{c10::intrusive_ptr<c10::StorageImpl>()};
+  static inline std::vector<c10::weak_intrusive_ptr<c10::StorageImpl>> buffers;
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x) {
     at::Tensor saved = at::zeros({1 << 18});
-    buffer = saved.storage().getWeakStorageImpl();
+    buffers.push_back(saved.storage().getWeakStorageImpl());
     ctx->save_for_backward({saved});
     return x.clone();
   }
@@ -87,11 +87,11 @@ struct Stage {
   at::Tensor forward(const at::Tensor& x) {
     at::Tensor h = Marker::apply(first.forward(x));   // the activation path's marker
     at::Tensor shared_t = Marker::apply(shared).t();  // the parameter side's marker
-    h = Saving::apply(at::relu(h.matmul(shared_t)));  // between two nodes W starts from
+    h = Saving::apply(at::relu(h.matmul(shared_t)));  // the activation path, between two nodes W starts from
     h = at::tanh(h.matmul(shared_t));
     h = at::linear(h, wide.to(at::kFloat));
     h = h * at::rsqrt(h.pow(2).mean(-1, true) + 1e-6) * scale;
-    auto outputs = TwoOutputs::apply(h, pair);
+    auto outputs = TwoOutputs::apply(h, Saving::apply(pair));  // the parameter side
     h = outputs[0] + outputs[1].sigmoid();
     const at::Tensor q = h.view({2, 4, 4, 4}).transpose(1, 2);  // batch 2, 4 heads of 4
     return at::scaled_dot_product_attention(q, q, q, {}, 0.0, true).transpose(1, 2).reshape({2, 4, 16});
@@ -102,10 +102,8 @@ void reset_counts() { Marker::runs = TwoOutputs::input_gradients = TwoOutputs::w
 
 }  // namespace
 
-TEST_CASE(
-    "split backward: I runs only the activation path and W only the "
-    "parameters' nodes; I + W equal a whole "
-    "backward") {
+TEST_CASE("split backward: I runs only the activation path and W only the parameters' nodes; I + W equal a "
+          "whole backward") {
   torch::manual_seed(3);
   Stage stage;
   const at::Tensor input = torch::randn({2, 4, 16});
@@ -121,6 +119,7 @@ TEST_CASE(
   }
 
   reset_counts();
+  Saving::buffers.clear();
   at::Tensor split_input = input.clone().requires_grad_(true);
   at::Tensor output = stage.forward(split_input);
   std::weak_ptr<torch::autograd::Node> output_node = output.grad_fn();
@@ -139,10 +138,13 @@ TEST_CASE(
   // starts from, and dropping the output frees the nodes above them.
   output = at::Tensor();
   CHECK(output_node.expired());
-  CHECK(Saving::buffer.expired());
+  REQUIRE(Saving::buffers.size() == 2);
+  CHECK(Saving::buffers[0].expired());
+  CHECK_FALSE(Saving::buffers[1].expired());  // W needs it
   reset_counts();
   split.weight->run();
-  CHECK(Marker::runs == 1);  // only the parameter side's: the activation path did not run again
+  CHECK(Saving::buffers[1].expired());  // W freed what I kept for it
+  CHECK(Marker::runs == 1);             // only the parameter side's: the activation path did not run again
   CHECK(TwoOutputs::input_gradients == 0);
   CHECK(TwoOutputs::weight_gradients == 1);
   CHECK(split.weight->kept_gradient_bytes() == 0);
@@ -154,9 +156,7 @@ TEST_CASE(
   }
 }
 
-TEST_CASE(
-    "split backward: W accumulates onto gradients already there, as a "
-    "whole backward does") {
+TEST_CASE("split backward: W accumulates onto gradients already there, as a whole backward does") {
   torch::manual_seed(4);
   Stage stage;
   const at::Tensor grad_output = torch::randn({2, 4, 16});
@@ -184,9 +184,8 @@ TEST_CASE(
   }
 }
 
-TEST_CASE(
-    "split backward: on a first stage (no input) the embedding ends the activation path: I accumulates its "
-    "gradient and W the others'") {
+TEST_CASE("split backward: on a first stage (no input) the embedding ends the activation path: I accumulates "
+          "its gradient and W the others'") {
   torch::manual_seed(5);
   Stage stage;
   titan::Embedding embedding(32, 16, at::kFloat);
