@@ -333,24 +333,33 @@ int main(int argc, char** argv) {
   const fs::path titan = self.parent_path() / "titan";
   const fs::path root = fs::temp_directory_path() / "titan_bench_pipeline";
 
-  // The schedules alternate, so that load from elsewhere falls on all of them.
-  std::vector<Row> rows(schedules.size());
-  for (int repeat = 0; repeat < repeats; ++repeat) {
-    for (size_t i = 0; i < schedules.size(); ++i) {
-      Row& row = rows[i];
-      row.schedule = schedules[i];
-      Measured run = measure(self, titan, row.schedule, kFirstPort + static_cast<int>(i % 8), steps, microbatches,
-                             root / row.schedule);
-      if (!run.ok) {
-        std::fprintf(stderr, "%s failed; the launch's output ends:\n%s\n", row.schedule.c_str(),
-                     tail(run.output, 4000).c_str());
-        return 1;
+  // Each schedule `repeats` times under `allocator`; the schedules
+  // alternate, so that load from elsewhere falls on all of them. Empty when
+  // a run failed (its output printed).
+  auto run_rows = [&](const std::vector<std::string>& names, const std::string& allocator, int first_port) {
+    std::vector<Row> out(names.size());
+    for (int repeat = 0; repeat < repeats; ++repeat) {
+      for (size_t i = 0; i < names.size(); ++i) {
+        Row& row = out[i];
+        row.schedule = names[i];
+        const std::string folder = (allocator == "caching" ? "" : allocator + "_") + row.schedule;
+        Measured run = measure(self, titan, row.schedule, first_port + static_cast<int>(i % 8), steps, microbatches,
+                               root / folder, allocator);
+        if (!run.ok) {
+          std::fprintf(stderr, "%s (%s allocator) failed; the launch's output ends:\n%s\n", row.schedule.c_str(),
+                       allocator.c_str(), tail(run.output, 4000).c_str());
+          return std::vector<Row>{};
+        }
+        row.trace.add(run.traces, steps);
+        row.runs.push_back(std::move(run));
+        std::fprintf(stderr, "%s (%s): run %d of %d done\n", row.schedule.c_str(), allocator.c_str(), repeat + 1,
+                     repeats);
       }
-      row.trace.add(run.traces, steps);
-      row.runs.push_back(std::move(run));
-      std::fprintf(stderr, "%s: run %d of %d done\n", row.schedule.c_str(), repeat + 1, repeats);
     }
-  }
+    return out;
+  };
+  std::vector<Row> rows = run_rows(schedules, "caching", kFirstPort);
+  if (rows.empty()) return 1;
   for (Row& row : rows) row.theory = theoretical_bubble(row.schedule, row.trace.stages(), microbatches);
 
   const Row& gpipe = rows.front();
@@ -390,23 +399,8 @@ int main(int argc, char** argv) {
 
   // The host allocator: GPipe and 1F1B again with glibc's defaults, beside
   // the caching rows above (same repeats, alternating).
-  std::vector<Row> system_rows(2);
-  const std::vector<std::string> compared = {"GPipe", "1F1B"};
-  for (int repeat = 0; repeat < repeats; ++repeat) {
-    for (size_t i = 0; i < compared.size(); ++i) {
-      Row& row = system_rows[i];
-      row.schedule = compared[i];
-      Measured run = measure(self, titan, row.schedule, kFirstPort + 8 + static_cast<int>(i), steps, microbatches,
-                             root / ("system_" + row.schedule), "system");
-      if (!run.ok) {
-        std::fprintf(stderr, "%s (system allocator) failed; the launch's output ends:\n%s\n", row.schedule.c_str(),
-                     tail(run.output, 4000).c_str());
-        return 1;
-      }
-      row.trace.add(run.traces, steps);
-      row.runs.push_back(std::move(run));
-    }
-  }
+  const std::vector<Row> system_rows = run_rows({"GPipe", "1F1B"}, "system", kFirstPort + 8);
+  if (system_rows.empty()) return 1;
   const Row* one_f_one_b = nullptr;
   for (const Row& row : rows) {
     if (row.schedule == "1F1B") one_f_one_b = &row;
