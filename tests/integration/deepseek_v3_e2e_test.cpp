@@ -49,15 +49,7 @@ RunOutput run_reference(const std::string& name) {
 
 RunOutput run_ep(const std::string& name, int ranks, int port, const std::string& extra,
                  const std::vector<std::string>& logged = {"MoE layers split over ep=2"}) {
-  auto dump = titan::test::temp_dir(name);
-  auto result = titan::test::run_command(
-      "timeout 300 " + titan::test::titan_binary() + " launch --nproc-per-node " + std::to_string(ranks) +
-      " --master-port " + std::to_string(port) + " --grace-period-s 5 -- " + titan::test::titan_binary() + " train " +
-      config() + titan::test::common_sets(dump) + kSmall + extra);
-  INFO(result.output);
-  REQUIRE(result.exit_code == 0);
-  for (const auto& line : logged) CHECK_MESSAGE(titan::test::has(result.output, line), line);
-  return titan::test::read_run(dump);
+  return titan::test::launch_config(name, ranks, port, "deepseek_v3_debugmodel_fsdp_ep.yaml", kSmall + extra, logged);
 }
 
 void check_ep_equivalent(const RunOutput& ep, const RunOutput& reference) {

@@ -8,6 +8,8 @@
 #include "test_support.hpp"
 
 #include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
 
 namespace titan::test {
 
@@ -69,6 +71,21 @@ inline RunOutput run_ranks(const std::string& name, int ranks, int port, const s
                             common_sets(dump) + extra);
   INFO(result.output);
   REQUIRE(result.exit_code == 0);
+  return read_run(dump);
+}
+
+// `config` (a path under configs/) on `ranks` processes under `titan
+// launch` with the common settings and `sets`; every line of `logged` must
+// appear in the job's output.
+inline RunOutput launch_config(const std::string& name, int ranks, int port, const std::string& config,
+                               const std::string& sets, const std::vector<std::string>& logged = {}) {
+  auto dump = temp_dir(name);
+  auto result = run_command("timeout 300 " + titan_binary() + " launch --nproc-per-node " + std::to_string(ranks) +
+                            " --master-port " + std::to_string(port) + " --grace-period-s 5 -- " + titan_binary() +
+                            " train " + source_dir() + "/configs/" + config + common_sets(dump) + sets);
+  INFO(result.output);
+  REQUIRE(result.exit_code == 0);
+  for (const auto& line : logged) CHECK_MESSAGE(result.output.find(line) != std::string::npos, line);
   return read_run(dump);
 }
 

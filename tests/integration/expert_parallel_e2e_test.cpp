@@ -49,16 +49,7 @@ RunOutput run_reference(const std::string& name) {
 // processes with `extra` settings; the global batch stays 8.
 RunOutput run_ep(const std::string& name, int ranks, int port, const std::string& extra,
                  const std::vector<std::string>& logged = {"MoE layers split over ep=2"}) {
-  auto dump = titan::test::temp_dir(name);
-  auto result = titan::test::run_command(
-      "timeout 300 " + titan::test::titan_binary() + " launch --nproc-per-node " + std::to_string(ranks) +
-      " --master-port " + std::to_string(port) + " --grace-period-s 5 -- " + titan::test::titan_binary() + " train " +
-      titan::test::source_dir() + "/configs/qwen3_debugmodel_moe_ep.yaml" + titan::test::common_sets(dump) + kMoE +
-      extra);
-  INFO(result.output);
-  REQUIRE(result.exit_code == 0);
-  for (const auto& line : logged) CHECK_MESSAGE(titan::test::has(result.output, line), line);
-  return titan::test::read_run(dump);
+  return titan::test::launch_config(name, ranks, port, "qwen3_debugmodel_moe_ep.yaml", kMoE + extra, logged);
 }
 
 void check_ep_equivalent(const RunOutput& ep, const RunOutput& reference) {
@@ -211,16 +202,11 @@ TEST_CASE("expert parallel with tensor parallelism: FSDP 2 x TP 2 with ep 2 borr
                       reference);
   // ep 1: every rank holds every expert's w1/w3 rows and w2 columns of its
   // width slice; the partial outputs are reduce-scattered.
-  auto dump = titan::test::temp_dir("tp_moe_width");
-  auto result = titan::test::run_command(
-      "timeout 300 " + titan::test::titan_binary() + " launch --nproc-per-node 2 --master-port 29565 "
-      "--grace-period-s 5 -- " + titan::test::titan_binary() + " train " + titan::test::source_dir() +
-      "/configs/qwen3_debugmodel_moe.yaml" + titan::test::common_sets(dump) + kMoE +
-      " --set 'plugins=[{name: tensor_parallel, tensor_parallel_degree: 2, enable_async_tensor_parallel: true}]'");
-  INFO(result.output);
-  REQUIRE(result.exit_code == 0);
-  CHECK(titan::test::has(result.output, "width split over tp"));
-  check_ep_equivalent(titan::test::read_run(dump), reference);
+  check_ep_equivalent(titan::test::launch_config("tp_moe_width", 2, 29565, "qwen3_debugmodel_moe.yaml",
+                                                  kMoE + " --set 'plugins=[{name: tensor_parallel, "
+                                                         "tensor_parallel_degree: 2, enable_async_tensor_parallel: true}]'",
+                                                  {"width split over tp"}),
+                      reference);
 }
 
 TEST_CASE("expert parallel: a degree that does not divide the experts or dp_shard, or a model without MoE, is "
