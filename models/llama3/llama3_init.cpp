@@ -6,7 +6,6 @@
 #include <cmath>
 
 #include "llama3_model.h"
-#include "titan/compat.hpp"
 #include "titan/error.hpp"
 #include "titan/param_init.hpp"
 
@@ -45,20 +44,7 @@ void Transformer::init_parameter(const std::string& name, at::Tensor& values, ui
 void Transformer::init_buffers() { compute_rope_tables(); }
 
 void Transformer::compute_rope_tables() {
-  c10::Device device = freqs_cos_.device();
-  if (device.is_meta()) {  // materialized by someone who skipped the buffers
-    for (const auto& param : parameters()) {
-      if (!param.is_meta()) device = param.device();
-    }
-    if (device.is_meta()) throw Error("llama3: rotary tables cannot be computed on the meta device");
-    compat::materialize_in_place(freqs_cos_, device);
-    compat::materialize_in_place(freqs_sin_, device);
-  }
-  auto [cos, sin] = rope_tables(args_);
-  torch::NoGradGuard no_grad;
-  // set_data, not copy_: the tables stay fp32 even in a bf16 model.
-  freqs_cos_.set_data(cos.to(device));
-  freqs_sin_.set_data(sin.to(device));
+  install_rope_tables(*this, freqs_cos_, freqs_sin_, rope_tables(args_), "llama3");
 }
 
 }  // namespace titan::llama3

@@ -7,7 +7,6 @@
 #include <cmath>
 
 #include "qwen3_model.h"
-#include "titan/compat.hpp"
 #include "titan/error.hpp"
 #include "titan/param_init.hpp"
 #include "titan/moe.hpp"
@@ -55,28 +54,11 @@ void Transformer::init_parameter(const std::string& name, at::Tensor& values, ui
 
 void Transformer::init_buffers() {
   compute_rope_tables();
-  for (auto& [path, router] : find_routers(*this)) {
-    // Materialized buffers hold garbage; a router on meta (another stage) cannot be there.
-    if (router->tokens_per_expert.is_meta()) throw Error("qwen3: " + path + "'s buffers are still on the meta device");
-    router->reset_buffers();
-  }
+  reset_router_buffers(*this, "qwen3");
 }
 
 void Transformer::compute_rope_tables() {
-  c10::Device device = freqs_cos_.device();
-  if (device.is_meta()) {  // materialized by someone who skipped the buffers
-    for (const auto& param : parameters()) {
-      if (!param.is_meta()) device = param.device();
-    }
-    if (device.is_meta()) throw Error("qwen3: rotary tables cannot be computed on the meta device");
-    compat::materialize_in_place(freqs_cos_, device);
-    compat::materialize_in_place(freqs_sin_, device);
-  }
-  auto [cos, sin] = rope_tables(args_);
-  torch::NoGradGuard no_grad;
-  // set_data, not copy_: the tables stay fp32 even in a bf16 model.
-  freqs_cos_.set_data(cos.to(device));
-  freqs_sin_.set_data(sin.to(device));
+  install_rope_tables(*this, freqs_cos_, freqs_sin_, rope_tables(args_), "qwen3");
 }
 
 }  // namespace titan::qwen3

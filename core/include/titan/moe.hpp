@@ -156,6 +156,9 @@ std::vector<std::pair<std::string, std::shared_ptr<MoE>>> find_moe_layers(const 
 
 // Every Router in a model with its module path, in module order.
 std::vector<std::pair<std::string, std::shared_ptr<Router>>> find_routers(const torch::nn::Module& model);
+// Zeroes every router's buffers after materialization (they hold garbage
+// then); an Error naming `model_name` for a router still on meta.
+void reset_router_buffers(const torch::nn::Module& model, const std::string& model_name);
 
 // One router's load over a step: max / mean of tokens per expert (1 is
 // perfectly balanced) and the L2 norm of its expert bias after the update.

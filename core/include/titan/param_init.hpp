@@ -8,6 +8,11 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
+
+namespace torch::nn {
+class Module;
+}
 
 namespace titan {
 
@@ -18,5 +23,11 @@ void trunc_normal(at::Tensor& values, double mean, double std, double a, double 
 // "layers.7.attention.wo.weight" -> 7; an Error naming `model` for a name outside the blocks.
 int64_t block_index_of(const std::string& name, const std::string& model);
 bool name_ends_with(const std::string& name, const std::string& suffix);
+// Puts rotary tables {cos, sin} into a model's two buffers by set_data, so
+// they stay fp32 in a bf16 model. Buffers still on meta (a materialization
+// that skipped them) go to the device of `model`'s parameters; an Error
+// naming `model_name` when every parameter is on meta too.
+void install_rope_tables(const torch::nn::Module& model, at::Tensor& freqs_cos, at::Tensor& freqs_sin,
+                         const std::pair<at::Tensor, at::Tensor>& tables, const std::string& model_name);
 
 }  // namespace titan

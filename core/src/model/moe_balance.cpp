@@ -5,6 +5,7 @@
 #include <ATen/ATen.h>
 
 #include "titan/device_mesh.hpp"
+#include "titan/error.hpp"
 #include "titan/moe.hpp"
 
 namespace titan {
@@ -15,6 +16,16 @@ std::vector<std::pair<std::string, std::shared_ptr<Router>>> find_routers(const 
     if (auto router = std::dynamic_pointer_cast<Router>(item.value())) routers.emplace_back(item.key(), router);
   }
   return routers;
+}
+
+void reset_router_buffers(const torch::nn::Module& model, const std::string& model_name) {
+  for (auto& [path, router] : find_routers(model)) {
+    // A router on meta (another pipeline stage's) cannot be in a materialized model.
+    if (router->tokens_per_expert.is_meta()) {
+      throw Error(model_name + ": " + path + "'s buffers are still on the meta device");
+    }
+    router->reset_buffers();
+  }
 }
 
 std::vector<RouterLoad> balance_experts(const torch::nn::Module& model, const CountReduction& reduce) {

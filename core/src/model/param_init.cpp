@@ -6,6 +6,9 @@
 
 #include <cmath>
 
+#include <torch/nn/module.h>
+
+#include "titan/compat.hpp"
 #include "titan/error.hpp"
 
 namespace titan {
@@ -50,6 +53,22 @@ int64_t block_index_of(const std::string& name, const std::string& model) {
 
 bool name_ends_with(const std::string& name, const std::string& suffix) {
   return name.size() >= suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+void install_rope_tables(const torch::nn::Module& model, at::Tensor& freqs_cos, at::Tensor& freqs_sin,
+                         const std::pair<at::Tensor, at::Tensor>& tables, const std::string& model_name) {
+  c10::Device device = freqs_cos.device();
+  if (device.is_meta()) {
+    for (const auto& param : model.parameters()) {
+      if (!param.is_meta()) device = param.device();
+    }
+    if (device.is_meta()) throw Error(model_name + ": rotary tables cannot be computed on the meta device");
+    compat::materialize_in_place(freqs_cos, device);
+    compat::materialize_in_place(freqs_sin, device);
+  }
+  at::NoGradGuard no_grad;
+  freqs_cos.set_data(tables.first.to(device));
+  freqs_sin.set_data(tables.second.to(device));
 }
 
 }  // namespace titan
