@@ -8,6 +8,7 @@
 #include <c10/core/CPUAllocator.h>
 #include <c10/core/alignment.h>
 #include <torch/csrc/autograd/function_hook.h>
+#include <torch/csrc/autograd/graph_task.h>
 #include <torch/csrc/autograd/variable.h>
 #include <torch/torch.h>
 
@@ -16,6 +17,7 @@
 #include <mutex>
 #include <new>
 
+#include "plan/dry_rank.hpp"
 #include "titan/peak_memory.hpp"
 
 #ifdef TITAN_WITH_CUDA
@@ -37,6 +39,11 @@ at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::
   // enable_gqa: fewer kv heads without repeating them (and, on CUDA, not
   // the slow math path; gpu-facts.md).
   const bool gqa = q.size(1) != k.size(1);
+  // Meta tensors (the dry run): SDPA chooses its kernel per device type and
+  // meta falls back to the math path, which keeps the whole score matrix.
+  // CPU and CUDA run a fused kernel that keeps the output and its
+  // logsumexp: take that one (meta_kernels.cpp gives its shapes).
+  if (q.is_meta()) return std::get<0>(at::_scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, true));
   return at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true, std::nullopt, gqa);
 }
 
@@ -355,5 +362,47 @@ CpuMemoryWindow cpu_memory_during(const std::function<void()>& body) {
 }
 
 int64_t peak_cpu_bytes_during(const std::function<void()>& body) { return cpu_memory_during(body).peak; }
+
+// The dry run's meta allocator (plan/dry_rank.hpp): meta tensors hold no
+// data, so the block is only a note of its size and its rank's tally.
+namespace {
+
+class MetaCountingAllocator : public c10::Allocator {
+ public:
+  c10::DataPtr allocate(size_t bytes) override {
+    DryRank* rank = current_dry_rank();
+    if (!rank || !rank->tally.counting) return {nullptr, nullptr, &release, c10::Device(c10::kMeta)};
+    DryRankTally& tally = rank->tally;
+    const int64_t now = tally.live += static_cast<int64_t>(bytes);
+    if (now > tally.peak) {
+      tally.in_backward = torch::autograd::get_current_graph_task_id() != -1;
+      tally.peak = now;
+      tally.peak_at = tally.where();
+    }
+    return {nullptr, new Block{&tally, static_cast<int64_t>(bytes)}, &release_block, c10::Device(c10::kMeta)};
+  }
+  c10::DeleterFnPtr raw_deleter() const override { return nullptr; }
+  void copy_data(void* /*dest*/, const void* /*src*/, std::size_t /*count*/) const override {}
+
+ private:
+  struct Block {
+    DryRankTally* tally;
+    int64_t bytes;
+  };
+  static void release(void* /*context*/) {}
+  static void release_block(void* context) {
+    auto* block = static_cast<Block*>(context);
+    block->tally->live -= block->bytes;
+    delete block;
+  }
+};
+
+}  // namespace
+
+void install_meta_allocator() {
+  static MetaCountingAllocator allocator;  // lives as long as any meta tensor may
+  static std::once_flag once;
+  std::call_once(once, [] { c10::SetAllocator(c10::kMeta, &allocator, /*priority=*/255); });
+}
 
 }  // namespace titan

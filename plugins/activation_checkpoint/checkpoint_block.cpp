@@ -12,6 +12,7 @@
 #include "checkpoint_rng.h"
 #include "per_op_sac.h"
 #include "titan/error.hpp"
+#include "titan/profile_range.hpp"
 
 namespace titan::activation_checkpoint {
 
@@ -87,6 +88,7 @@ struct Checkpoint : torch::autograd::Function<Checkpoint> {
     {
       at::AutoGradMode enable(true);
       OpCacheScope scope(call->ops.get());
+      ProfileRange range(kRecomputeRange);
       output = call->body(input);
     }
     if (call->ops && call->ops->cursor != call->ops->outputs.size()) {

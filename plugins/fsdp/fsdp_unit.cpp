@@ -35,7 +35,10 @@ void Unit::prefetch() {
   CallSite site("fsdp all_gather " + label_);
   const int64_t ranks = groups_.shard->size();
   at::NoGradGuard no_grad;
-  local_ = at::zeros({flat_numel_}, at::TensorOptions().dtype(buffer_dtype_));
+  // A dry run's shards are meta tensors: the same buffers and collectives,
+  // no bytes to move.
+  const bool meta = buffer_device().is_meta();
+  local_ = at::zeros({flat_numel_}, at::TensorOptions().dtype(buffer_dtype_).device(buffer_device()));
   auto* local_bytes = static_cast<char*>(local_.data_ptr());
   for (auto& p : params_) {
     if (state_ == State::sharded) {
@@ -51,7 +54,7 @@ void Unit::prefetch() {
                   " elements of " + std::to_string(wire.element_size()) + " bytes for " + std::to_string(count) +
                   " of " + std::to_string(p.wire_element_size));
     }
-    if (count > 0) {
+    if (count > 0 && !meta) {
       std::memcpy(local_bytes + p.offset * local_.element_size(), wire.data_ptr(), count * p.wire_element_size);
     }
   }
@@ -79,7 +82,7 @@ void Unit::unshard() {
       compat::resize_storage_bytes(p.full, p.full.numel() * element);
     }
     // Each rank's rows of the wire elements, into the whole parameter.
-    at::Tensor wire_full = p.extension ? at::empty(p.unsharded_shape, at::TensorOptions().dtype(p.extension->wire_dtype()))
+    at::Tensor wire_full = p.extension ? at::empty(p.unsharded_shape, p.full.options().dtype(p.extension->wire_dtype()))
                                        : p.full;
     // Raw copies: writing through ATen would bump the version counter that
     // autograd checks on the tensors it saved in forward.
@@ -87,7 +90,7 @@ void Unit::unshard() {
     const auto* source = static_cast<const char*>(gathered.data_ptr());
     const int64_t wire = p.wire_element_size;
     const int64_t dim_rows = p.unsharded_shape[p.shard_dim];
-    for (int64_t rank = 0; rank < ranks; ++rank) {
+    for (int64_t rank = 0; rank < ranks && !gathered.is_meta(); ++rank) {
       RowRange rows = even_row_shard(dim_rows, ranks, rank);
       if (rows.length == 0) continue;
       const int64_t piece = rows.length * p.row_numel * wire;  // bytes of one outer index
@@ -105,7 +108,7 @@ void Unit::unshard() {
                     c10::toString(values.scalar_type()) + ", expected " + c10::str(p.full.sizes()) + " " +
                     c10::toString(param_dtype_));
       }
-      std::memcpy(p.full.data_ptr(), values.data_ptr(), values.numel() * element);
+      if (!values.is_meta()) std::memcpy(p.full.data_ptr(), values.data_ptr(), values.numel() * element);
     }
     if (first) p.param.set_data(p.full);
   }
@@ -144,7 +147,7 @@ void Unit::reduce_gradients() {
   at::NoGradGuard no_grad;
   const int64_t ranks = groups_.shard->size();
   // [rank][flat]: rank r's rows of every parameter's gradient, padded.
-  at::Tensor flat = at::zeros({ranks, flat_numel_}, at::TensorOptions().dtype(reduce_dtype_));
+  at::Tensor flat = at::zeros({ranks, flat_numel_}, at::TensorOptions().dtype(reduce_dtype_).device(buffer_device()));
   for (auto& p : params_) {
     at::Tensor grad = p.param.grad();
     if (!grad.defined()) continue;  // unused in this step: contributes zeros

@@ -74,6 +74,11 @@ class Unit {
   void install_gradients();
 
  private:
+  // Where the flat gather / reduce buffers live: the CPU, or the meta
+  // device in a dry run (its parameters are meta: shapes, no bytes).
+  c10::Device buffer_device() const {
+    return !params_.empty() && params_.front().param.is_meta() ? c10::Device(c10::kMeta) : c10::Device(c10::kCPU);
+  }
   enum class State { sharded, unsharded, freed };
   void point_at_shards();
   void settle();  // completes a prefetch nobody consumed

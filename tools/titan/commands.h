@@ -17,6 +17,7 @@ int fr_analyze_command(const Args& args);
 int checkpoint_command(const Args& args);
 int pp_schedule_command(const Args& args);
 int report_command(const Args& args);
+int plan_command(const Args& args);
 
 // Shared helpers.
 bool wants_help(const Args& args);

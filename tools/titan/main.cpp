@@ -33,6 +33,9 @@ commands:
   pp-schedule --schedule NAME --stages S --microbatches M [--svg FILE]
                                        a pipeline schedule's actions per rank, checked, and its bubble
   report RUN_DIR [--output FILE]       one HTML page of a run's metrics, charts and config
+  plan CONFIG --world-size N [--json]  dry run of every rank before launch: collectives checked,
+                                       per-rank peak memory, FLOPs and communication
+  plan --model M --gpus N --device D   search the fastest layout that fits a cluster
 
 `titan <command> --help` explains each command.
 )";
@@ -58,6 +61,7 @@ int dispatch(const titan::cli::Args& args) {
   if (command == "checkpoint") return titan::cli::checkpoint_command(rest);
   if (command == "pp-schedule") return titan::cli::pp_schedule_command(rest);
   if (command == "report") return titan::cli::report_command(rest);
+  if (command == "plan") return titan::cli::plan_command(rest);
   std::cerr << "titan: unknown command '" << command << "'\n\n" << kUsage;
   return 2;
 }

@@ -10,6 +10,10 @@
 
 namespace titan {
 
+// The range around activation checkpointing's forward run again in the
+// backward (the dry run counts its FLOPs as recompute).
+inline constexpr const char* kRecomputeRange = "activation checkpoint recompute";
+
 class ProfileRange {
  public:
   explicit ProfileRange(const std::string& name) {

@@ -18,6 +18,7 @@
 #include <cstdlib>
 #include <map>
 
+#include "plan/dry_rank.hpp"
 #include "process_group_comm.hpp"
 #include "titan/compat.hpp"
 #include "titan/error.hpp"
@@ -34,6 +35,7 @@ struct DistRuntime::Impl {
   std::string network;  // "interface eth0 (10.0.0.2)", for messages
   std::unique_ptr<Comm> world_group;
   std::map<std::string, int> groups_named;  // a name reused (e.g. by a second mesh) gets a fresh prefix
+  DryRank* dry_run = nullptr;  // a rank of `titan plan`'s dry run: its groups are simulated
 };
 
 namespace {
@@ -142,6 +144,12 @@ DistRuntime::DistRuntime(const World& world, const DistTimeouts& timeouts, const
     : world_(world), impl_(std::make_unique<Impl>()) {
   impl_->timeouts = timeouts;
   impl_->backend = backend;
+  if ((impl_->dry_run = current_dry_rank())) {
+    std::vector<int> everyone(world.world_size);
+    for (int rank = 0; rank < world.world_size; ++rank) everyone[rank] = rank;
+    impl_->world_group = new_group("world", everyone);
+    return;
+  }
   if (backend != "gloo" && backend != "nccl") {
     throw Error("comm backend '" + backend + "' is unknown; use gloo (CPU tensors) or nccl (CUDA tensors)");
   }
@@ -201,6 +209,7 @@ std::unique_ptr<Comm> DistRuntime::new_group(const std::string& name, const std:
     if (ranks[i] == world_.rank) index = static_cast<int>(i);
   }
   if (index < 0) throw Error("process group '" + name + "' does not contain this rank");
+  if (impl_->dry_run) return impl_->dry_run->world->new_group(name, ranks, world_.rank, &impl_->dry_run->events);
   // The key names the members too, and members create their groups in the
   // same order, so every member counts the same instance.
   std::string key = name + "/ranks";

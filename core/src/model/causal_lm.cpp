@@ -1,5 +1,6 @@
 // CausalLM's wrapper chains, layout table and placement-aware init, and
 // ModelSpec defaults.
+#include "plan/dry_rank.hpp"
 #include "titan/model.hpp"
 
 #include <ATen/ATen.h>
@@ -77,6 +78,9 @@ at::Tensor cross_entropy_loss(const at::Tensor& logits, const at::Tensor& labels
 }
 
 void materialize_module(torch::nn::Module& module, const c10::Device& device) {
+  // A dry run counts its meta bytes from here on, as a real run's
+  // allocator sees nothing of the model before this.
+  if (DryRank* rank = current_dry_rank()) rank->tally.counting = true;
   at::NoGradGuard no_grad;
   for (auto& tensor : module.parameters()) {
     if (tensor.device().is_meta()) compat::materialize_in_place(tensor, device);

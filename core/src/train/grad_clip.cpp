@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "titan/error.hpp"
+#include "titan/host_value.hpp"
 
 namespace titan {
 
@@ -63,10 +64,10 @@ double clip_grad_norm(const std::vector<at::Tensor>& params, double max_norm, do
   for (auto& [device, norms] : norms_by_device) {
     at::Tensor stacked = at::stack(norms).to(at::kDouble);
     if (inf_norm) {
-      double device_max = stacked.max().item<double>();
+      double device_max = host_value<double>(stacked.max());
       partial = std::isnan(device_max) ? device_max : std::max(partial, device_max);  // keep a NaN
     } else {
-      partial += stacked.pow(norm_type).sum().item<double>();
+      partial += host_value<double>(stacked.pow(norm_type).sum());
     }
   }
   if (reduce) partial = reduce(partial, inf_norm ? NormReduceOp::max : NormReduceOp::sum);

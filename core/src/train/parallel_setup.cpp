@@ -4,6 +4,7 @@
 #include <ATen/ATen.h>
 
 #include "titan/error.hpp"
+#include "titan/host_value.hpp"
 #include "titan/logging.hpp"
 #include "titan/test_signal.hpp"
 
@@ -45,7 +46,7 @@ int ParallelSetup::dp_rank() const { return mesh_ ? static_cast<int>(mesh_->coor
 int ParallelSetup::dp_degree() const { return mesh_ ? static_cast<int>(mesh_->size("dp")) : 1; }
 
 ParallelSetup::JobLoss ParallelSetup::loss_stats_over_job(const at::Tensor& local_loss, bool with_max) const {
-  at::Tensor loss = local_loss.detach().to(at::kCPU, at::kDouble).reshape({1});
+  at::Tensor loss = to_host(local_loss.detach(), at::kDouble).reshape({1});
   if (mesh_ && mesh_->size("pp") > 1) mesh_->group("pp").all_reduce(loss, ReduceOp::sum);
   at::Tensor largest = loss.clone();
   if (mesh_ && mesh_->size("dp_cp") > 1) {

@@ -8,6 +8,7 @@
 #include "training_run.hpp"
 
 #include "merge_metrics.hpp"
+#include "plan/dry_rank.hpp"
 #include "titan/error.hpp"
 #include "titan/logging.hpp"
 #include "titan/moe.hpp"
@@ -17,6 +18,7 @@ namespace titan {
 
 StepOutcome TrainingRun::step(int64_t step) {
   const TrainingConfig& training = plan.core.training;
+  const bool dry_run = current_dry_rank() != nullptr;
   hooks.begin_step(step);
   CallSite step_site("step " + std::to_string(step));  // observers see "step 12 / fsdp all_gather layers.3"
 
@@ -54,7 +56,7 @@ StepOutcome TrainingRun::step(int64_t step) {
     spdlog::warn("step {}: non-finite loss {} / grad norm {}; optimizer step skipped", step, loss, grad_norm);
     outcome.optimizer_skipped = true;
   }
-  if (plan.core.comm.verify_collectives && world.distributed() && step == resumed_step + 1) {
+  if (plan.core.comm.verify_collectives && world.distributed() && step == resumed_step + 1 && !dry_run) {
     CallSite site("verify_collectives");
     verifier.verify(parallel->mesh()->group("world"), step);
   }
@@ -71,7 +73,10 @@ StepOutcome TrainingRun::step(int64_t step) {
 std::vector<Microbatch> TrainingRun::next_microbatches() {
   std::vector<Microbatch> microbatches;
   for (int64_t i = 0; i < accumulation_; ++i) {
-    at::Tensor windows = loader->next_batch(plan.core.training.local_batch_size).to(device);
+    const TrainingConfig& training = plan.core.training;
+    at::Tensor windows = loader ? loader->next_batch(training.local_batch_size).to(device)
+                                : at::zeros({training.local_batch_size, training.seq_len + 1},
+                                            at::TensorOptions().dtype(at::kLong).device(device));  // the dry run
     const int64_t length = windows.size(1) - 1;
     microbatches.push_back({windows.narrow(1, 0, length), windows.narrow(1, 1, length)});
   }

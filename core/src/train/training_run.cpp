@@ -15,6 +15,7 @@
 #include "cpu_allocator.hpp"
 #include "initial_load.hpp"
 #include "pipeline/pipeline_setup.hpp"
+#include "plan/dry_rank.hpp"
 #include "titan/assets.hpp"
 #include "titan/compat.hpp"
 #include "titan/error.hpp"
@@ -28,6 +29,7 @@ namespace titan {
 namespace {
 
 c10::Device choose_device(const TrainingConfig& training) {
+  if (current_dry_rank()) return c10::Device(c10::kMeta);  // titan plan: shapes, no values
   if (training.device == "cuda") {
     if (!compat::cuda_available()) {
       throw Error("training.device is 'cuda' but this titan has no CUDA (LibTorch " +
@@ -103,7 +105,7 @@ struct TrainingRun::ObserverScope {
   ObserverScope(RunPlan& plan, CollectiveVerifier* verifier, StepProfiler* profiler) {
     for (auto& observer : plan.comm_observers) add_comm_observer(observer.get());
     if (verifier) add_comm_observer(verifier);
-    if (profiler->enabled()) add_comm_observer(profiler);
+    if (profiler && profiler->enabled()) add_comm_observer(profiler);
   }
   ~ObserverScope() { clear_comm_observers(); }
 };
@@ -112,6 +114,13 @@ TrainingRun::TrainingRun(RunPlan& plan_, const World& world_)
     : plan(plan_), world(world_), device(choose_device(plan_.core.training)), hooks(plan_.core.debug, world_.rank) {
   const CoreConfig& core = plan.core;
   const TrainingConfig& training = core.training;
+  // A rank of `titan plan`'s dry run (a thread among the job's simulated
+  // ranks, on meta tensors): the model, the parallelism and the step are
+  // the real ones; process-wide settings, files, data and metrics are not.
+  if (current_dry_rank()) {
+    build_dry_run();
+    return;
+  }
   check_cuda_graph_plan(plan, world);
   const std::string allocator = configure_cpu_allocator(training.cpu_allocator);
   if (world.rank == 0) spdlog::info("host allocator: {}", allocator);
@@ -139,25 +148,7 @@ TrainingRun::TrainingRun(RunPlan& plan_, const World& world_)
     validator = std::make_unique<Validator>(core.validation, tokenizer, *parallel, device, pipeline.get());
   }
   if (core.debug.exit_after_init) return;
-
-  std::vector<NamedParameter> named;
-  std::vector<std::string> names;
-  for (const auto& item : model->named_parameters()) {
-    if (!item.value().requires_grad()) continue;
-    named.push_back({item.key(), item.value()});
-    parameters_.push_back(item.value());
-    names.push_back(item.key());
-  }
-  norm_reduce_ = parallel->norm_reduce();
-  norm_weights_ = parallel->norm_weights(*model, names);
-  optimizer = plan.optimizer->build(named);
-
-  accumulation_schedule_ = std::make_unique<AccumulationSchedule>();
-  schedule_ = pipeline ? pipeline.get() : plan.schedule ? plan.schedule.get() : accumulation_schedule_.get();
-  if (training.cuda_graph) {
-    graphed_ = std::make_unique<GraphedStep>(device, training.cuda_graph_warmup_steps, parameters_);
-  }
-
+  build_optimizer_and_schedule();
   state = std::make_unique<TrainStateView>(*model, *optimizer, *loader);
   if (plan.checkpointer->load(state->slots())) {
     resumed_step = state->restore(state->slots());
@@ -188,6 +179,48 @@ TrainingRun::TrainingRun(RunPlan& plan_, const World& world_)
 }
 
 TrainingRun::~TrainingRun() = default;
+
+void TrainingRun::build_optimizer_and_schedule() {
+  std::vector<NamedParameter> named;
+  std::vector<std::string> names;
+  for (const auto& item : model->named_parameters()) {
+    if (!item.value().requires_grad()) continue;
+    named.push_back({item.key(), item.value()});
+    parameters_.push_back(item.value());
+    names.push_back(item.key());
+  }
+  norm_reduce_ = parallel->norm_reduce();
+  norm_weights_ = parallel->norm_weights(*model, names);
+  optimizer = plan.optimizer->build(named);
+
+  accumulation_schedule_ = std::make_unique<AccumulationSchedule>();
+  schedule_ = pipeline ? pipeline.get() : plan.schedule ? plan.schedule.get() : accumulation_schedule_.get();
+  const TrainingConfig& training = plan.core.training;
+  if (training.cuda_graph) {
+    graphed_ = std::make_unique<GraphedStep>(device, training.cuda_graph_warmup_steps, parameters_);
+  }
+}
+
+// The dry run's rank: the tokenizer only for its vocabulary (a large
+// model's config is planned where its tokenizer file is not), no data
+// (next_microbatches() makes token ids of the right shape), no checkpoint,
+// no observers (the simulated groups check every collective themselves).
+void TrainingRun::build_dry_run() {
+  const CoreConfig& core = plan.core;
+  try {
+    plan.model->set_vocab_size(load_tokenizer(resolve_asset(core.tokenizer_path))->vocab_size());
+  } catch (const Error&) {  // the flavor's own vocabulary, as `titan config check` does
+  }
+  parallel = std::make_unique<ParallelSetup>(world, plan);
+  accumulation_ = accumulation_steps(core.training, parallel->dp_degree());
+  build_model();
+  if (!find_routers(*model).empty()) {
+    throw Error("the dry run cannot route tokens: meta tensors have no values to choose experts by, so MoE "
+                "models (" + plan.model_plugin + ") are not planned yet; plan the dense flavor, or run "
+                "`titan config check` for the layout");
+  }
+  build_optimizer_and_schedule();
+}
 
 // Through the same builder as titan-conformance (titan/model_builder.hpp);
 // a pipeline cuts its parts first and each part goes through it.
@@ -226,7 +259,7 @@ void TrainingRun::build_model() {
     mesh->group("pp").all_reduce(routers, ReduceOp::max);
     moe_metrics_over_pp_ = routers.item<int64_t>() > 0;
   }
-  model->init_weights(static_cast<uint64_t>(plan.core.training.seed));
+  if (!current_dry_rank()) model->init_weights(static_cast<uint64_t>(plan.core.training.seed));  // meta: no values
   model->train();
   int64_t local_bytes = 0;
   for (const auto& param : model->parameters()) local_bytes += param.numel() * param.element_size();

@@ -68,6 +68,8 @@ class TrainingRun {
 
  private:
   void build_model();
+  void build_optimizer_and_schedule();
+  void build_dry_run();
   std::vector<Microbatch> next_microbatches();
   int64_t state_bytes() const;
 

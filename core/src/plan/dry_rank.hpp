@@ -1,0 +1,63 @@
+// One rank of `titan plan`'s dry run, as its thread sees itself: the
+// simulated job it belongs to, and what it measures while it runs the real
+// trainer on meta tensors (no values, no memory): the bytes the meta
+// allocator hands out and their peak, the FLOPs of every matmul and
+// attention kernel, and every collective it issues.
+#pragma once
+#include <atomic>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "simulated_world.hpp"
+#include "titan/comm_observer.hpp"
+
+namespace titan {
+
+struct DryRankTally {
+  // Off while the model is built on meta, as in a real run (where nothing
+  // is allocated until the parallelized model is materialized).
+  bool counting = false;
+  std::atomic<int64_t> live{0};  // meta bytes allocated and not yet freed (frees may come from other threads)
+  int64_t peak = 0;              // since the last restart_peak()
+  std::string peak_at;           // where that peak was reached: "step 2 / forward_backward / backward"
+  double flops = 0;              // matmul and attention FLOPs since the last restart_flops()
+  double recompute_flops = 0;    // the part of them run again by activation checkpointing
+  std::string phase;             // set by the driver: "build", "step 1", ...
+  std::vector<std::string> ranges;  // the open ProfileRanges (forward, backward, pipeline F0 ...)
+  int recomputing = 0;           // inside kRecomputeRange
+  bool in_backward = false;      // at the peak: inside autograd's backward
+
+  void restart_peak() {
+    peak = live.load();
+    peak_at = phase;
+  }
+  void restart_flops() { flops = recompute_flops = 0; }
+  std::string where() const;
+};
+
+struct DryRank {
+  int rank = 0;
+  SimulatedWorld* world = nullptr;
+  std::vector<CollectiveEvent> events;
+  DryRankTally tally;
+};
+
+// The dry-run rank this thread runs (null outside a dry run).
+DryRank* current_dry_rank();
+
+class DryRankScope {
+ public:
+  explicit DryRankScope(DryRank& rank);
+  ~DryRankScope();
+  DryRankScope(const DryRankScope&) = delete;
+  DryRankScope& operator=(const DryRankScope&) = delete;
+};
+
+// Process-wide, once: meta tensors' storage is counted into the tally of
+// the thread's dry-run rank (compat.cpp: the allocator interface is
+// LibTorch's), and matmul / attention ops add their FLOPs to it.
+void install_meta_allocator();
+void install_flop_counter();
+
+}  // namespace titan

@@ -1,0 +1,194 @@
+// `titan plan CONFIG --world-size N`: the dry run of a config at any world
+// size on this machine, printed per class of alike ranks (or as JSON), and
+// `titan plan --model ...`: the layout search (plan_search_command.cpp).
+#include <algorithm>
+#include <cstdio>
+#include <iostream>
+#include <map>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "commands.h"
+#include "titan/dry_run.hpp"
+#include "titan/error.hpp"
+#include "titan/logging.hpp"
+
+namespace titan::cli {
+
+namespace {
+
+const char* kUsage =
+    "usage: titan plan CONFIG --world-size N [--set key.path=value ...] [--steps S] [--json]\n"
+    "       titan plan --model NAME --flavor F --gpus N --device D --seq-len S --global-batch-tokens T ...\n"
+    "  The first form is a dry run: every one of the N ranks is a thread of this process that builds the\n"
+    "  real mesh, model and plugins and runs S training steps (default 2) on meta tensors through simulated\n"
+    "  process groups. It fails, naming the group, ranks and call sites, when the ranks' collectives do not\n"
+    "  line up or a send is never received; otherwise it prints each rank's measured peak memory (and\n"
+    "  where), FLOPs and bytes per collective of the last step. Alike ranks are printed once.\n"
+    "  The second form searches layouts for a model on a cluster (`titan plan --model x --help`).\n";
+
+std::string gib(int64_t bytes) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%.2f", static_cast<double>(bytes) / (1024.0 * 1024.0 * 1024.0));
+  return text;
+}
+
+std::string scientific(double value) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%.3g", value);
+  return text;
+}
+
+// "0-7,16,18" for a sorted list of ranks.
+std::string rank_ranges(const std::vector<int>& ranks) {
+  std::string text;
+  for (size_t i = 0; i < ranks.size();) {
+    size_t j = i;
+    while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1) ++j;
+    text += (text.empty() ? "" : ",") + std::to_string(ranks[i]) + (j > i ? "-" + std::to_string(ranks[j]) : "");
+    i = j + 1;
+  }
+  return text;
+}
+
+std::string traffic_text(const RankPlan& rank) {
+  std::string text;
+  for (const auto& [key, total] : rank.traffic()) {
+    text += (text.empty() ? "" : "; ") + key.first + " " + key.second + " " + std::to_string(total.calls) + "x " +
+            gib(total.bytes) + " GiB";
+  }
+  return text.empty() ? "none" : text;
+}
+
+// Ranks whose every printed number is the same form one class.
+std::vector<std::vector<int>> alike_ranks(const DryRunReport& report) {
+  std::map<std::string, std::vector<int>> classes;
+  std::vector<std::string> order;
+  for (const RankPlan& rank : report.ranks) {
+    std::ostringstream key;
+    key << rank.parameter_bytes << "/" << rank.gradient_bytes << "/" << rank.optimizer_bytes << "/" << rank.peak_bytes
+        << "/" << rank.flops << "/" << rank.recompute_flops << "/" << traffic_text(rank);
+    auto [it, inserted] = classes.try_emplace(key.str());
+    if (inserted) order.push_back(key.str());
+    it->second.push_back(rank.rank);
+  }
+  std::vector<std::vector<int>> result;
+  for (const auto& key : order) result.push_back(classes[key]);
+  return result;
+}
+
+void print_table(const std::string& config_path, const DryRunReport& report) {
+  std::printf("%s at %d ranks: %s, mesh %s; dry run of %lld steps in %.2f s\n", config_path.c_str(),
+              report.world_size, report.model.c_str(), report.mesh.empty() ? "(none)" : report.mesh.c_str(),
+              static_cast<long long>(report.measured_step), report.seconds);
+  int64_t collectives = 0;
+  for (const RankPlan& rank : report.ranks) collectives += static_cast<int64_t>(rank.collectives.size());
+  std::printf("job: %.3gB parameters, %lld tokens per step, model FLOPs %s per step\n", report.parameters / 1e9,
+              static_cast<long long>(report.tokens_per_step), scientific(report.model_flops_per_step).c_str());
+  std::printf("collectives line up across every group (%lld calls in step %lld); every send was received\n\n",
+              static_cast<long long>(collectives), static_cast<long long>(report.measured_step));
+  std::printf("%-16s %9s %9s %9s %9s %9s %10s %10s  %s\n", "ranks", "params", "grads", "optim", "activ", "peak",
+              "TFLOP", "recompute", "peak at");
+  std::printf("%-16s %9s %9s %9s %9s %9s %10s %10s\n", "", "GiB", "GiB", "GiB", "GiB", "GiB", "", "TFLOP");
+  for (const auto& ranks : alike_ranks(report)) {
+    const RankPlan& rank = report.ranks[static_cast<size_t>(ranks.front())];
+    std::printf("%-16s %9s %9s %9s %9s %9s %10.3f %10.3f  %s\n", rank_ranges(ranks).c_str(),
+                gib(rank.parameter_bytes).c_str(), gib(rank.gradient_bytes).c_str(), gib(rank.optimizer_bytes).c_str(),
+                gib(rank.activation_bytes()).c_str(), gib(rank.peak_bytes).c_str(), rank.flops / 1e12,
+                rank.recompute_flops / 1e12, rank.peak_at.c_str());
+    std::printf("%-16s communication: %s\n", "", traffic_text(rank).c_str());
+  }
+}
+
+nlohmann::json to_json(const std::string& config_path, const DryRunReport& report) {
+  nlohmann::json ranks = nlohmann::json::array();
+  for (const RankPlan& rank : report.ranks) {
+    nlohmann::json traffic = nlohmann::json::array();
+    for (const auto& [key, total] : rank.traffic()) {
+      traffic.push_back({{"dim", key.first}, {"op", key.second}, {"calls", total.calls}, {"bytes", total.bytes}});
+    }
+    nlohmann::json collectives = nlohmann::json::array();
+    for (const auto& event : rank.collectives) {
+      collectives.push_back({{"op", event.op}, {"group", event.group}, {"shapes", event.shapes},
+                             {"dtype", event.dtype}, {"bytes", event.bytes}, {"call_site", event.call_site},
+                             {"peer", event.peer}});
+    }
+    ranks.push_back({{"rank", rank.rank},
+                     {"coordinates", rank.coordinates},
+                     {"parameter_bytes", rank.parameter_bytes},
+                     {"gradient_bytes", rank.gradient_bytes},
+                     {"optimizer_bytes", rank.optimizer_bytes},
+                     {"activation_bytes", rank.activation_bytes()},
+                     {"peak_bytes", rank.peak_bytes},
+                     {"peak_at", rank.peak_at},
+                     {"flops", rank.flops},
+                     {"recompute_flops", rank.recompute_flops},
+                     {"traffic", traffic},
+                     {"collectives", collectives}});
+  }
+  return {{"config", config_path},          {"world_size", report.world_size},
+          {"measured_step", report.measured_step}, {"mesh", report.mesh},
+          {"model", report.model},          {"parameters", report.parameters},
+          {"tokens_per_step", report.tokens_per_step}, {"model_flops_per_step", report.model_flops_per_step},
+          {"seconds", report.seconds},      {"ranks", ranks}};
+}
+
+// Takes `flag VALUE` out of args; "" when absent.
+std::string take_value(Args& args, const std::string& flag) {
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (args[i] != flag) continue;
+    if (i + 1 == args.size()) throw Error(flag + " needs a value\n" + std::string(kUsage));
+    std::string value = args[i + 1];
+    args.erase(args.begin() + static_cast<long>(i), args.begin() + static_cast<long>(i) + 2);
+    return value;
+  }
+  return "";
+}
+
+bool take_flag(Args& args, const std::string& flag) {
+  auto it = std::find(args.begin(), args.end(), flag);
+  if (it == args.end()) return false;
+  args.erase(it);
+  return true;
+}
+
+int positive(const std::string& flag, const std::string& text) {
+  try {
+    size_t used = 0;
+    const int value = std::stoi(text, &used);
+    if (used == text.size() && value >= 1) return value;
+  } catch (const std::exception&) {
+  }
+  throw Error(flag + ": expected a whole number >= 1, got '" + text + "'");
+}
+
+}  // namespace
+
+int plan_command(const Args& args) {
+  // TODO(layout search): dispatch --model to plan_search_command
+  if (args.empty() || wants_help(args)) {
+    std::cout << kUsage;
+    return args.empty() ? 2 : 0;
+  }
+  Args rest = args;
+  const bool json = take_flag(rest, "--json");
+  const std::string world_text = take_value(rest, "--world-size");
+  if (world_text.empty()) throw Error("titan plan CONFIG needs --world-size N (the ranks to simulate)\n" + std::string(kUsage));
+  DryRunOptions options;
+  options.world_size = positive("--world-size", world_text);
+  if (const std::string steps = take_value(rest, "--steps"); !steps.empty()) options.steps = positive("--steps", steps);
+  RunArgs run = parse_run_args(rest, kUsage);
+  init_logging(0, run.log_level.empty() ? "error" : run.log_level);
+  ConfigNode config = ConfigNode::load_file(run.config_path);
+  for (const auto& assignment : run.overrides) config.apply_override(assignment);
+  const DryRunReport report = dry_run(config, options);
+  if (json) {
+    std::cout << to_json(run.config_path, report).dump(1) << "\n";
+  } else {
+    print_table(run.config_path, report);
+  }
+  return 0;
+}
+
+}  // namespace titan::cli
