@@ -356,6 +356,20 @@ int64_t CpuMemoryTracker::peak() const { return allocator_->peak(); }
 int64_t CpuMemoryTracker::take_peak() { return allocator_->take_peak(); }
 
 CpuMemoryWindow cpu_memory_during(const std::function<void()>& body) {
+  if (DryRank* rank = current_dry_rank(); rank && rank->tally.counting) {
+    // The dry run's tensors are meta: measure its count instead.
+    DryRankTally& tally = rank->tally;
+    const int64_t start = tally.live, outer_peak = tally.peak;
+    const std::string outer_at = tally.peak_at;
+    tally.peak = start;
+    body();
+    const CpuMemoryWindow window{tally.peak - start, tally.live - start};
+    if (outer_peak >= tally.peak) {
+      tally.peak = outer_peak;
+      tally.peak_at = outer_at;
+    }
+    return window;
+  }
   CpuMemoryTracker tracker;
   body();
   return {tracker.peak(), tracker.live()};

@@ -9,6 +9,7 @@
 #include <fstream>
 
 #include "split_backward.hpp"
+#include "titan/host_value.hpp"
 #include "titan/profile_range.hpp"
 #include "titan/error.hpp"
 #include "titan/logging.hpp"
@@ -21,13 +22,17 @@ namespace {
 constexpr int kHeaderTagOffset = 1 << 30;
 constexpr int64_t kHeaderLength = 10;  // dtype, rank, up to 8 sizes
 
+// Headers travel with the activations (NCCL moves CUDA tensors), except in
+// a dry run: meta tensors carry no values, so its headers stay on the CPU.
+c10::Device header_device(const c10::Device& device) { return device.is_meta() ? c10::Device(c10::kCPU) : device; }
+
 at::Tensor shape_header(const at::Tensor& tensor) {
   if (tensor.dim() > kHeaderLength - 2) throw Error("pipeline: a stage output has more than 8 dims");
   at::Tensor header = at::zeros({kHeaderLength}, at::kLong);
   header[0] = static_cast<int64_t>(tensor.scalar_type());
   header[1] = tensor.dim();
   for (int64_t d = 0; d < tensor.dim(); ++d) header[2 + d] = tensor.size(d);
-  return header.to(tensor.device());
+  return header.to(header_device(tensor.device()));
 }
 
 bool is_forward(ActionType type) {
@@ -171,7 +176,7 @@ void PipelineExecutor::run_action(Run& run, const Action& action) {
       at::Tensor out = part.run(input);
       if (s == last_stage) {
         slot.target = part.loss()(out, run.labels.at(static_cast<size_t>(m))) * run.scale;
-        run.loss_sum += slot.target.detach().to(at::kCPU, at::kDouble).reshape({1});
+        run.loss_sum += to_host(slot.target.detach(), at::kDouble).reshape({1});
       } else {
         slot.target = out;
         slot.output = out.detach();
@@ -213,7 +218,7 @@ at::Tensor PipelineExecutor::recv_forward(Run& run, const Action& action) {
   PointToPoint p2p = point_to_point(action, plan_.placement, plan_.shape);
   const c10::Device device = run.inputs.front().device();
   if (run.send_headers) {
-    at::Tensor header = at::zeros({kHeaderLength}, at::TensorOptions().dtype(at::kLong).device(device));
+    at::Tensor header = at::zeros({kHeaderLength}, at::TensorOptions().dtype(at::kLong).device(header_device(device)));
     pp_->recv_async(header, static_cast<int>(p2p.peer), p2p.tag + kHeaderTagOffset)->wait();
     header = header.cpu();
     std::vector<int64_t> sizes;

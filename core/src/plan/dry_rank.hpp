@@ -33,6 +33,7 @@ struct DryRankTally {
     peak_at = phase;
   }
   void restart_flops() { flops = recompute_flops = 0; }
+  void add_flops(double count);  // recompute too while inside kRecomputeRange
   std::string where() const;
 };
 
@@ -56,8 +57,11 @@ class DryRankScope {
 
 // Process-wide, once: meta tensors' storage is counted into the tally of
 // the thread's dry-run rank (compat.cpp: the allocator interface is
-// LibTorch's), and matmul / attention ops add their FLOPs to it.
+// LibTorch's); the Meta kernels of the matmuls count their FLOPs into it
+// (meta_kernels.cpp; the attention kernels always do); ProfileRanges are
+// kept as its place (range_tracker.cpp).
 void install_meta_allocator();
-void install_flop_counter();
+void install_counting_matmuls();
+void install_range_tracker();
 
 }  // namespace titan

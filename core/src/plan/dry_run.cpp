@@ -75,12 +75,20 @@ DryRunReport dry_run(const ConfigNode& config, const DryRunOptions& options) {
   if (options.steps < 1) throw Error("dry run: at least one step");
   const auto start = std::chrono::steady_clock::now();
   install_meta_allocator();
-  install_flop_counter();
+  install_counting_matmuls();
+  install_range_tracker();
   at::set_num_threads(1);  // meta kernels do no work to split
 
   std::vector<RunPlan> plans;
   plans.reserve(static_cast<size_t>(options.world_size));
-  for (int rank = 0; rank < options.world_size; ++rank) plans.push_back(plan_run(config, rank, options.world_size));
+  // Each rank reads its own copy of the config: plugins read options (and
+  // the config marks keys as used) while the ranks run side by side.
+  // Rank 0 reads the caller's, so that config errors name its file and line.
+  const std::string text = config.dump();
+  for (int rank = 0; rank < options.world_size; ++rank) {
+    plans.push_back(plan_run(rank == 0 ? config : ConfigNode::parse(text, "the config (rank " + std::to_string(rank) + "'s copy)"),
+                             rank, options.world_size));
+  }
 
   DryRunReport report;
   report.world_size = options.world_size;

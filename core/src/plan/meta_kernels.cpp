@@ -1,10 +1,16 @@
 // Shape functions (Meta kernels) for the ATen ops Titan's models run that
 // LibTorch's C++ build has none for: PyTorch registers them from Python
 // (torch/_meta_registrations.py), which a C++ process never imports. Each
-// returns an empty meta tensor of the shape and dtype the CPU kernel would
-// give, so the dry run (titan plan) runs the real step on meta tensors.
+// returns an empty meta tensor of the shape, dtype and layout the CPU
+// kernel would give, so the dry run (titan plan) runs the real step on meta
+// tensors. The matmul and attention kernels also count their FLOPs into
+// the dry-run rank's tally (2 per multiply-add, as FlopCounterMode).
 #include <ATen/ATen.h>
 #include <torch/library.h>
+
+#include <mutex>
+
+#include "dry_rank.hpp"
 
 namespace titan {
 namespace {
@@ -32,10 +38,22 @@ at::Tensor embedding_dense_backward_meta(const at::Tensor& grad_output, const at
   return at::empty({num_weights.expect_int(), grad_output.size(-1)}, grad_output.options());
 }
 
-std::tuple<at::Tensor, at::Tensor> flash_attention_cpu_meta(const at::Tensor& query, const at::Tensor& /*key*/,
+void count(double flops) {
+  if (DryRank* rank = current_dry_rank()) rank->tally.add_flops(flops);
+}
+
+// q [b, h, s_q, d], k [b, h_kv, s_k, d]: QK^T and PV, 2 s_q s_k d each per
+// head (causal sparsity not counted, as TorchTitan's MFU).
+double attention_flops(const at::Tensor& query, const at::Tensor& key) {
+  return 4.0 * static_cast<double>(query.size(0)) * query.size(1) * query.size(2) * static_cast<double>(key.size(2)) *
+         query.size(3);
+}
+
+std::tuple<at::Tensor, at::Tensor> flash_attention_cpu_meta(const at::Tensor& query, const at::Tensor& key,
                                                             const at::Tensor& value, double /*dropout*/,
                                                             bool /*causal*/, const std::optional<at::Tensor>& /*mask*/,
                                                             std::optional<double> /*scale*/) {
+  count(attention_flops(query, key));
   // [batch, heads, q_len, head_dim] laid out as the CPU kernel's.
   const int64_t batch = query.size(0), heads = query.size(1), length = query.size(2);
   at::Tensor output = at::empty({batch, length, heads, value.size(3)}, query.options()).transpose(1, 2);
@@ -47,16 +65,64 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> flash_attention_cpu_backward_meta
     const at::Tensor& /*grad_out*/, const at::Tensor& query, const at::Tensor& key, const at::Tensor& value,
     const at::Tensor& /*out*/, const at::Tensor& /*logsumexp*/, double /*dropout*/, bool /*causal*/,
     const std::optional<at::Tensor>& /*mask*/, std::optional<double> /*scale*/) {
+  count(2.0 * attention_flops(query, key));  // four products of the same size
   return {at::empty_like(query), at::empty_like(key), at::empty_like(value)};
 }
 
+// Unary ops LibTorch implements through their out= form on every device.
+at::Tensor& unary_out_meta(const at::Tensor& self, at::Tensor& out) {
+  out.resize_(self.sizes());
+  return out;
+}
+
+at::Tensor full_reduction_meta(const at::Tensor& self) { return at::empty({}, self.options()); }
+
+// The matmuls' own Meta kernels (LibTorch's) with their FLOPs counted:
+// [.., m, k] x [.., k, n] is 2 m k n per batch.
+at::Tensor mm_meta(const at::Tensor& a, const at::Tensor& b) {
+  count(2.0 * a.size(0) * a.size(1) * static_cast<double>(b.size(1)));
+  return at::empty({a.size(0), b.size(1)}, a.options());
+}
+
+at::Tensor addmm_meta(const at::Tensor& /*self*/, const at::Tensor& a, const at::Tensor& b, const at::Scalar& /*beta*/,
+                      const at::Scalar& /*alpha*/) {
+  return mm_meta(a, b);
+}
+
+at::Tensor bmm_meta(const at::Tensor& a, const at::Tensor& b) {
+  count(2.0 * a.size(0) * a.size(1) * a.size(2) * static_cast<double>(b.size(2)));
+  return at::empty({a.size(0), a.size(1), b.size(2)}, a.options());
+}
+
+at::Tensor baddbmm_meta(const at::Tensor& /*self*/, const at::Tensor& a, const at::Tensor& b,
+                        const at::Scalar& /*beta*/, const at::Scalar& /*alpha*/) {
+  return bmm_meta(a, b);
+}
+
 }  // namespace
+
+// Registered when a dry run starts, in place of LibTorch's Meta kernels of
+// the same ops (which count nothing): only the dry run computes on meta.
+void install_counting_matmuls() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    static torch::Library library(torch::Library::IMPL, "aten", c10::DispatchKey::Meta, __FILE__, __LINE__);
+    library.impl("mm", mm_meta);
+    library.impl("addmm", addmm_meta);
+    library.impl("bmm", bmm_meta);
+    library.impl("baddbmm", baddbmm_meta);
+  });
+}
 
 TORCH_LIBRARY_IMPL(aten, Meta, m) {
   m.impl("index_select", index_select_meta);
   m.impl("where.self", where_meta);
   m.impl("where.self_out", where_out_meta);
   m.impl("embedding_dense_backward", embedding_dense_backward_meta);
+  m.impl("abs.out", unary_out_meta);
+  m.impl("max", full_reduction_meta);
+  m.impl("min", full_reduction_meta);
+  m.impl("logical_not.out", unary_out_meta);
   m.impl("_scaled_dot_product_flash_attention_for_cpu", flash_attention_cpu_meta);
   m.impl("_scaled_dot_product_flash_attention_for_cpu_backward", flash_attention_cpu_backward_meta);
 }
