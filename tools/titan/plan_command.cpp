@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
+#include "plan_search_command.h"
 #include "titan/dry_run.hpp"
 #include "titan/error.hpp"
 #include "titan/logging.hpp"
@@ -19,13 +20,15 @@ namespace titan::cli {
 namespace {
 
 const char* kUsage =
-    "usage: titan plan CONFIG --world-size N [--set key.path=value ...] [--steps S] [--json]\n"
+    "usage: titan plan CONFIG --world-size N [--set key.path=value ...] [--steps S] [--every-rank] [--json]\n"
     "       titan plan --model NAME --flavor F --gpus N --device D --seq-len S --global-batch-tokens T ...\n"
     "  The first form is a dry run: every one of the N ranks is a thread of this process that builds the\n"
     "  real mesh, model and plugins and runs S training steps (default 2) on meta tensors through simulated\n"
     "  process groups. It fails, naming the group, ranks and call sites, when the ranks' collectives do not\n"
     "  line up or a send is never received; otherwise it prints each rank's measured peak memory (and\n"
-    "  where), FLOPs and bytes per collective of the last step. Alike ranks are printed once.\n"
+    "  where), FLOPs and bytes per collective of the last step. Ranks that differ only in their data-parallel\n"
+    "  coordinates are simulated once (the run checks that their shards are even); --every-rank simulates\n"
+    "  each one. Alike ranks are printed once.\n"
     "  The second form searches layouts for a model on a cluster (`titan plan --model x --help`).\n";
 
 std::string gib(int64_t bytes) {
@@ -75,13 +78,14 @@ std::vector<std::vector<int>> alike_ranks(const DryRunReport& report) {
   }
   std::vector<std::vector<int>> result;
   for (const auto& key : order) result.push_back(classes[key]);
-  return result;
+  return result;  // simulated ranks, alike
 }
 
 void print_table(const std::string& config_path, const DryRunReport& report) {
-  std::printf("%s at %d ranks: %s, mesh %s; dry run of %lld steps in %.2f s\n", config_path.c_str(),
-              report.world_size, report.model.c_str(), report.mesh.empty() ? "(none)" : report.mesh.c_str(),
-              static_cast<long long>(report.measured_step), report.seconds);
+  std::printf("%s at %d ranks: %s, mesh %s; dry run of %lld steps of %d simulated ranks in %.2f s\n",
+              config_path.c_str(), report.world_size, report.model.c_str(),
+              report.mesh.empty() ? "(none)" : report.mesh.c_str(), static_cast<long long>(report.measured_step),
+              report.simulated_ranks(), report.seconds);
   int64_t collectives = 0;
   for (const RankPlan& rank : report.ranks) collectives += static_cast<int64_t>(rank.collectives.size());
   std::printf("job: %.3gB parameters, %lld tokens per step, model FLOPs %s per step\n", report.parameters / 1e9,
@@ -91,9 +95,14 @@ void print_table(const std::string& config_path, const DryRunReport& report) {
   std::printf("%-16s %9s %9s %9s %9s %9s %10s %10s  %s\n", "ranks", "params", "grads", "optim", "activ", "peak",
               "TFLOP", "recompute", "peak at");
   std::printf("%-16s %9s %9s %9s %9s %9s %10s %10s\n", "", "GiB", "GiB", "GiB", "GiB", "GiB", "", "TFLOP");
+  std::map<int, const RankPlan*> by_rank;
+  for (const RankPlan& rank : report.ranks) by_rank[rank.rank] = &rank;
   for (const auto& ranks : alike_ranks(report)) {
-    const RankPlan& rank = report.ranks[static_cast<size_t>(ranks.front())];
-    std::printf("%-16s %9s %9s %9s %9s %9s %10.3f %10.3f  %s\n", rank_ranges(ranks).c_str(),
+    const RankPlan& rank = *by_rank.at(ranks.front());
+    std::vector<int> all;
+    for (int simulated : ranks) all.insert(all.end(), by_rank.at(simulated)->stands_for.begin(), by_rank.at(simulated)->stands_for.end());
+    std::sort(all.begin(), all.end());
+    std::printf("%-16s %9s %9s %9s %9s %9s %10.3f %10.3f  %s\n", rank_ranges(all).c_str(),
                 gib(rank.parameter_bytes).c_str(), gib(rank.gradient_bytes).c_str(), gib(rank.optimizer_bytes).c_str(),
                 gib(rank.activation_bytes()).c_str(), gib(rank.peak_bytes).c_str(), rank.flops / 1e12,
                 rank.recompute_flops / 1e12, rank.peak_at.c_str());
@@ -115,6 +124,7 @@ nlohmann::json to_json(const std::string& config_path, const DryRunReport& repor
                              {"peer", event.peer}});
     }
     ranks.push_back({{"rank", rank.rank},
+                     {"stands_for", rank.stands_for},
                      {"coordinates", rank.coordinates},
                      {"parameter_bytes", rank.parameter_bytes},
                      {"gradient_bytes", rank.gradient_bytes},
@@ -166,16 +176,18 @@ int positive(const std::string& flag, const std::string& text) {
 }  // namespace
 
 int plan_command(const Args& args) {
-  // TODO(layout search): dispatch --model to plan_search_command
+  if (std::find(args.begin(), args.end(), "--model") != args.end()) return plan_search_command(args);
   if (args.empty() || wants_help(args)) {
     std::cout << kUsage;
     return args.empty() ? 2 : 0;
   }
   Args rest = args;
   const bool json = take_flag(rest, "--json");
+  const bool every_rank = take_flag(rest, "--every-rank");
   const std::string world_text = take_value(rest, "--world-size");
   if (world_text.empty()) throw Error("titan plan CONFIG needs --world-size N (the ranks to simulate)\n" + std::string(kUsage));
   DryRunOptions options;
+  options.every_rank = every_rank;
   options.world_size = positive("--world-size", world_text);
   if (const std::string steps = take_value(rest, "--steps"); !steps.empty()) options.steps = positive("--steps", steps);
   RunArgs run = parse_run_args(rest, kUsage);

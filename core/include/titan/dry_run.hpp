@@ -20,6 +20,7 @@ namespace titan {
 
 struct RankPlan {
   int rank = 0;
+  std::vector<int> stands_for;                 // the ranks that behave as this one (itself included)
   std::map<std::string, int64_t> coordinates;  // along each mesh dim of degree > 1
   int64_t parameter_bytes = 0;                 // held by this rank (its shards)
   int64_t gradient_bytes = 0;
@@ -49,12 +50,19 @@ struct DryRunReport {
   int64_t tokens_per_step = 0;  // the job's
   double model_flops_per_step = 0;  // the model's own FLOPs for those tokens (6N + attention), no recompute
   double seconds = 0;         // the dry run's own wall time
-  std::vector<RankPlan> ranks;
+  std::vector<RankPlan> ranks;  // the simulated ranks, each standing for its alike ranks
+  int simulated_ranks() const { return static_cast<int>(ranks.size()); }
 };
 
 struct DryRunOptions {
   int world_size = 1;
   int steps = 2;  // the last one is measured (the optimizer's state exists from step 1 on)
+  // Simulate every rank; otherwise ranks that differ only in their
+  // data-parallel coordinates (dp_replicate, dp_shard) are simulated once,
+  // by the one at coordinate 0 (docs/planning.md has why they behave
+  // alike; the run checks the condition and refuses the shortcut, naming
+  // the parameter, where it does not hold).
+  bool every_rank = false;
 };
 
 // Throws titan::Error naming the group, the ranks and their call sites when

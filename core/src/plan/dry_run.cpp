@@ -5,6 +5,7 @@
 
 #include <ATen/Parallel.h>
 
+#include <algorithm>
 #include <chrono>
 #include <deque>
 #include <thread>
@@ -33,7 +34,58 @@ int64_t bytes_of(const at::Tensor& tensor) {
   return tensor.defined() ? static_cast<int64_t>(tensor.numel() * tensor.element_size()) : 0;
 }
 
-void run_rank(RunPlan& plan, DryRank& dry, const DryRunOptions& options, RankPlan& out) {
+// The data-parallel dims: ranks differing only there run the same program
+// on other token values.
+const std::vector<std::string> kAlikeDims = {"dp_replicate", "dp_shard"};
+
+// Every rank's representative: the rank with the same coordinates along
+// the other dims and, along each alike dim, the last coordinate if it has
+// it and 0 otherwise. First and last both run, so what only an edge rank
+// does (rank 0's duties, the last shard) is simulated too.
+std::vector<int> representatives(const RunPlan& plan, int world_size, bool every_rank) {
+  std::vector<int> result(static_cast<size_t>(world_size));
+  if (every_rank || world_size == 1) {
+    for (int rank = 0; rank < world_size; ++rank) result[rank] = rank;
+    return result;
+  }
+  const auto degrees = resolve_mesh_degrees(mesh_requests(plan), world_size);
+  const auto splits = mesh_splits(plan);
+  std::map<std::map<std::string, int64_t>, int> first_of;  // the other dims' coordinates -> representative
+  for (int rank = 0; rank < world_size; ++rank) {
+    std::map<std::string, int64_t> others;
+    for (const auto& [dim, coordinate] : mesh_slices(degrees, splits, rank).coordinates) {
+      if (std::find(mesh_dim_order().begin(), mesh_dim_order().end(), dim) == mesh_dim_order().end()) continue;
+      const bool alike = std::find(kAlikeDims.begin(), kAlikeDims.end(), dim) != kAlikeDims.end();
+      others[dim] = !alike || coordinate == degrees.at(dim) - 1 ? coordinate : 0;
+    }
+    result[rank] = first_of.try_emplace(others, rank).first->second;
+  }
+  return result;
+}
+
+// The condition under which data-parallel ranks are alike: every piece a
+// parameter is cut into is the same size (an uneven FSDP shard gives the
+// last rank fewer rows, so other buffers and collectives).
+void check_even_shards(const CausalLM& model, const DeviceMesh& mesh) {
+  for (const auto& item : model.named_parameters()) {
+    const TensorLayout* layout = model.layout(item.key());
+    if (!layout) continue;
+    std::vector<int64_t> pieces(layout->global_shape.size(), 1);
+    for (size_t i = 0; i < layout->placements.size(); ++i) {
+      if (layout->placements[i].kind == Placement::Kind::shard) {
+        pieces.at(static_cast<size_t>(layout->placements[i].dim)) *= mesh.size(layout->mesh_dims[i]);
+      }
+    }
+    for (size_t d = 0; d < pieces.size(); ++d) {
+      if (layout->local_shape[d] * pieces[d] == layout->global_shape[d]) continue;
+      throw Error("parameter '" + item.key() + "' (" + layout->describe() +
+                  ") is split unevenly, so data-parallel ranks hold different pieces and are not alike; plan with "
+                  "--every-rank to simulate each one");
+    }
+  }
+}
+
+void run_rank(RunPlan& plan, DryRank& dry, const DryRunOptions& options, bool check_alike, RankPlan& out) {
   DryRankScope scope(dry);
   DryRankTally& tally = dry.tally;
   tally.phase = "build";
@@ -42,6 +94,7 @@ void run_rank(RunPlan& plan, DryRank& dry, const DryRunOptions& options, RankPla
   world.world_size = options.world_size;
   world.source = "dry run";
   TrainingRun run(plan, world);
+  if (check_alike && run.parallel->mesh()) check_even_shards(*run.model, *run.parallel->mesh());
   StepOutcome outcome;
   for (int64_t step = 1; step <= options.steps; ++step) {
     tally.phase = "step " + std::to_string(step);
@@ -79,22 +132,25 @@ DryRunReport dry_run(const ConfigNode& config, const DryRunOptions& options) {
   install_range_tracker();
   at::set_num_threads(1);  // meta kernels do no work to split
 
-  std::vector<RunPlan> plans;
-  plans.reserve(static_cast<size_t>(options.world_size));
-  // Each rank reads its own copy of the config: plugins read options (and
-  // the config marks keys as used) while the ranks run side by side.
-  // Rank 0 reads the caller's, so that config errors name its file and line.
-  const std::string text = config.dump();
+  // Rank 0 plans from the caller's config, so that config errors name its
+  // file and line; every other simulated rank from its own copy.
+  std::map<int, RunPlan> plans;
+  plans.emplace(0, plan_run(config, 0, options.world_size));
+  const std::vector<int> representative = representatives(plans.at(0), options.world_size, options.every_rank);
+  std::vector<int> simulated;
   for (int rank = 0; rank < options.world_size; ++rank) {
-    plans.push_back(plan_run(rank == 0 ? config : ConfigNode::parse(text, "the config (rank " + std::to_string(rank) + "'s copy)"),
-                             rank, options.world_size));
+    if (representative[rank] != rank) continue;
+    simulated.push_back(rank);
+    if (rank == 0) continue;
+    plans.emplace(rank, plan_run(ConfigNode::parse(config.dump(), "the config (rank " + std::to_string(rank) + "'s copy)"),
+                                 rank, options.world_size));
   }
 
   DryRunReport report;
   report.world_size = options.world_size;
   report.measured_step = options.steps;
   {
-    const RunPlan& plan = plans.front();
+    const RunPlan& plan = plans.at(0);
     const TrainingConfig& training = plan.core.training;
     report.model = plan.model_plugin + " " + plan.model->flavor();
     report.parameters = plan.model->num_params();
@@ -109,23 +165,30 @@ DryRunReport dry_run(const ConfigNode& config, const DryRunOptions& options) {
     report.model_flops_per_step = plan.model->flops_per_token(training.seq_len) * report.tokens_per_step;
   }
 
-  SimulatedWorld world(options.world_size);
+  SimulatedWorld world(options.world_size, representative);
   // Tallies outlive the threads: a meta tensor freed late still finds its own.
   static std::deque<DryRank> tallies;
   std::vector<DryRank*> ranks;
-  for (int rank = 0; rank < options.world_size; ++rank) {
+  for (int rank : simulated) {
     tallies.emplace_back();
     tallies.back().rank = rank;
     tallies.back().world = &world;
     ranks.push_back(&tallies.back());
   }
-  report.ranks.resize(static_cast<size_t>(options.world_size));
-  std::vector<std::thread> threads;
-  for (int rank = 0; rank < options.world_size; ++rank) world.rank_started();
+  report.ranks.resize(simulated.size());
   for (int rank = 0; rank < options.world_size; ++rank) {
-    threads.emplace_back([&, rank] {
+    const auto at = std::find(simulated.begin(), simulated.end(), representative[rank]) - simulated.begin();
+    report.ranks[static_cast<size_t>(at)].stands_for.push_back(rank);
+  }
+  const bool check_alike = simulated.size() < static_cast<size_t>(options.world_size);
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < simulated.size(); ++i) world.rank_started();
+  for (size_t i = 0; i < simulated.size(); ++i) {
+    threads.emplace_back([&, i] {
+      const int rank = simulated[i];
+      world.enter();
       try {
-        run_rank(plans[rank], *ranks[rank], options, report.ranks[rank]);
+        run_rank(plans.at(rank), *ranks[i], options, check_alike, report.ranks[i]);
       } catch (const SimulationStopped&) {  // another rank's failure, reported once
       } catch (const std::exception& error) {
         world.stop("rank " + std::to_string(rank) + ": " + error.what());

@@ -6,6 +6,7 @@
 #include <ATen/ATen.h>
 
 #include <condition_variable>
+#include <algorithm>
 #include <deque>
 #include <functional>
 #include <map>
@@ -80,6 +81,9 @@ struct Round {
 struct Group {
   std::string name, label;
   std::vector<int> ranks;
+  // Per member: the member whose calls it makes (itself when simulated).
+  std::vector<size_t> stand_in;
+  int present = 0;  // simulated members
   std::vector<int64_t> next;  // per member: its next collective's number
   std::map<int64_t, std::unique_ptr<Round>> rounds;
 };
@@ -100,6 +104,7 @@ struct Mailbox {
 
 struct SimulatedWorld::State {
   std::mutex mutex;
+  std::mutex turn;  // held by the one rank thread that runs
   int live = 0;
   struct Wait {
     std::condition_variable* cv;
@@ -156,7 +161,13 @@ void SimulatedWorld::State::block(std::unique_lock<std::mutex>& lock, std::condi
     stop_locked("deadlock: every rank waits and none can go on (a collective or send that some rank never issues);" +
                 describe_waits());
   }
-  cv.wait(lock, [&] { return ready() || !failure.empty(); });
+  while (!ready() && failure.empty()) {
+    turn.unlock();  // another rank runs while this one waits
+    cv.wait(lock);
+    lock.unlock();  // the turn first, then the state (the order every thread takes them in)
+    turn.lock();
+    lock.lock();
+  }
   waiting.erase(rank);
   if (!ready()) throw SimulationStopped(failure);
 }
@@ -346,13 +357,20 @@ class SimulatedComm : public Comm {
         ->wait();
   }
 
-  void send(const at::Tensor& tensor, int peer) override { send_async(tensor, peer, 0)->wait(); }
+  // A blocking send returns once its message was received; an async one is
+  // buffered, as Gloo and NCCL complete a send once the transport has it
+  // (a message never received is reported when the step ends).
+  void send(const at::Tensor& tensor, int peer) override { post_send(tensor, peer, 0, true)->wait(); }
   void recv(at::Tensor& tensor, int peer) override { recv_async(tensor, peer, 0)->wait(); }
-  std::unique_ptr<CommWork> send_async(const at::Tensor& tensor, int peer, int tag) override;
+  std::unique_ptr<CommWork> send_async(const at::Tensor& tensor, int peer, int tag) override {
+    return post_send(tensor, peer, tag, false);
+  }
+  std::unique_ptr<CommWork> post_send(const at::Tensor& tensor, int peer, int tag, bool until_received);
   std::unique_ptr<CommWork> recv_async(at::Tensor& tensor, int peer, int tag) override;
 
  private:
   using Finish = std::function<void(const at::Tensor& result)>;
+  class Done;
   class RoundWork;
   class MessageWork;
 
@@ -391,6 +409,11 @@ class SimulatedComm : public Comm {
   uint64_t sequence_ = 0;
 };
 
+class SimulatedComm::Done : public CommWork {
+ public:
+  void wait() override {}
+};
+
 class SimulatedComm::RoundWork : public CommWork {
  public:
   RoundWork(SimulatedComm& comm, int64_t number, Finish finish)
@@ -414,7 +437,7 @@ class SimulatedComm::RoundWork : public CommWork {
     world.block(lock, round.done, [&] { return round.complete; }, group.ranks[comm_.member_],
                 mine.op + " #" + std::to_string(number_) + " on " + group.label + " at '" + mine.site + "'");
     at::Tensor result = round.results.empty() ? at::Tensor() : round.results[static_cast<size_t>(comm_.member_)];
-    if (++round.collected == static_cast<int>(group.ranks.size())) group.rounds.erase(number_);
+    if (++round.collected == group.present) group.rounds.erase(number_);
     lock.unlock();
     finish_(result);
   }
@@ -442,7 +465,10 @@ std::unique_ptr<CommWork> SimulatedComm::post(Part part, Finish finish) {
   Round& round = *slot;
   round.parts[member] = std::move(part);
   round.arrived[member] = true;
-  if (++round.count == static_cast<int>(group.ranks.size())) {
+  if (++round.count == group.present) {
+    for (size_t m = 0; m < group.ranks.size(); ++m) {
+      if (group.stand_in[m] != m) round.parts[m] = round.parts[group.stand_in[m]];
+    }
     const std::string difference = first_difference(round.parts, group.ranks);
     if (!difference.empty()) {
       world_.stop_locked("group " + group.label + " (ranks " + ranks_text(group.ranks) + "), collective #" +
@@ -450,6 +476,10 @@ std::unique_ptr<CommWork> SimulatedComm::post(Part part, Finish finish) {
       throw SimulationStopped(world_.failure);
     }
     round.results = cpu_results(round.parts);
+    // A backend lets go of the inputs when the collective completes; held
+    // longer, their bytes would count on their ranks until the last
+    // member's wait.
+    for (Part& done : round.parts) done.input = at::Tensor();
     round.complete = true;
     round.done.notify_all();
   }
@@ -518,7 +548,7 @@ class SimulatedComm::MessageWork : public CommWork {
   bool waited_ = false;
 };
 
-std::unique_ptr<CommWork> SimulatedComm::send_async(const at::Tensor& tensor, int peer, int tag) {
+std::unique_ptr<CommWork> SimulatedComm::post_send(const at::Tensor& tensor, int peer, int tag, bool until_received) {
   if (peer < 0 || peer >= size()) fail("send", "peer rank " + std::to_string(peer) + " is outside the group");
   record("send", tensor, group_->ranks[peer], tag);
   auto message = std::make_shared<Message>();
@@ -529,6 +559,7 @@ std::unique_ptr<CommWork> SimulatedComm::send_async(const at::Tensor& tensor, in
   auto box = mailbox(member_, peer, tag);
   box->messages.push_back(message);
   box->changed.notify_all();
+  if (!until_received) return std::make_unique<Done>();
   return std::make_unique<MessageWork>(world_, box, message, nullptr, group_->ranks[member_], message->site);
 }
 
@@ -543,7 +574,12 @@ std::unique_ptr<CommWork> SimulatedComm::recv_async(at::Tensor& tensor, int peer
 
 }  // namespace
 
-SimulatedWorld::SimulatedWorld(int world_size) : world_size_(world_size), state_(std::make_unique<State>()) {}
+SimulatedWorld::SimulatedWorld(int world_size, std::vector<int> representative)
+    : world_size_(world_size), representative_(std::move(representative)), state_(std::make_unique<State>()) {
+  if (representative_.empty()) {
+    for (int rank = 0; rank < world_size; ++rank) representative_.push_back(rank);
+  }
+}
 SimulatedWorld::~SimulatedWorld() = default;
 
 std::unique_ptr<Comm> SimulatedWorld::new_group(const std::string& name, const std::vector<int>& ranks, int rank,
@@ -564,6 +600,16 @@ std::unique_ptr<Comm> SimulatedWorld::new_group(const std::string& name, const s
     group->label = name;
     group->ranks = ranks;
     group->next.assign(ranks.size(), 0);
+    for (size_t m = 0; m < ranks.size(); ++m) {
+      const int stands_for = representative_.at(static_cast<size_t>(ranks[m]));
+      auto found = std::find(ranks.begin(), ranks.end(), stands_for);
+      if (found == ranks.end()) {
+        throw Error("dry run: group " + name + " has rank " + std::to_string(ranks[m]) +
+                    " but not the simulated rank that stands for it (" + std::to_string(stands_for) + ")");
+      }
+      group->stand_in.push_back(static_cast<size_t>(found - ranks.begin()));
+      if (stands_for == ranks[m]) ++group->present;
+    }
   }
   return std::make_unique<SimulatedComm>(*state_, group, member, events);
 }
@@ -573,9 +619,12 @@ void SimulatedWorld::rank_started() {
   ++state_->live;
 }
 
+void SimulatedWorld::enter() { state_->turn.lock(); }
+
 void SimulatedWorld::rank_finished() {
   std::lock_guard<std::mutex> lock(state_->mutex);
   State& state = *state_;
+  state.turn.unlock();
   --state.live;
   if (state.live > 0 && state.deadlocked()) {
     state.stop_locked("deadlock: a rank ended its step while others still wait for it;" + state.describe_waits());

@@ -8,6 +8,13 @@
 // their call sites and the first differing collective. CPU tensors (host
 // metadata: shapes, counts) are really exchanged; meta tensors only get
 // correctly shaped results.
+//
+// Only some ranks may be simulated: each other rank has a representative
+// among them that provably behaves as it does (dry_run.cpp), and stands in
+// for it in every group both belong to. The rank threads take turns (one
+// runs at a time, the others wait in a collective or for their turn):
+// LibTorch's meta kernels and the plugins were written for one thread per
+// process, and sharing one process between hundreds of ranks raced.
 #pragma once
 #include <memory>
 #include <string>
@@ -27,7 +34,9 @@ class SimulationStopped : public Error {
 
 class SimulatedWorld {
  public:
-  explicit SimulatedWorld(int world_size);
+  // representative[r]: the simulated rank that stands for rank r (r itself
+  // when r is simulated); empty: every rank is simulated.
+  explicit SimulatedWorld(int world_size, std::vector<int> representative = {});
   ~SimulatedWorld();
   int world_size() const { return world_size_; }
 
@@ -38,9 +47,11 @@ class SimulatedWorld {
   std::unique_ptr<Comm> new_group(const std::string& name, const std::vector<int>& ranks, int rank,
                                   std::vector<CollectiveEvent>* events);
 
-  // The threads call these around their work, so that a wait no running
-  // rank can end is found.
+  // Every simulated rank is counted started before any thread runs, so
+  // that a wait no running rank can end is found; each thread then enters
+  // (takes its turn) and finishes.
   void rank_started();
+  void enter();
   void rank_finished();
   // Stops every rank (the first reason wins); they throw SimulationStopped.
   void stop(const std::string& reason);
@@ -52,6 +63,7 @@ class SimulatedWorld {
 
  private:
   const int world_size_;
+  std::vector<int> representative_;
   std::unique_ptr<State> state_;
 };
 

@@ -241,6 +241,7 @@ void TrainingRun::build_model() {
     if (!planned) throw Error("pipeline: the run was not planned (no pp mesh dim)");
     PipelineModel built = build_pipeline_model(plan, *planned, parallel->mesh(), world.rank, device,
                                                [&](CausalLM& part) {
+                                                 auto building = dry_run_build_lock();
                                                  apply_plugins(part, plan.parallelizers, plan.precision.get(), context);
                                                });
     model = built.model;
