@@ -64,10 +64,24 @@ std::vector<Segment> segments_of(const at::Tensor& positions) {
 // is what head-tail balancing evens out).
 std::optional<at::Tensor> pair_mask(const at::Tensor& query_positions, const Segment& queries,
                                     const at::Tensor& key_positions, const Segment& keys, const c10::Device& device) {
+  // Positions run consecutively within a segment, so its corners decide the
+  // common cases without building the [queries x keys] mask (at 262k
+  // tokens, 64 MiB per pair, dozens of pairs per layer): the last query
+  // before the first key sees nothing, the first query at or after the last
+  // key sees everything.
+  auto position = [](const at::Tensor& positions, int64_t at) { return positions.narrow(0, at, 1); };
+  const int64_t last_query = queries.begin + queries.length - 1, last_key = keys.begin + keys.length - 1;
+  if (!causally_visible(position(query_positions, last_query), position(key_positions, keys.begin)).item<bool>()) {
+    return std::nullopt;
+  }
+  if (causally_visible(position(query_positions, queries.begin), position(key_positions, last_key)).item<bool>()) {
+    return at::Tensor();
+  }
+  if (device.is_meta()) {  // the dry run: a mask's shape, no values to compute
+    return at::empty({queries.length, keys.length}, at::TensorOptions().dtype(at::kBool).device(device));
+  }
   at::Tensor mask = causally_visible(query_positions.narrow(0, queries.begin, queries.length),
                                      key_positions.narrow(0, keys.begin, keys.length));
-  if (!mask.any().item<bool>()) return std::nullopt;
-  if (mask.all().item<bool>()) return at::Tensor();
   return mask.to(device);
 }
 

@@ -78,9 +78,13 @@ void ExpertParallelizer::parallelize(CausalLM& model, const ParallelizeContext& 
     if (!experts) throw Error("expert_parallel: " + path + ".experts is not the core GroupedExperts layer");
     for (const char* weight : {"w1", "w2", "w3"}) {
       const std::string name = path + ".experts." + weight;
-      at::Tensor* param = experts->named_parameters(/*recurse=*/false).find(weight);
-      if (!param) throw Error("expert_parallel: " + name + " is missing");
-      if (!param->is_meta()) {
+      // named_parameters() returns its dict by value: keep it while `found`
+      // points into it (a pointer into the temporary dangled).
+      const auto params = experts->named_parameters(/*recurse=*/false);
+      const at::Tensor* found = params.find(weight);
+      if (!found) throw Error("expert_parallel: " + name + " is missing");
+      const at::Tensor param = *found;
+      if (!param.is_meta()) {
         throw Error("expert_parallel: parameter '" + name + "' is already materialized; EP must run on the meta model");
       }
       if (model.layout(name)) {
@@ -88,13 +92,13 @@ void ExpertParallelizer::parallelize(CausalLM& model, const ParallelizeContext& 
                     model.layout(name)->describe() + "); apply expert parallelism before other sharding");
       }
       // Experts [rank * local, (rank + 1) * local) of dim 0, Shard(0) over ep.
-      TensorLayout layout = TensorLayout::replicated(param->sizes().vec());
+      TensorLayout layout = TensorLayout::replicated(param.sizes().vec());
       const int64_t local = layout.global_shape[0] / ranks;
       layout.local_shape[0] = local;
       layout.local_offset[0] = rank * local;
       layout.mesh_dims = {"ep"};
       layout.placements = {Placement::shard(0)};
-      param->set_data(at::empty(layout.local_shape, param->options()));
+      param.set_data(at::empty(layout.local_shape, param.options()));
       model.set_layout(name, layout);
     }
     swap_module(model, path + ".dispatcher", std::make_shared<AllToAllDispatcher>(ep, path));

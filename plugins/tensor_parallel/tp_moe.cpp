@@ -54,8 +54,11 @@ at::Tensor TpMoE::forward(const at::Tensor& input) {
 
 namespace {
 
-at::Tensor& parameter(torch::nn::Module& module, const std::string& name, const std::string& path) {
-  at::Tensor* found = module.named_parameters(/*recurse=*/false).find(name);
+// A handle to the parameter (named_parameters() returns its dict by value:
+// a reference into it would dangle once the dict is gone).
+at::Tensor parameter(torch::nn::Module& module, const std::string& name, const std::string& path) {
+  const auto params = module.named_parameters(/*recurse=*/false);
+  const at::Tensor* found = params.find(name);
   if (!found) throw Error("tensor_parallel: MoE layer part '" + path + "' has no parameter '" + name + "'");
   return *found;
 }

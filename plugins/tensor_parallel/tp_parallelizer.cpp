@@ -17,8 +17,12 @@ namespace titan::tensor_parallel {
 
 namespace {
 
-at::Tensor& weight_of(torch::nn::Module& layer, const std::string& path) {
-  at::Tensor* weight = layer.named_parameters(/*recurse=*/false).find("weight");
+// A handle to the layer's weight (named_parameters() returns its dict by
+// value: a reference into it dangled once the statement ended, which the
+// dry run's other ranks, allocating in between, turned into crashes).
+at::Tensor weight_of(torch::nn::Module& layer, const std::string& path) {
+  const auto params = layer.named_parameters(/*recurse=*/false);
+  const at::Tensor* weight = params.find("weight");
   if (!weight) throw Error("tensor_parallel: layer '" + path + "' has no parameter 'weight' to shard");
   return *weight;
 }
@@ -71,7 +75,7 @@ void TpParallelizer::parallelize(CausalLM& model, const ParallelizeContext& cont
     for (const auto& path : match_modules(model, pattern)) {
       auto layer = std::dynamic_pointer_cast<Layer>(find_module(model, path));
       if (!layer) throw Error("tensor_parallel: the plan names '" + path + "', which is not a titan::Layer");
-      at::Tensor& weight = weight_of(*layer, path);
+      const at::Tensor weight = weight_of(*layer, path);
       const std::string name = path + ".weight";
       std::shared_ptr<Layer> replacement;
       switch (style) {

@@ -8,7 +8,7 @@
 
 namespace titan::tensor_parallel {
 
-TensorLayout shard_weight(at::Tensor& weight, int64_t dim, const Comm& tp, const std::string& name) {
+TensorLayout shard_weight(const at::Tensor& weight, int64_t dim, const Comm& tp, const std::string& name) {
   if (!weight.is_meta()) {
     throw Error("tensor_parallel: parameter '" + name + "' is already materialized; TP must run on the meta model");
   }

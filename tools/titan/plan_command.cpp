@@ -5,12 +5,14 @@
 #include <cstdio>
 #include <iostream>
 #include <map>
+#include <optional>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
 #include "plan_search_command.h"
+#include "titan/device_table.hpp"
 #include "titan/dry_run.hpp"
 #include "titan/error.hpp"
 #include "titan/logging.hpp"
@@ -20,7 +22,8 @@ namespace titan::cli {
 namespace {
 
 const char* kUsage =
-    "usage: titan plan CONFIG --world-size N [--set key.path=value ...] [--steps S] [--every-rank] [--json]\n"
+    "usage: titan plan CONFIG --world-size N [--set key.path=value ...] [--steps S] [--every-rank]\n"
+    "                  [--serial] [--device D] [--json]\n"
     "       titan plan --model NAME --flavor F --gpus N --device D --seq-len S --global-batch-tokens T ...\n"
     "  The first form is a dry run: every one of the N ranks is a thread of this process that builds the\n"
     "  real mesh, model and plugins and runs S training steps (default 2) on meta tensors through simulated\n"
@@ -28,7 +31,10 @@ const char* kUsage =
     "  line up or a send is never received; otherwise it prints each rank's measured peak memory (and\n"
     "  where), FLOPs and bytes per collective of the last step. Ranks that differ only in their data-parallel\n"
     "  coordinates are simulated once (the run checks that their shards are even); --every-rank simulates\n"
-    "  each one. Alike ranks are printed once.\n"
+    "  each one. Alike ranks are printed once. --device D (h100-80gb, h200, b200, a100-80gb, cpu) adds the\n"
+    "  step time the slowest rank's measured work would take there, with the model's assumptions.\n"
+    "  The rank threads run side by side; --serial runs one at a time, for plugins that keep\n"
+    "  process-wide state.\n"
     "  The second form searches layouts for a model on a cluster (`titan plan --model x --help`).\n";
 
 std::string gib(int64_t bytes) {
@@ -184,10 +190,15 @@ int plan_command(const Args& args) {
   Args rest = args;
   const bool json = take_flag(rest, "--json");
   const bool every_rank = take_flag(rest, "--every-rank");
+  const bool serial = take_flag(rest, "--serial");
+  const std::string device_name = take_value(rest, "--device");
+  std::optional<DeviceSpec> device;
+  if (!device_name.empty()) device = find_device(device_name);
   const std::string world_text = take_value(rest, "--world-size");
   if (world_text.empty()) throw Error("titan plan CONFIG needs --world-size N (the ranks to simulate)\n" + std::string(kUsage));
   DryRunOptions options;
   options.every_rank = every_rank;
+  options.serial = serial;
   options.world_size = positive("--world-size", world_text);
   if (const std::string steps = take_value(rest, "--steps"); !steps.empty()) options.steps = positive("--steps", steps);
   RunArgs run = parse_run_args(rest, kUsage);
@@ -195,10 +206,26 @@ int plan_command(const Args& args) {
   ConfigNode config = ConfigNode::load_file(run.config_path);
   for (const auto& assignment : run.overrides) config.apply_override(assignment);
   const DryRunReport report = dry_run(config, options);
+  std::optional<StepEstimate> estimate;
+  if (device) estimate = estimate_step(report, *device);
   if (json) {
-    std::cout << to_json(run.config_path, report).dump(1) << "\n";
-  } else {
-    print_table(run.config_path, report);
+    nlohmann::json out = to_json(run.config_path, report);
+    if (estimate) {
+      out["estimate"] = {{"device", device->name},       {"step_s", estimate->step_s},
+                         {"compute_s", estimate->compute_s}, {"exposed_comm_s", estimate->exposed_comm_s},
+                         {"bubble_s", estimate->bubble_s},   {"tokens_per_s", estimate->tokens_per_s},
+                         {"mfu", estimate->mfu},             {"assumptions", estimate->assumptions}};
+    }
+    std::cout << out.dump(1) << "\n";
+    return 0;
+  }
+  print_table(run.config_path, report);
+  if (estimate) {
+    std::printf("\non %s (%s), the slowest rank's step: %.2f s = compute %.2f + exposed communication %.2f + "
+                "pipeline bubble %.2f; %.0f tokens/s for the job, MFU %.1f%%\nassumptions:\n",
+                device->name.c_str(), device->description.c_str(), estimate->step_s, estimate->compute_s,
+                estimate->exposed_comm_s, estimate->bubble_s, estimate->tokens_per_s, 100 * estimate->mfu);
+    for (const auto& assumption : estimate->assumptions) std::printf("  - %s\n", assumption.c_str());
   }
   return 0;
 }

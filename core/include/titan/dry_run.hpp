@@ -15,6 +15,7 @@
 
 #include "titan/comm_observer.hpp"
 #include "titan/config.hpp"
+#include "titan/step_estimate.hpp"
 
 namespace titan {
 
@@ -50,6 +51,12 @@ struct DryRunReport {
   int64_t tokens_per_step = 0;  // the job's
   double model_flops_per_step = 0;  // the model's own FLOPs for those tokens (6N + attention), no recompute
   double seconds = 0;         // the dry run's own wall time
+  // For a step-time estimate (estimate_step below).
+  std::map<std::string, int64_t> degrees;  // every mesh dim
+  bool float32_matmuls = false;            // no bf16 compute
+  std::string pipeline_schedule;           // "" without a pipeline
+  int64_t pipeline_microbatches = 0;
+  int64_t layers = 0;
   std::vector<RankPlan> ranks;  // the simulated ranks, each standing for its alike ranks
   int simulated_ranks() const { return static_cast<int>(ranks.size()); }
 };
@@ -63,11 +70,19 @@ struct DryRunOptions {
   // alike; the run checks the condition and refuses the shortcut, naming
   // the parameter, where it does not hold).
   bool every_rank = false;
+  // One rank thread at a time: slower, for plugins that keep process-wide
+  // state (a rank of a real job is a process of its own).
+  bool serial = false;
 };
 
 // Throws titan::Error naming the group, the ranks and their call sites when
 // the ranks' collectives do not line up, a send has no receive, or a rank
 // fails (its own error).
 DryRunReport dry_run(const ConfigNode& config, const DryRunOptions& options);
+
+// The step time of the dry run's slowest rank on `device`, from its
+// measured FLOPs and collective bytes (step_estimate.hpp's model and
+// assumptions; the pipeline's bubble from the schedule's own action lists).
+StepEstimate estimate_step(const DryRunReport& report, const DeviceSpec& device);
 
 }  // namespace titan

@@ -13,6 +13,7 @@
 #include "dry_rank.hpp"
 #include "titan/device_mesh.hpp"
 #include "titan/error.hpp"
+#include "titan/layout_search.hpp"
 #include "titan/run_plan.hpp"
 #include "train/training_run.hpp"
 
@@ -34,9 +35,11 @@ int64_t bytes_of(const at::Tensor& tensor) {
   return tensor.defined() ? static_cast<int64_t>(tensor.numel() * tensor.element_size()) : 0;
 }
 
-// The data-parallel dims: ranks differing only there run the same program
-// on other token values.
-const std::vector<std::string> kAlikeDims = {"dp_replicate", "dp_shard"};
+// Ranks differing only along these dims run the same program on other
+// values: the data-parallel dims (other tokens) and tp (other shards of
+// the same shapes). docs/planning.md has the argument; cp is not among
+// them (ring attention skips the blocks a rank's causal mask hides).
+const std::vector<std::string> kAlikeDims = {"dp_replicate", "dp_shard", "tp"};
 
 // Every rank's representative: the rank with the same coordinates along
 // the other dims and, along each alike dim, the last coordinate if it has
@@ -162,10 +165,24 @@ DryRunReport dry_run(const ConfigNode& config, const DryRunOptions& options) {
     }
     const int64_t batch = training.global_batch_size > 0 ? training.global_batch_size : training.local_batch_size * dp;
     report.tokens_per_step = batch * training.seq_len;
+    report.degrees = degrees;
+    const bool bf16 = plan.precision ? plan.precision->param_dtype() == c10::kBFloat16
+                                     : training.mixed_precision_param == "bfloat16";
+    report.float32_matmuls = !bf16;
+    try {  // the block count, for the estimate's overlap and bubble (a model without HF names has none)
+      report.layers = read_model_shape(plan.model_plugin, plan.model->flavor(), training.seq_len).layers;
+    } catch (const Error&) {
+    }
+    if (plan.pipeline) {
+      const PipelineSettings& settings = plan.pipeline->settings();
+      report.pipeline_schedule = settings.schedule;
+      report.pipeline_microbatches =
+          settings.microbatches > 0 ? settings.microbatches : training.local_batch_size / settings.microbatch_size;
+    }
     report.model_flops_per_step = plan.model->flops_per_token(training.seq_len) * report.tokens_per_step;
   }
 
-  SimulatedWorld world(options.world_size, representative);
+  SimulatedWorld world(options.world_size, representative, options.serial);
   // Tallies outlive the threads: a meta tensor freed late still finds its own.
   static std::deque<DryRank> tallies;
   std::vector<DryRank*> ranks;

@@ -105,6 +105,7 @@ struct Mailbox {
 struct SimulatedWorld::State {
   std::mutex mutex;
   std::mutex turn;  // held by the one rank thread that runs
+  bool take_turns = false;
   int live = 0;
   struct Wait {
     std::condition_variable* cv;
@@ -162,6 +163,10 @@ void SimulatedWorld::State::block(std::unique_lock<std::mutex>& lock, std::condi
                 describe_waits());
   }
   while (!ready() && failure.empty()) {
+    if (!take_turns) {
+      cv.wait(lock);
+      continue;
+    }
     turn.unlock();  // another rank runs while this one waits
     cv.wait(lock);
     lock.unlock();  // the turn first, then the state (the order every thread takes them in)
@@ -574,8 +579,9 @@ std::unique_ptr<CommWork> SimulatedComm::recv_async(at::Tensor& tensor, int peer
 
 }  // namespace
 
-SimulatedWorld::SimulatedWorld(int world_size, std::vector<int> representative)
+SimulatedWorld::SimulatedWorld(int world_size, std::vector<int> representative, bool take_turns)
     : world_size_(world_size), representative_(std::move(representative)), state_(std::make_unique<State>()) {
+  state_->take_turns = take_turns;
   if (representative_.empty()) {
     for (int rank = 0; rank < world_size; ++rank) representative_.push_back(rank);
   }
@@ -619,12 +625,14 @@ void SimulatedWorld::rank_started() {
   ++state_->live;
 }
 
-void SimulatedWorld::enter() { state_->turn.lock(); }
+void SimulatedWorld::enter() {
+  if (state_->take_turns) state_->turn.lock();
+}
 
 void SimulatedWorld::rank_finished() {
   std::lock_guard<std::mutex> lock(state_->mutex);
   State& state = *state_;
-  state.turn.unlock();
+  if (state.take_turns) state.turn.unlock();
   --state.live;
   if (state.live > 0 && state.deadlocked()) {
     state.stop_locked("deadlock: a rank ended its step while others still wait for it;" + state.describe_waits());

@@ -11,10 +11,9 @@
 //
 // Only some ranks may be simulated: each other rank has a representative
 // among them that provably behaves as it does (dry_run.cpp), and stands in
-// for it in every group both belong to. The rank threads take turns (one
-// runs at a time, the others wait in a collective or for their turn):
-// LibTorch's meta kernels and the plugins were written for one thread per
-// process, and sharing one process between hundreds of ranks raced.
+// for it in every group both belong to. With `take_turns`, one rank thread
+// runs at a time (the others wait in a collective or for their turn), for
+// plugins that keep process-wide state and so cannot run side by side.
 #pragma once
 #include <memory>
 #include <string>
@@ -36,7 +35,7 @@ class SimulatedWorld {
  public:
   // representative[r]: the simulated rank that stands for rank r (r itself
   // when r is simulated); empty: every rank is simulated.
-  explicit SimulatedWorld(int world_size, std::vector<int> representative = {});
+  explicit SimulatedWorld(int world_size, std::vector<int> representative = {}, bool take_turns = false);
   ~SimulatedWorld();
   int world_size() const { return world_size_; }
 
