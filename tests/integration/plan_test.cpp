@@ -122,12 +122,22 @@ TEST_CASE("titan plan: full activation checkpointing on one process: peak memory
   CHECK(recompute / (flops - recompute) == doctest::Approx(1.0 / 3.0).epsilon(0.05));
 }
 
+namespace {
+
+// The dry run at 2 ranks of FSDP plus a broken test plugin: its exit status
+// and output.
+titan::test::CommandResult plan_with_test_plugin(const std::string& plugin) {
+  const std::string sets = " --set job.plugin_path=[" + std::string(titan::test::paths::test_plugin_dir) +
+                           "] --set 'plugins=[{name: fsdp}, {name: " + plugin + "}]'";
+  return run_command("timeout 120 " + titan::test::titan_binary() + " plan " + config_path("llama3_debugmodel.yaml") +
+                     " --world-size 2" + sets + " 2>&1");
+}
+
+}  // namespace
+
 TEST_CASE("titan plan refuses, before launch, a parallelizer whose collective has another shape on one rank, naming "
           "the group, the ranks, both shapes and the call site") {
-  const std::string sets = " --set job.plugin_path=[" + std::string(titan::test::paths::test_plugin_dir) +
-                           "] --set 'plugins=[{name: fsdp}, {name: skewed_collective}]'";
-  auto result = run_command("timeout 120 " + titan::test::titan_binary() + " plan " +
-                            config_path("llama3_debugmodel.yaml") + " --world-size 2" + sets + " 2>&1");
+  auto result = plan_with_test_plugin("skewed_collective");
   INFO(result.output);
   CHECK(result.exit_code != 0);
   CHECK(has(result.output, "group world (ranks 0,1), collective #"));
@@ -137,10 +147,7 @@ TEST_CASE("titan plan refuses, before launch, a parallelizer whose collective ha
 
 TEST_CASE("titan plan refuses a parallelizer whose collective one rank never issues: a deadlock, with every rank's "
           "wait") {
-  const std::string sets = " --set job.plugin_path=[" + std::string(titan::test::paths::test_plugin_dir) +
-                           "] --set 'plugins=[{name: fsdp}, {name: skipped_collective}]'";
-  auto result = run_command("timeout 120 " + titan::test::titan_binary() + " plan " +
-                            config_path("llama3_debugmodel.yaml") + " --world-size 2" + sets + " 2>&1");
+  auto result = plan_with_test_plugin("skipped_collective");
   INFO(result.output);
   CHECK(result.exit_code != 0);
   CHECK(has(result.output, "deadlock"));
