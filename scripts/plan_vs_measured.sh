@@ -11,8 +11,9 @@ build=${1:-$root/build}
 titan=$build/bin/titan
 work=$(mktemp -d /tmp/plan_vs_measured.XXXXXX)
 port=29850
-small="--set training.steps=2 --set training.seq_len=64 --set training.local_batch_size=4 --set training.threads=1
-  --set metrics.log_freq=1 --set metrics.enable_jsonl=true --set metrics.save_for_all_ranks=true"
+failed=0
+small="--set training.steps=2 --set training.seq_len=128 --set training.local_batch_size=8 --set training.threads=1"
+small+=" --set metrics.log_freq=1 --set metrics.enable_jsonl=true --set metrics.save_for_all_ranks=true"
 fr="{name: flight_recorder, dump_on_exit: true}"
 ac() { echo "{name: activation_checkpoint, mode: $1${2:+, selective_ac_option: \"$2\"}}"; }
 
@@ -40,16 +41,16 @@ for run in "${runs[@]}"; do
   IFS='|' read -r name ranks config plugins <<<"$run"
   dump=$work/$(echo "$name" | tr ' ()' '___')
   sets="$small --set job.dump_folder=$dump"
-  train="$titan train $root/configs/$config $sets --set plugins=$plugins"
+  train="$titan train $root/configs/$config $sets --set 'plugins=$plugins'"
   if [ "$ranks" = 1 ]; then
-    eval "$train" >"$dump.log" 2>&1 || { echo "| $name | - | real run failed: $dump.log |"; continue; }
+    eval "$train" >"$dump.log" 2>&1 || { echo "| $name | - | real run failed: $dump.log |"; failed=1; continue; }
   else
     port=$((port + 1))
     eval "$titan launch --nproc-per-node $ranks --master-port $port -- $train" >"$dump.log" 2>&1 ||
-      { echo "| $name | - | real run failed: $dump.log |"; continue; }
+      { echo "| $name | - | real run failed: $dump.log |"; failed=1; continue; }
   fi
-  eval "$titan plan $root/configs/$config --world-size $ranks --every-rank --json $sets --set plugins='$plugins'" \
-    >"$dump.plan.json" 2>"$dump.plan.log" || { echo "| $name | - | dry run failed: $dump.plan.log |"; continue; }
+  eval "$titan plan $root/configs/$config --world-size $ranks --every-rank --json $sets --set 'plugins=$plugins'" \
+    >"$dump.plan.json" 2>"$dump.plan.log" || { echo "| $name | - | dry run failed: $dump.plan.log |"; failed=1; continue; }
   python3 - "$name" "$dump" <<'EOF'
 import json, os, sys
 name, dump = sys.argv[1], sys.argv[2]
@@ -74,4 +75,5 @@ for rank in plan["ranks"]:
           100 * (predicted - measured) / measured, where, collectives))
 EOF
 done
-rm -rf "$work"
+if [ "$failed" = 0 ]; then rm -rf "$work"; else echo "logs of the failed runs: $work" >&2; fi
+
