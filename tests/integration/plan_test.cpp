@@ -135,6 +135,21 @@ titan::test::CommandResult plan_with_test_plugin(const std::string& plugin) {
 
 }  // namespace
 
+TEST_CASE("titan plan: the checkpoint's save plan writes each piece once: DDP's whole copies by rank 0 alone, FSDP's "
+          "shards by their own ranks") {
+  const auto dump = titan::test::temp_dir("plan_checkpoint");
+  for (const std::string plugin : {"ddp", "fsdp"}) {
+    const nlohmann::json plan =
+        dry_run(2, config_path("llama3_debugmodel.yaml"), small_run_sets(dump) + " --set 'plugins=[{name: " + plugin + "}]'");
+    const auto& ranks = plan["ranks"];
+    INFO(plugin << ": " << ranks[0]["checkpoint_bytes"] << " / " << ranks[1]["checkpoint_bytes"]);
+    const int64_t state0 = ranks[0]["parameter_bytes"].get<int64_t>() + ranks[0]["optimizer_bytes"].get<int64_t>();
+    const int64_t state1 = ranks[1]["parameter_bytes"].get<int64_t>() + ranks[1]["optimizer_bytes"].get<int64_t>();
+    CHECK(ranks[0]["checkpoint_bytes"].get<int64_t>() == state0);
+    CHECK(ranks[1]["checkpoint_bytes"].get<int64_t>() == (plugin == "ddp" ? 0 : state1));
+  }
+}
+
 TEST_CASE("titan plan refuses, before launch, a parallelizer whose collective has another shape on one rank, naming "
           "the group, the ranks, both shapes and the call site") {
   auto result = plan_with_test_plugin("skewed_collective");

@@ -76,7 +76,7 @@ std::vector<std::vector<int>> alike_ranks(const DryRunReport& report) {
   std::vector<std::string> order;
   for (const RankPlan& rank : report.ranks) {
     std::ostringstream key;
-    key << rank.parameter_bytes << "/" << rank.gradient_bytes << "/" << rank.optimizer_bytes << "/" << rank.peak_bytes
+    key << rank.checkpoint_bytes << "/" << rank.parameter_bytes << "/" << rank.gradient_bytes << "/" << rank.optimizer_bytes << "/" << rank.peak_bytes
         << "/" << rank.flops << "/" << rank.recompute_flops << "/" << traffic_text(rank);
     auto [it, inserted] = classes.try_emplace(key.str());
     if (inserted) order.push_back(key.str());
@@ -113,6 +113,8 @@ void print_table(const std::string& config_path, const DryRunReport& report) {
                 gib(rank.activation_bytes()).c_str(), gib(rank.peak_bytes).c_str(), rank.flops / 1e12,
                 rank.recompute_flops / 1e12, rank.peak_at.c_str());
     std::printf("%-16s communication: %s\n", "", traffic_text(rank).c_str());
+    std::printf("%-16s checkpoint: writes %s GiB of the model and optimizer state\n", "",
+                gib(rank.checkpoint_bytes).c_str());
   }
 }
 
@@ -135,6 +137,7 @@ nlohmann::json to_json(const std::string& config_path, const DryRunReport& repor
                      {"parameter_bytes", rank.parameter_bytes},
                      {"gradient_bytes", rank.gradient_bytes},
                      {"optimizer_bytes", rank.optimizer_bytes},
+                     {"checkpoint_bytes", rank.checkpoint_bytes},
                      {"activation_bytes", rank.activation_bytes()},
                      {"peak_bytes", rank.peak_bytes},
                      {"peak_at", rank.peak_at},

@@ -28,6 +28,7 @@ struct RankPlan {
   int64_t optimizer_bytes = 0;
   int64_t peak_bytes = 0;       // live bytes at the peak of the measured step
   std::string peak_at;          // "step 2 / forward_backward / backward (step 2 / fsdp reduce_scatter layers.0)"
+  int64_t checkpoint_bytes = 0;  // its save plan: the pieces it writes (the first copy of each)
   double flops = 0;             // matmul and attention FLOPs of the measured step
   double recompute_flops = 0;   // the part activation checkpointing ran twice
   std::vector<CollectiveEvent> collectives;  // the measured step's, in the order issued

@@ -88,6 +88,26 @@ void check_even_shards(const CausalLM& model, const DeviceMesh& mesh) {
   }
 }
 
+// The checkpoint's save plan for this rank: the parameters and optimizer
+// state it writes, each piece by its first copy (TensorLayout::
+// is_first_copy, the rank dcp has write it; a tensor without a layout is
+// whole on every rank).
+int64_t checkpoint_bytes(const CausalLM& model, Optimizer& optimizer, const DeviceMesh* mesh) {
+  auto writes = [&](const std::string& param, const at::Tensor& tensor) {
+    if (!mesh) return true;
+    const TensorLayout* layout = model.layout(param);
+    return layout ? layout->is_first_copy(*mesh) : TensorLayout::replicated(tensor.sizes().vec()).is_first_copy(*mesh);
+  };
+  int64_t bytes = 0;
+  for (const auto& item : model.named_parameters()) {
+    if (writes(item.key(), item.value())) bytes += bytes_of(item.value());
+  }
+  for (const auto& [name, tensor] : optimizer.state_tensors()) {  // "<param>.<state>"
+    if (writes(name.substr(0, name.rfind('.')), tensor)) bytes += bytes_of(tensor);
+  }
+  return bytes;
+}
+
 void run_rank(RunPlan& plan, DryRank& dry, const DryRunOptions& options, bool check_alike, RankPlan& out) {
   DryRankScope scope(dry);
   DryRankTally& tally = dry.tally;
@@ -117,6 +137,7 @@ void run_rank(RunPlan& plan, DryRank& dry, const DryRunOptions& options, bool ch
   for (const auto& param : run.model->parameters()) out.parameter_bytes += bytes_of(param);
   for (const auto& [name, tensor] : run.optimizer->state_tensors()) out.optimizer_bytes += bytes_of(tensor);
   out.gradient_bytes = outcome.record.state_bytes - out.parameter_bytes - out.optimizer_bytes;
+  out.checkpoint_bytes = checkpoint_bytes(*run.model, *run.optimizer, run.parallel->mesh());
   out.peak_bytes = tally.peak;
   out.peak_at = tally.peak_at;
   out.flops = tally.flops;
