@@ -1,8 +1,9 @@
 // The dry run's place in the step: the ranges ProfileRange opens (forward,
 // backward, pipeline actions, activation checkpointing's recompute) kept
 // per rank, for where its memory peaks and which FLOPs are recompute.
-// Inputs are not recorded: boxing every op's inputs for a callback races
-// under hundreds of rank threads (seen as crashes in LibTorch 2.11).
+// Only user ranges are observed and no inputs recorded: the FLOPs are
+// counted by the Meta kernels themselves (meta_kernels.cpp), which costs
+// nothing on the ops that do no math.
 #include <ATen/record_function.h>
 
 #include <mutex>
