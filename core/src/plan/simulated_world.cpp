@@ -70,7 +70,6 @@ struct Part {
 
 struct Round {
   std::vector<Part> parts;
-  std::vector<bool> arrived;
   int count = 0;
   int collected = 0;
   bool complete = false;
@@ -465,11 +464,9 @@ std::unique_ptr<CommWork> SimulatedComm::post(Part part, Finish finish) {
   if (!slot) {
     slot = std::make_unique<Round>();
     slot->parts.resize(group.ranks.size());
-    slot->arrived.assign(group.ranks.size(), false);
   }
   Round& round = *slot;
   round.parts[member] = std::move(part);
-  round.arrived[member] = true;
   if (++round.count == group.present) {
     for (size_t m = 0; m < group.ranks.size(); ++m) {
       if (group.stand_in[m] != m) round.parts[m] = round.parts[group.stand_in[m]];

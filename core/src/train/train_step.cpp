@@ -71,9 +71,9 @@ StepOutcome TrainingRun::step(int64_t step) {
 }
 
 std::vector<Microbatch> TrainingRun::next_microbatches() {
+  const TrainingConfig& training = plan.core.training;
   std::vector<Microbatch> microbatches;
   for (int64_t i = 0; i < accumulation_; ++i) {
-    const TrainingConfig& training = plan.core.training;
     at::Tensor windows = loader ? loader->next_batch(training.local_batch_size).to(device)
                                 : at::zeros({training.local_batch_size, training.seq_len + 1},
                                             at::TensorOptions().dtype(at::kLong).device(device));  // the dry run

@@ -105,7 +105,7 @@ struct TrainingRun::ObserverScope {
   ObserverScope(RunPlan& plan, CollectiveVerifier* verifier, StepProfiler* profiler) {
     for (auto& observer : plan.comm_observers) add_comm_observer(observer.get());
     if (verifier) add_comm_observer(verifier);
-    if (profiler && profiler->enabled()) add_comm_observer(profiler);
+    if (profiler->enabled()) add_comm_observer(profiler);
   }
   ~ObserverScope() { clear_comm_observers(); }
 };
