@@ -1,0 +1,30 @@
+// Causal attention for CPU training in fp32: a kernel (AVX2 + FMA, forward
+// and a flash-style backward) faster than ATen's CPU flash attention at small
+// head_dim, as an AttentionCore for the layer seam. Where it is not faster,
+// or cannot run (not fp32 CPU tensors, meta tensors of the dry run, a CPU
+// without AVX2/FMA), the layer takes ATen's path. Plugin-private header.
+#pragma once
+#include "titan/layers.hpp"
+
+namespace titan::fused {
+
+// Causal scaled-dot-product attention (scale 1/sqrt(head_dim)) of q [batch,
+// heads, seq, head_dim] and k, v [batch, kv_heads, seq, head_dim]
+// (grouped-query when kv_heads < heads): the kernel where it pays off,
+// ATen's attention elsewhere.
+class CpuAttention : public AttentionCore {
+ public:
+  at::Tensor forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) override;
+};
+
+// Whether the kernel can run these inputs at all (fp32 CPU strided tensors
+// of matching shapes, a CPU with AVX2 and FMA), and whether CpuAttention
+// takes it (that, and a shape where it measured faster than ATen).
+bool cpu_attention_kernel_supports(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v);
+bool cpu_attention_takes_kernel(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v);
+
+// The kernel itself, differentiable, whatever the shape (tests, benchmark);
+// requires cpu_attention_kernel_supports.
+at::Tensor cpu_causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v);
+
+}  // namespace titan::fused

@@ -1,0 +1,334 @@
+// Causal attention on CPU in fp32 with AVX2 + FMA intrinsics (compiled with
+// -O3 -mavx2 -mfma; cpu_attention.cpp checks the CPU before calling): a
+// block of query rows at a time, its scores against every key it may see
+// kept whole (exact softmax, not online), products of small GEMM tiles held
+// in registers. Built for small head_dim (Llama debug: 16), where ATen's
+// flash kernel spends its time in per-block overheads, not in FLOPs.
+#include "cpu_attention_avx2.h"
+
+#include <immintrin.h>
+
+#include <cmath>
+#include <cstring>
+
+namespace titan::fused::cpu_attention_avx2 {
+namespace {
+
+// Query rows per block: the block's scores [rows, seq] stay in L1/L2.
+constexpr int64_t kRowBlock = 32;
+
+inline int64_t round_up8(int64_t n) { return (n + 7) & ~int64_t{7}; }
+inline int64_t smaller(int64_t a, int64_t b) { return a < b ? a : b; }
+
+// exp with about 20 ulp error: the polynomial ATen's flash attention uses
+// (Vectorized<float>::exp_u20), written out so that no ATen header is needed.
+inline __m256 exp_u20(__m256 x) {
+  const __m256 ln_flt_min = _mm256_castsi256_ps(_mm256_set1_epi32(0xc2aeac50));
+  const __m256 ln_flt_max = _mm256_castsi256_ps(_mm256_set1_epi32(0x42b17218));
+  const __m256 one = _mm256_set1_ps(1.f);
+  __m256 too_small = _mm256_cmp_ps(x, ln_flt_min, _CMP_LT_OS);
+  __m256 src = _mm256_max_ps(_mm256_min_ps(x, ln_flt_max), ln_flt_min);
+  __m256 fx = _mm256_floor_ps(
+      _mm256_fmadd_ps(src, _mm256_castsi256_ps(_mm256_set1_epi32(0x3fb8aa3b)), _mm256_set1_ps(0.5f)));
+  __m256 r = _mm256_fnmadd_ps(fx, _mm256_castsi256_ps(_mm256_set1_epi32(0x3f317218)), src);
+  __m256 poly = _mm256_fmadd_ps(r, _mm256_set1_ps(0.00828929059f), _mm256_set1_ps(0.0418978221f));
+  poly = _mm256_fmadd_ps(r, poly, _mm256_set1_ps(0.166676521f));
+  poly = _mm256_fmadd_ps(r, poly, _mm256_set1_ps(0.499991506f));
+  poly = _mm256_fmadd_ps(r, poly, _mm256_set1_ps(0.999999701f));
+  poly = _mm256_fmadd_ps(r, poly, one);
+  __m256i n = _mm256_cvtps_epi32(_mm256_sub_ps(fx, one));
+  __m256 two_pow_n = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n, _mm256_set1_epi32(127)), 23));
+  two_pow_n = _mm256_blendv_ps(two_pow_n, _mm256_setzero_ps(), too_small);
+  return _mm256_mul_ps(_mm256_mul_ps(poly, two_pow_n), _mm256_set1_ps(2.f));
+}
+
+// Lanes j0 + [0, 8) below `limit`.
+inline __m256 lanes_below(int64_t j0, int64_t limit) {
+  __m256i index = _mm256_add_epi32(_mm256_set1_epi32(static_cast<int>(j0)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+  return _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(limit)), index));
+}
+
+inline float horizontal_sum(__m256 x) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+inline float horizontal_max(__m256 x) {
+  __m128 s = _mm_max_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
+  s = _mm_max_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_max_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+// C[MR, 8 NV] = A[MR, K] B[K, 8 NV] where B is given transposed-packed as
+// bt[k * ldb + j] and A's rows are a + r * lda (unit stride along K).
+template <int MR, int NV>
+inline void tile_abt(const float* a, int64_t lda, const float* bt, int64_t ldb, int64_t k_len, float* c,
+                     int64_t ldc) {
+  __m256 acc[MR][NV];
+  for (int r = 0; r < MR; ++r)
+    for (int v = 0; v < NV; ++v) acc[r][v] = _mm256_setzero_ps();
+  for (int64_t k = 0; k < k_len; ++k) {
+    __m256 b[NV];
+    for (int v = 0; v < NV; ++v) b[v] = _mm256_loadu_ps(bt + k * ldb + 8 * v);
+    for (int r = 0; r < MR; ++r) {
+      __m256 ar = _mm256_broadcast_ss(a + r * lda + k);
+      for (int v = 0; v < NV; ++v) acc[r][v] = _mm256_fmadd_ps(ar, b[v], acc[r][v]);
+    }
+  }
+  for (int r = 0; r < MR; ++r)
+    for (int v = 0; v < NV; ++v) _mm256_storeu_ps(c + r * ldc + 8 * v, acc[r][v]);
+}
+
+template <int MR>
+inline void rows_abt(const float* a, int64_t lda, const float* bt, int64_t ldb, int64_t k_len, float* c, int64_t ldc,
+                     int64_t n) {
+  int64_t j = 0;
+  for (; j + 16 <= n; j += 16) tile_abt<MR, 2>(a, lda, bt + j, ldb, k_len, c + j, ldc);
+  if (j < n) tile_abt<MR, 1>(a, lda, bt + j, ldb, k_len, c + j, ldc);
+}
+
+// Scores of query rows [row0, row0 + m) against keys [0, n) (n a multiple
+// of 8): each tile of 4 rows stops at the 8-column group holding its last
+// row's diagonal, so C is written only where j < round_up8(row + 1).
+void scores_causal(const float* a, int64_t lda, const float* bt, int64_t ldb, int64_t k_len, float* c, int64_t ldc,
+                   int64_t m, int64_t n, int64_t row0) {
+  int64_t i = 0;
+  for (; i + 4 <= m; i += 4)
+    rows_abt<4>(a + i * lda, lda, bt, ldb, k_len, c + i * ldc, ldc, smaller(n, round_up8(row0 + i + 4)));
+  int64_t tail_n = smaller(n, round_up8(row0 + m));
+  switch (m - i) {
+    case 3: rows_abt<3>(a + i * lda, lda, bt, ldb, k_len, c + i * ldc, ldc, tail_n); break;
+    case 2: rows_abt<2>(a + i * lda, lda, bt, ldb, k_len, c + i * ldc, ldc, tail_n); break;
+    case 1: rows_abt<1>(a + i * lda, lda, bt, ldb, k_len, c + i * ldc, ldc, tail_n); break;
+    default: break;
+  }
+}
+
+// C[MR, 8 NV] (+)= A[MR, K] B[K, 8 NV]; A's element (r, k) at
+// a[r * sar + k * sac] (so A may be a transposed view), B's rows b + k * ldb.
+template <int MR, int NV, bool kAccumulate>
+inline void tile_ab(const float* a, int64_t sar, int64_t sac, const float* b, int64_t ldb, int64_t k_len, float* c,
+                    int64_t ldc) {
+  __m256 acc[MR][NV];
+  for (int r = 0; r < MR; ++r)
+    for (int v = 0; v < NV; ++v) acc[r][v] = kAccumulate ? _mm256_loadu_ps(c + r * ldc + 8 * v) : _mm256_setzero_ps();
+  for (int64_t k = 0; k < k_len; ++k) {
+    __m256 bv[NV];
+    for (int v = 0; v < NV; ++v) bv[v] = _mm256_loadu_ps(b + k * ldb + 8 * v);
+    for (int r = 0; r < MR; ++r) {
+      __m256 ar = _mm256_broadcast_ss(a + r * sar + k * sac);
+      for (int v = 0; v < NV; ++v) acc[r][v] = _mm256_fmadd_ps(ar, bv[v], acc[r][v]);
+    }
+  }
+  for (int r = 0; r < MR; ++r)
+    for (int v = 0; v < NV; ++v) _mm256_storeu_ps(c + r * ldc + 8 * v, acc[r][v]);
+}
+
+template <int MR, bool kAccumulate>
+inline void rows_ab(const float* a, int64_t sar, int64_t sac, const float* b, int64_t ldb, int64_t k_len, float* c,
+                    int64_t ldc, int64_t n) {
+  int64_t j = 0;
+  for (; j + 32 <= n; j += 32) tile_ab<MR, 4, kAccumulate>(a, sar, sac, b + j, ldb, k_len, c + j, ldc);
+  if (j + 16 <= n) {
+    tile_ab<MR, 2, kAccumulate>(a, sar, sac, b + j, ldb, k_len, c + j, ldc);
+    j += 16;
+  }
+  if (j < n) tile_ab<MR, 1, kAccumulate>(a, sar, sac, b + j, ldb, k_len, c + j, ldc);
+}
+
+// C[m, n] (+)= A[m, K] B[K, n], n a multiple of 8. With row0 >= 0 the rows
+// are query rows row0 + i of a causal product: a tile of rows needs only
+// K < its last row + 1 (A is zero beyond each row's diagonal).
+template <bool kAccumulate>
+void gemm_ab(const float* a, int64_t sar, int64_t sac, const float* b, int64_t ldb, int64_t k_len, float* c,
+             int64_t ldc, int64_t m, int64_t n, int64_t row0) {
+  auto k_for = [&](int64_t i_end) { return row0 < 0 ? k_len : smaller(k_len, row0 + i_end); };
+  int64_t i = 0;
+  // 3 rows x 32 columns: 12 accumulators; 4 x 16 when n is small.
+  if (n >= 32) {
+    for (; i + 3 <= m; i += 3)
+      rows_ab<3, kAccumulate>(a + i * sar, sar, sac, b, ldb, k_for(i + 3), c + i * ldc, ldc, n);
+  } else {
+    for (; i + 4 <= m; i += 4)
+      rows_ab<4, kAccumulate>(a + i * sar, sar, sac, b, ldb, k_for(i + 4), c + i * ldc, ldc, n);
+  }
+  for (; i < m; ++i) rows_ab<1, kAccumulate>(a + i * sar, sar, sac, b, ldb, k_for(i + 1), c + i * ldc, ldc, n);
+}
+
+// dst[j, d] for j < rows, d < cols from a [rows, cols] view, zero to
+// [rows_padded, cols_padded].
+void pack_rows(const float* src, int64_t stride, int64_t rows, int64_t cols, float* dst, int64_t rows_padded,
+               int64_t cols_padded) {
+  for (int64_t j = 0; j < rows; ++j) {
+    std::memcpy(dst + j * cols_padded, src + j * stride, sizeof(float) * cols);
+    for (int64_t d = cols; d < cols_padded; ++d) dst[j * cols_padded + d] = 0.f;
+  }
+  if (rows_padded > rows) std::memset(dst + rows * cols_padded, 0, sizeof(float) * (rows_padded - rows) * cols_padded);
+}
+
+// dst[d, j] = src[j, d] (d < cols), columns j >= rows zero up to rows_padded.
+void pack_transposed(const float* src, int64_t stride, int64_t rows, int64_t cols, float* dst, int64_t rows_padded) {
+  for (int64_t d = 0; d < cols; ++d) {
+    float* out = dst + d * rows_padded;
+    for (int64_t j = 0; j < rows; ++j) out[j] = src[j * stride + d];
+    for (int64_t j = rows; j < rows_padded; ++j) out[j] = 0.f;
+  }
+}
+
+}  // namespace
+
+size_t forward_workspace_floats(const Problem& p) {
+  int64_t sp = round_up8(p.seq), dp = round_up8(p.head_dim);
+  return static_cast<size_t>(2 * sp * dp + kRowBlock * sp + kRowBlock * dp + kRowBlock);
+}
+
+void forward(const Problem& p, const View& q, const View& k, const View& v, const View& out, float* lse, int64_t b,
+             int64_t h, float* workspace) {
+  const int64_t seq = p.seq, dim = p.head_dim, sp = round_up8(seq), dp = round_up8(dim);
+  const int64_t kv_head = h / (p.heads / p.kv_heads);
+  float* kt = workspace;          // [dim, sp]
+  float* vp = kt + sp * dp;       // [sp, dp]
+  float* scores = vp + sp * dp;   // [kRowBlock, sp]: scores, then probabilities
+  float* acc = scores + kRowBlock * sp;  // [kRowBlock, dp]
+  float* inv_sum = acc + kRowBlock * dp;  // [kRowBlock]
+  pack_transposed(k.row(b, kv_head, 0), k.stride_seq, seq, dim, kt, sp);
+  pack_rows(v.row(b, kv_head, 0), v.stride_seq, seq, dim, vp, sp, dp);
+  const __m256 scale = _mm256_set1_ps(p.scale);
+  const __m256 minus_inf = _mm256_set1_ps(-INFINITY);
+  float* lse_row = lse + (b * p.heads + h) * seq;
+  for (int64_t i0 = 0; i0 < seq; i0 += kRowBlock) {
+    const int64_t rows = smaller(kRowBlock, seq - i0), keys = i0 + rows, keys_padded = round_up8(keys);
+    scores_causal(q.row(b, h, i0), q.stride_seq, kt, sp, dim, scores, sp, rows, keys_padded, i0);
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t visible = i0 + r + 1;
+      float* s = scores + r * sp;
+      __m256 max_v = minus_inf;
+      int64_t j = 0;
+      for (; j + 8 <= visible; j += 8) max_v = _mm256_max_ps(max_v, _mm256_loadu_ps(s + j));
+      if (j < visible) max_v = _mm256_max_ps(max_v, _mm256_blendv_ps(minus_inf, _mm256_loadu_ps(s + j), lanes_below(j, visible)));
+      const float row_max = horizontal_max(max_v);
+      const __m256 shift = _mm256_set1_ps(row_max * p.scale);
+      __m256 sum_v = _mm256_setzero_ps();
+      for (j = 0; j + 8 <= visible; j += 8) {
+        __m256 e = exp_u20(_mm256_fmsub_ps(_mm256_loadu_ps(s + j), scale, shift));
+        sum_v = _mm256_add_ps(sum_v, e);
+        _mm256_storeu_ps(s + j, e);
+      }
+      if (j < visible) {
+        __m256 e = _mm256_and_ps(exp_u20(_mm256_fmsub_ps(_mm256_loadu_ps(s + j), scale, shift)), lanes_below(j, visible));
+        sum_v = _mm256_add_ps(sum_v, e);
+        _mm256_storeu_ps(s + j, e);
+        j += 8;
+      }
+      for (; j < keys_padded; j += 8) _mm256_storeu_ps(s + j, _mm256_setzero_ps());
+      const float sum = horizontal_sum(sum_v);
+      inv_sum[r] = 1.f / sum;
+      lse_row[i0 + r] = row_max * p.scale + std::log(sum);
+    }
+    gemm_ab<false>(scores, sp, 1, vp, dp, keys, acc, dp, rows, dp, i0);
+    for (int64_t r = 0; r < rows; ++r) {
+      float* o = out.row(b, h, i0 + r);
+      const float* a = acc + r * dp;
+      const __m256 inv = _mm256_set1_ps(inv_sum[r]);
+      int64_t d = 0;
+      for (; d + 8 <= dim; d += 8) _mm256_storeu_ps(o + d, _mm256_mul_ps(_mm256_loadu_ps(a + d), inv));
+      for (; d < dim; ++d) o[d] = a[d] * inv_sum[r];
+    }
+  }
+}
+
+size_t backward_workspace_floats(const Problem& p) {
+  int64_t sp = round_up8(p.seq), dp = round_up8(p.head_dim);
+  return static_cast<size_t>(7 * sp * dp + sp + 2 * kRowBlock * sp + kRowBlock * dp);
+}
+
+void backward(const Problem& p, const View& q, const View& k, const View& v, const View& out, const View& grad_out,
+              const float* lse, const View& dq, const View& dk, const View& dv, int64_t b, int64_t kv_head,
+              float* workspace) {
+  const int64_t seq = p.seq, dim = p.head_dim, sp = round_up8(seq), dp = round_up8(dim);
+  const int64_t group = p.heads / p.kv_heads;
+  float* kt = workspace;            // [dim, sp]
+  float* kp = kt + sp * dp;         // [sp, dp]
+  float* vt = kp + sp * dp;         // [dim, sp]
+  float* dk_acc = vt + sp * dp;     // [sp, dp]
+  float* dv_acc = dk_acc + sp * dp; // [sp, dp]
+  float* qp = dv_acc + sp * dp;     // [sp, dp]
+  float* dop = qp + sp * dp;        // [sp, dp]
+  float* delta = dop + sp * dp;     // [sp]: rowsum(dO * O)
+  float* probs = delta + sp;        // [kRowBlock, sp]
+  float* dscores = probs + kRowBlock * sp;  // [kRowBlock, sp]
+  float* dq_block = dscores + kRowBlock * sp;  // [kRowBlock, dp]
+  pack_transposed(k.row(b, kv_head, 0), k.stride_seq, seq, dim, kt, sp);
+  pack_rows(k.row(b, kv_head, 0), k.stride_seq, seq, dim, kp, sp, dp);
+  pack_transposed(v.row(b, kv_head, 0), v.stride_seq, seq, dim, vt, sp);
+  std::memset(dk_acc, 0, sizeof(float) * 2 * sp * dp);
+  const __m256 scale = _mm256_set1_ps(p.scale);
+  for (int64_t h = kv_head * group; h < (kv_head + 1) * group; ++h) {
+    pack_rows(q.row(b, h, 0), q.stride_seq, seq, dim, qp, sp, dp);
+    pack_rows(grad_out.row(b, h, 0), grad_out.stride_seq, seq, dim, dop, sp, dp);
+    for (int64_t i = 0; i < seq; ++i) {
+      const float* o = out.row(b, h, i);
+      const float* g = dop + i * dp;
+      __m256 sum_v = _mm256_setzero_ps();
+      int64_t d = 0;
+      for (; d + 8 <= dim; d += 8) sum_v = _mm256_fmadd_ps(_mm256_loadu_ps(o + d), _mm256_loadu_ps(g + d), sum_v);
+      float sum = horizontal_sum(sum_v);
+      for (; d < dim; ++d) sum += o[d] * g[d];
+      delta[i] = sum;
+    }
+    const float* lse_row = lse + (b * p.heads + h) * seq;
+    for (int64_t i0 = 0; i0 < seq; i0 += kRowBlock) {
+      const int64_t rows = smaller(kRowBlock, seq - i0), keys = i0 + rows, keys_padded = round_up8(keys);
+      scores_causal(qp + i0 * dp, dp, kt, sp, dim, probs, sp, rows, keys_padded, i0);
+      scores_causal(dop + i0 * dp, dp, vt, sp, dim, dscores, sp, rows, keys_padded, i0);
+      for (int64_t r = 0; r < rows; ++r) {
+        const int64_t visible = i0 + r + 1;
+        float* s = probs + r * sp;
+        float* ds = dscores + r * sp;
+        const __m256 shift = _mm256_set1_ps(lse_row[i0 + r]);
+        const __m256 row_delta = _mm256_set1_ps(delta[i0 + r]);
+        int64_t j = 0;
+        for (; j < visible; j += 8) {
+          __m256 pr = exp_u20(_mm256_fmsub_ps(_mm256_loadu_ps(s + j), scale, shift));
+          __m256 dsr = _mm256_mul_ps(pr, _mm256_sub_ps(_mm256_loadu_ps(ds + j), row_delta));
+          if (j + 8 > visible) {
+            const __m256 mask = lanes_below(j, visible);
+            pr = _mm256_and_ps(pr, mask);
+            dsr = _mm256_and_ps(dsr, mask);
+          }
+          _mm256_storeu_ps(s + j, pr);
+          _mm256_storeu_ps(ds + j, dsr);
+        }
+        for (; j < keys_padded; j += 8) {
+          _mm256_storeu_ps(s + j, _mm256_setzero_ps());
+          _mm256_storeu_ps(ds + j, _mm256_setzero_ps());
+        }
+      }
+      // dV[j] += sum_i P[i, j] dO[i];  dK[j] += sum_i dS[i, j] Q[i] (scaled at the end).
+      gemm_ab<true>(probs, 1, sp, dop + i0 * dp, dp, rows, dv_acc, dp, keys_padded, dp, -1);
+      gemm_ab<true>(dscores, 1, sp, qp + i0 * dp, dp, rows, dk_acc, dp, keys_padded, dp, -1);
+      // dQ[i] = scale sum_j dS[i, j] K[j].
+      gemm_ab<false>(dscores, sp, 1, kp, dp, keys, dq_block, dp, rows, dp, i0);
+      for (int64_t r = 0; r < rows; ++r) {
+        float* out_row = dq.row(b, h, i0 + r);
+        const float* a = dq_block + r * dp;
+        int64_t d = 0;
+        for (; d + 8 <= dim; d += 8) _mm256_storeu_ps(out_row + d, _mm256_mul_ps(_mm256_loadu_ps(a + d), scale));
+        for (; d < dim; ++d) out_row[d] = a[d] * p.scale;
+      }
+    }
+  }
+  for (int64_t j = 0; j < seq; ++j) {
+    float* dk_row = dk.row(b, kv_head, j);
+    float* dv_row = dv.row(b, kv_head, j);
+    for (int64_t d = 0; d < dim; ++d) {
+      dk_row[d] = dk_acc[j * dp + d] * p.scale;
+      dv_row[d] = dv_acc[j * dp + d];
+    }
+  }
+}
+
+}  // namespace titan::fused::cpu_attention_avx2

@@ -1,0 +1,151 @@
+// The CPU causal-attention kernel (plugins/fused_kernels/cpu_attention.h)
+// equals ATen's scaled_dot_product_attention(is_causal) in fp32 within 1e-5
+// of each tensor's largest magnitude, forward and backward (dq, dk, dv
+// against autograd), at the Llama debug shape, odd sequence lengths, head
+// dims 8 / 16 / 24 / 64, grouped-query heads, transposed (non-contiguous)
+// inputs and batch 1; CpuAttention takes ATen's path for meta and bf16
+// tensors and where ATen is faster.
+#include "doctest_torch.hpp"
+
+#include <algorithm>
+#include <string>
+
+#include "cpu_attention.h"
+#include "titan/error.hpp"
+
+namespace {
+
+namespace fused = titan::fused;
+
+// Kernel and ATen differ only in fp32 rounding (exp polynomial, summation
+// order, exact vs online softmax): 1e-5 of the reference's largest value,
+// plus 1e-6 absolute for gradients that are zero up to rounding (one token:
+// the softmax is constant, ATen's dq/dk are ~1e-7 of noise, ours exact 0).
+constexpr double kRelativeToMax = 1e-5, kAbsoluteFloor = 1e-6;
+double worst_relative_seen = 0;
+
+void check_close(const at::Tensor& actual, const at::Tensor& expected, const std::string& what) {
+  INFO(what);
+  REQUIRE(actual.sizes() == expected.sizes());
+  at::Tensor a = actual.to(at::kDouble), e = expected.to(at::kDouble);
+  const double worst = (a - e).abs().max().item<double>(), scale = e.abs().max().item<double>();
+  INFO("max abs error " << worst << ", reference max abs " << scale);
+  CHECK(std::isfinite(worst));
+  CHECK(worst <= kRelativeToMax * scale + kAbsoluteFloor);
+  if (scale > 1e-3) worst_relative_seen = std::max(worst_relative_seen, worst / scale);
+}
+
+struct Shape {
+  int64_t batch, heads, kv_heads, seq, head_dim;
+  bool transposed;  // q/k/v as the llama3 model passes them: [b, s, h, d] storage viewed as [b, h, s, d]
+};
+
+std::string name_of(const Shape& s) {
+  return "b" + std::to_string(s.batch) + " h" + std::to_string(s.heads) + " kvh" + std::to_string(s.kv_heads) +
+         " s" + std::to_string(s.seq) + " d" + std::to_string(s.head_dim) + (s.transposed ? " transposed" : "");
+}
+
+at::Tensor make(const Shape& s, int64_t heads) {
+  if (s.transposed) return at::randn({s.batch, s.seq, heads, s.head_dim}).transpose(1, 2);
+  return at::randn({s.batch, heads, s.seq, s.head_dim});
+}
+
+void check_against_aten(const Shape& s) {
+  const std::string name = name_of(s);
+  at::manual_seed(s.seq * 131 + s.head_dim * 7 + s.heads);
+  at::Tensor q = make(s, s.heads), k = make(s, s.kv_heads), v = make(s, s.kv_heads);
+  REQUIRE(q.is_contiguous() != s.transposed);
+  at::Tensor grad_out = at::randn({s.batch, s.heads, s.seq, s.head_dim});
+
+  at::Tensor q_ref = q.detach().requires_grad_(), k_ref = k.detach().requires_grad_(), v_ref = v.detach().requires_grad_();
+  at::Tensor out_ref = at::scaled_dot_product_attention(q_ref, k_ref, v_ref, {}, 0.0, /*is_causal=*/true,
+                                                        std::nullopt, /*enable_gqa=*/s.heads != s.kv_heads);
+  out_ref.backward(grad_out);
+
+  at::Tensor q_k = q.detach().requires_grad_(), k_k = k.detach().requires_grad_(), v_k = v.detach().requires_grad_();
+  at::Tensor out = fused::cpu_causal_attention(q_k, k_k, v_k);
+  out.backward(grad_out);
+  check_close(out, out_ref, name + " output");
+  check_close(q_k.grad(), q_ref.grad(), name + " dq");
+  check_close(k_k.grad(), k_ref.grad(), name + " dk");
+  check_close(v_k.grad(), v_ref.grad(), name + " dv");
+
+  // Grad mode off (validation): the same output, nothing recorded.
+  at::NoGradGuard no_grad;
+  at::Tensor out_eval = fused::cpu_causal_attention(q, k, v);
+  CHECK(!out_eval.requires_grad());
+  check_close(out_eval, out_ref.detach(), name + " output without grad");
+}
+
+}  // namespace
+
+TEST_CASE("cpu attention kernel equals ATen's causal SDPA, forward and backward, fp32") {
+  if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) {
+    MESSAGE("TITAN_SKIPPED: this CPU lacks AVX2/FMA");
+    return;
+  }
+  const Shape shapes[] = {
+      {8, 16, 16, 128, 16, true},  // the Llama-3 debug model's attention
+      {2, 4, 4, 37, 16, false},    // odd sequence, shorter than a row block
+      {2, 4, 4, 129, 16, true},    // one row past four blocks
+      {1, 2, 2, 1, 16, false},     // a single token
+      {1, 3, 3, 70, 8, true},      // head_dim 8, batch 1
+      {2, 2, 2, 67, 24, false},    // head_dim 24 (three vectors)
+      {1, 2, 2, 45, 20, true},     // head_dim not a multiple of 8
+      {1, 2, 2, 130, 64, true},    // head_dim 64 (the kernel, though the layer takes ATen there)
+      {2, 8, 2, 96, 16, true},     // grouped-query: 8 heads over 2 kv heads
+      {1, 8, 2, 33, 24, false},    // grouped-query, odd
+  };
+  for (const Shape& s : shapes) check_against_aten(s);
+  MESSAGE("largest error relative to the reference's max abs: " << worst_relative_seen);
+}
+
+TEST_CASE("cpu attention kernel is differentiable with respect to q alone") {
+  if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) return;
+  at::manual_seed(3);
+  at::Tensor q = at::randn({1, 2, 19, 16}), k = at::randn({1, 2, 19, 16}), v = at::randn({1, 2, 19, 16});
+  at::Tensor q_ref = q.clone().requires_grad_(), q_k = q.clone().requires_grad_();
+  at::scaled_dot_product_attention(q_ref, k, v, {}, 0.0, true).sum().backward();
+  fused::cpu_causal_attention(q_k, k, v).sum().backward();
+  check_close(q_k.grad(), q_ref.grad(), "dq, k and v constants");
+}
+
+TEST_CASE("CpuAttention takes the kernel at the debug shape and ATen where the kernel cannot run or is slower") {
+  fused::CpuAttention layer;
+  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  at::Tensor q = at::randn({2, 16, 128, 16}), k = at::randn({2, 16, 128, 16}), v = at::randn({2, 16, 128, 16});
+  CHECK(fused::cpu_attention_takes_kernel(q, k, v) == avx2);
+  check_close(layer.forward(q, k, v), at::scaled_dot_product_attention(q, k, v, {}, 0.0, true), "layer, debug shape");
+
+  SUBCASE("meta tensors (titan plan's dry run) give a meta result of the right shape") {
+    at::Tensor qm = at::empty({8, 16, 128, 16}, at::kMeta), km = at::empty({8, 4, 128, 16}, at::kMeta);
+    CHECK(!fused::cpu_attention_takes_kernel(qm, km, km));
+    at::Tensor out = layer.forward(qm, km, km);
+    CHECK(out.is_meta());
+    CHECK(out.sizes() == qm.sizes());
+  }
+  SUBCASE("bf16 takes ATen") {
+    at::Tensor qb = q.to(at::kBFloat16), kb = k.to(at::kBFloat16), vb = v.to(at::kBFloat16);
+    CHECK(!fused::cpu_attention_kernel_supports(qb, kb, vb));
+    at::Tensor out = layer.forward(qb, kb, vb);
+    CHECK((out.scalar_type() == at::kBFloat16));
+    CHECK(at::equal(out, at::scaled_dot_product_attention(qb, kb, vb, {}, 0.0, true)));
+  }
+  SUBCASE("head_dim 64 (ATen measured faster) takes ATen") {
+    at::Tensor q64 = at::randn({1, 2, 64, 64}), k64 = at::randn({1, 2, 64, 64});
+    CHECK(fused::cpu_attention_kernel_supports(q64, k64, k64) == avx2);
+    CHECK(!fused::cpu_attention_takes_kernel(q64, k64, k64));
+    CHECK(at::equal(layer.forward(q64, k64, k64), at::scaled_dot_product_attention(q64, k64, k64, {}, 0.0, true)));
+  }
+  SUBCASE("the kernel refuses what it cannot run, saying what it got") {
+    at::Tensor qb = q.to(at::kBFloat16);
+    std::string message;
+    try {
+      fused::cpu_causal_attention(qb, qb, qb);
+    } catch (const titan::Error& e) {
+      message = e.what();
+    }
+    INFO(message);
+    CHECK(message.find("BFloat16") != std::string::npos);
+  }
+}
