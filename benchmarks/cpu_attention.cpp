@@ -51,8 +51,13 @@ int main(int argc, char** argv) {
   auto ours = [](const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
     return titan::fused::cpu_causal_attention(q, k, v);
   };
-  const std::vector<Shape> shapes = {{8, 16, 16, 128, 16}, {8, 16, 4, 128, 16}, {4, 8, 8, 512, 16},
-                                     {4, 8, 8, 256, 32},   {2, 8, 8, 1024, 64}, {1, 8, 8, 2048, 128}};
+  // The debug model's shape (and with GQA), then head_dim 16 .. 128 at
+  // short and long sequences: where the kernel stops paying off.
+  const std::vector<Shape> shapes = {{8, 16, 16, 128, 16}, {8, 16, 4, 128, 16}, {2, 8, 8, 2048, 16},
+                                     {1, 8, 8, 4096, 16},   {8, 16, 16, 128, 32}, {4, 8, 8, 1024, 32},
+                                     {1, 8, 8, 2048, 32},   {8, 16, 16, 128, 64}, {4, 8, 8, 512, 64},
+                                     {2, 8, 8, 1024, 64},   {1, 8, 8, 2048, 64},  {8, 8, 8, 128, 128},
+                                     {2, 8, 8, 512, 128},   {1, 8, 8, 1024, 128}, {1, 8, 8, 2048, 128}};
   std::printf("fp32, %d threads, median of %d alternated runs; q/k/v as [b, s, h, d] storage viewed as [b, h, s, d]\n\n",
               threads, repeats);
   std::printf("| b, h, kv_h, seq, head_dim | ATen fwd ms | ours fwd ms | ATen fwd+bwd ms | ours fwd+bwd ms | ours/ATen (fwd+bwd) | CpuAttention path |\n");

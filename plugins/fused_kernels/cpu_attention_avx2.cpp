@@ -18,6 +18,11 @@ namespace {
 constexpr int64_t kRowBlock = 32;
 
 inline int64_t round_up8(int64_t n) { return (n + 7) & ~int64_t{7}; }
+// Leading dimension of buffers with one row per head_dim entry or query row
+// and one column per key: a cache line more than the keys, so that at seq
+// 1024 or 2048 successive rows do not all fall in the same L1 set (4 KiB
+// apart), which made the score tiles twice as slow.
+inline int64_t key_stride(int64_t seq) { return round_up8(seq) + 16; }
 inline int64_t smaller(int64_t a, int64_t b) { return a < b ? a : b; }
 
 // exp with about 20 ulp error: the polynomial ATen's flash attention uses
@@ -147,7 +152,8 @@ void gemm_ab(const float* a, int64_t sar, int64_t sac, const float* b, int64_t l
              int64_t ldc, int64_t m, int64_t n, int64_t row0) {
   auto k_for = [&](int64_t i_end) { return row0 < 0 ? k_len : smaller(k_len, row0 + i_end); };
   int64_t i = 0;
-  // 3 rows x 32 columns: 12 accumulators; 4 x 16 when n is small.
+  // 3 rows x 32 columns (12 accumulators), or 4 x 16 when n is small
+  // (6 x 16 measured slower at head_dim 16).
   if (n >= 32) {
     for (; i + 3 <= m; i += 3)
       rows_ab<3, kAccumulate>(a + i * sar, sar, sac, b, ldb, k_for(i + 3), c + i * ldc, ldc, n);
@@ -155,7 +161,16 @@ void gemm_ab(const float* a, int64_t sar, int64_t sac, const float* b, int64_t l
     for (; i + 4 <= m; i += 4)
       rows_ab<4, kAccumulate>(a + i * sar, sar, sac, b, ldb, k_for(i + 4), c + i * ldc, ldc, n);
   }
-  for (; i < m; ++i) rows_ab<1, kAccumulate>(a + i * sar, sar, sac, b, ldb, k_for(i + 1), c + i * ldc, ldc, n);
+  const float* at = a + i * sar;
+  float* ct = c + i * ldc;
+  switch (m - i) {
+    case 5: rows_ab<5, kAccumulate>(at, sar, sac, b, ldb, k_for(m), ct, ldc, n); break;
+    case 4: rows_ab<4, kAccumulate>(at, sar, sac, b, ldb, k_for(m), ct, ldc, n); break;
+    case 3: rows_ab<3, kAccumulate>(at, sar, sac, b, ldb, k_for(m), ct, ldc, n); break;
+    case 2: rows_ab<2, kAccumulate>(at, sar, sac, b, ldb, k_for(m), ct, ldc, n); break;
+    case 1: rows_ab<1, kAccumulate>(at, sar, sac, b, ldb, k_for(m), ct, ldc, n); break;
+    default: break;
+  }
 }
 
 // dst[j, d] for j < rows, d < cols from a [rows, cols] view, zero to
@@ -181,13 +196,13 @@ void pack_transposed(const float* src, int64_t stride, int64_t rows, int64_t col
 }  // namespace
 
 size_t forward_workspace_floats(const Problem& p) {
-  int64_t sp = round_up8(p.seq), dp = round_up8(p.head_dim);
+  int64_t sp = key_stride(p.seq), dp = round_up8(p.head_dim);
   return static_cast<size_t>(2 * sp * dp + kRowBlock * sp + kRowBlock * dp + kRowBlock);
 }
 
 void forward(const Problem& p, const View& q, const View& k, const View& v, const View& out, float* lse, int64_t b,
              int64_t h, float* workspace) {
-  const int64_t seq = p.seq, dim = p.head_dim, sp = round_up8(seq), dp = round_up8(dim);
+  const int64_t seq = p.seq, dim = p.head_dim, sp = key_stride(seq), dp = round_up8(dim);
   const int64_t kv_head = h / (p.heads / p.kv_heads);
   float* kt = workspace;          // [dim, sp]
   float* vp = kt + sp * dp;       // [sp, dp]
@@ -241,14 +256,14 @@ void forward(const Problem& p, const View& q, const View& k, const View& v, cons
 }
 
 size_t backward_workspace_floats(const Problem& p) {
-  int64_t sp = round_up8(p.seq), dp = round_up8(p.head_dim);
+  int64_t sp = key_stride(p.seq), dp = round_up8(p.head_dim);
   return static_cast<size_t>(7 * sp * dp + sp + 2 * kRowBlock * sp + kRowBlock * dp);
 }
 
 void backward(const Problem& p, const View& q, const View& k, const View& v, const View& out, const View& grad_out,
               const float* lse, const View& dq, const View& dk, const View& dv, int64_t b, int64_t kv_head,
               float* workspace) {
-  const int64_t seq = p.seq, dim = p.head_dim, sp = round_up8(seq), dp = round_up8(dim);
+  const int64_t seq = p.seq, dim = p.head_dim, sp = key_stride(seq), dp = round_up8(dim);
   const int64_t group = p.heads / p.kv_heads;
   float* kt = workspace;            // [dim, sp]
   float* kp = kt + sp * dp;         // [sp, dp]

@@ -2,9 +2,9 @@
 // equals ATen's scaled_dot_product_attention(is_causal) in fp32 within 1e-5
 // of each tensor's largest magnitude, forward and backward (dq, dk, dv
 // against autograd), at the Llama debug shape, odd sequence lengths, head
-// dims 8 / 16 / 24 / 64, grouped-query heads, transposed (non-contiguous)
-// inputs and batch 1; CpuAttention takes ATen's path for meta and bf16
-// tensors and where ATen is faster.
+// dims 8 / 16 / 20 / 24 / 64 / 128, grouped-query heads, transposed
+// (non-contiguous) inputs and batch 1; CpuAttention takes ATen's path for
+// meta and bf16 tensors and where ATen was measured faster.
 #include "doctest_torch.hpp"
 
 #include <algorithm>
@@ -92,7 +92,8 @@ TEST_CASE("cpu attention kernel equals ATen's causal SDPA, forward and backward,
       {1, 3, 3, 70, 8, true},      // head_dim 8, batch 1
       {2, 2, 2, 67, 24, false},    // head_dim 24 (three vectors)
       {1, 2, 2, 45, 20, true},     // head_dim not a multiple of 8
-      {1, 2, 2, 130, 64, true},    // head_dim 64 (the kernel, though the layer takes ATen there)
+      {1, 2, 2, 130, 64, true},    // head_dim 64
+      {1, 2, 2, 300, 128, false},  // head_dim 128 (four-vector tiles), odd seq
       {2, 8, 2, 96, 16, true},     // grouped-query: 8 heads over 2 kv heads
       {1, 8, 2, 33, 24, false},    // grouped-query, odd
   };
@@ -131,11 +132,13 @@ TEST_CASE("CpuAttention takes the kernel at the debug shape and ATen where the k
     CHECK((out.scalar_type() == at::kBFloat16));
     CHECK(at::equal(out, at::scaled_dot_product_attention(qb, kb, vb, {}, 0.0, true)));
   }
-  SUBCASE("head_dim 64 (ATen measured faster) takes ATen") {
-    at::Tensor q64 = at::randn({1, 2, 64, 64}), k64 = at::randn({1, 2, 64, 64});
-    CHECK(fused::cpu_attention_kernel_supports(q64, k64, k64) == avx2);
-    CHECK(!fused::cpu_attention_takes_kernel(q64, k64, k64));
-    CHECK(at::equal(layer.forward(q64, k64, k64), at::scaled_dot_product_attention(q64, k64, k64, {}, 0.0, true)));
+  SUBCASE("head_dim 64 takes the kernel up to seq 1024 and ATen (measured faster) at seq 2048") {
+    at::Tensor q1024 = at::randn({1, 1, 1024, 64}), q2048 = at::randn({1, 1, 2048, 64});
+    CHECK(fused::cpu_attention_takes_kernel(q1024, q1024, q1024) == avx2);
+    CHECK(fused::cpu_attention_kernel_supports(q2048, q2048, q2048) == avx2);
+    CHECK(!fused::cpu_attention_takes_kernel(q2048, q2048, q2048));
+    CHECK(at::equal(layer.forward(q2048, q2048, q2048),
+                    at::scaled_dot_product_attention(q2048, q2048, q2048, {}, 0.0, true)));
   }
   SUBCASE("the kernel refuses what it cannot run, saying what it got") {
     at::Tensor qb = q.to(at::kBFloat16);
