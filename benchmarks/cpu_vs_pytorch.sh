@@ -4,9 +4,11 @@
 # vocabulary), batch 8 x seq 128, fp32, the same thread count, weights and
 # tokens, trained STEPS steps by `titan train` and by the PyTorch reference
 # (tests/python/llama3_reference.py), the two alternated REPEATS times.
-# Prints tokens/s of each run after WARMUP steps, the Titan / PyTorch ratio
-# (median of the pairs), both last losses (the same computation gives the
-# same numbers) and the versions.
+# Titan runs twice, on its ATen path and with its fused CPU kernels
+# (fused_kernels plugin + fused AdamW); PyTorch twice, AdamW foreach and
+# fused. Prints tokens/s of each run after WARMUP steps, each Titan step time
+# as a fraction of PyTorch's (median over the repeats), every last loss with
+# its relative difference to PyTorch's, and the versions.
 #
 # Usage: benchmarks/cpu_vs_pytorch.sh [steps (20)] [repeats (3)] [threads (2)]
 # Env: TITAN_BINARY (default build/bin/titan; build-release/bin/titan for
@@ -82,37 +84,60 @@ print(f"{result['tokens_per_sec']:.1f} {result['steps'][-1]['loss']:.6f}")
 EOF
 }
 
-declare -a titan_tps torch_tps
+# Four sides, alternated each repeat: Titan's ATen path (the config as it
+# is), Titan with its CPU kernels (the fused_kernels plugin: RMSNorm, RoPE,
+# SwiGLU, attention, linear + cross-entropy; AdamW's one-pass kernel), and
+# PyTorch eager with AdamW foreach (the reference's default) and fused.
+fused_kernels=(--set 'plugins=[{name: fused_kernels}]' --set optimizer.implementation=fused)
+declare -A tps loss
+sides=(titan titan_fused torch torch_fused)
 for ((r = 1; r <= repeats; ++r)); do
-  dump="$work/titan_$r"
-  "$titan" train configs/llama3_debugmodel.yaml "${hyper[@]}" --set training.steps="$steps" \
-    --set training.dataset_path="$work/tokens.u16" --set checkpoint.initial_load_path="$work/hf" \
-    --set job.dump_folder="$dump" --log-level warn >"$work/titan_$r.log" 2>&1 ||
-    { cat "$work/titan_$r.log" >&2; exit 1; }
-  read -r tps titan_loss < <(titan_rate "$dump/metrics.jsonl")
-  titan_tps+=("$tps")
-  "$python" tests/python/llama3_reference.py --hf "$work/hf" --tokens "$work/tokens.u16" --steps "$steps" \
-    --timing-warmup "$warmup" "${reference_hyper[@]}" >"$work/torch_$r.json" 2>"$work/torch_$r.log" ||
-    { cat "$work/torch_$r.log" >&2; exit 1; }
-  read -r tps torch_loss < <(reference_rate "$work/torch_$r.json")
-  torch_tps+=("$tps")
-  echo "repeat $r/$repeats: titan ${titan_tps[-1]} tokens/s, pytorch ${torch_tps[-1]} tokens/s" >&2
+  for side in "${sides[@]}"; do
+    case $side in
+      titan | titan_fused)
+        dump="$work/${side}_$r"
+        extra=()
+        [[ $side == titan_fused ]] && extra=("${fused_kernels[@]}")
+        "$titan" train configs/llama3_debugmodel.yaml "${hyper[@]}" "${extra[@]}" --set training.steps="$steps" \
+          --set training.dataset_path="$work/tokens.u16" --set checkpoint.initial_load_path="$work/hf" \
+          --set job.dump_folder="$dump" --log-level warn >"$work/${side}_$r.log" 2>&1 ||
+          { cat "$work/${side}_$r.log" >&2; exit 1; }
+        read -r rate last < <(titan_rate "$dump/metrics.jsonl") ;;
+      torch | torch_fused)
+        adamw=foreach
+        [[ $side == torch_fused ]] && adamw=fused
+        "$python" tests/python/llama3_reference.py --hf "$work/hf" --tokens "$work/tokens.u16" --steps "$steps" \
+          --timing-warmup "$warmup" --adamw $adamw "${reference_hyper[@]}" >"$work/${side}_$r.json" \
+          2>"$work/${side}_$r.log" || { cat "$work/${side}_$r.log" >&2; exit 1; }
+        read -r rate last < <(reference_rate "$work/${side}_$r.json") ;;
+    esac
+    tps[$side]+="$rate "
+    loss[$side]=$last
+  done
+  echo "repeat $r/$repeats: $(for side in "${sides[@]}"; do printf '%s %s  ' "$side" "$(echo ${tps[$side]} | awk '{print $NF}')"; done)" >&2
 done
 
-"$python" - "$steps" "$warmup" "$threads" "$titan_loss" "$torch_loss" "${titan_tps[*]}" "${torch_tps[*]}" <<'EOF'
+"$python" - "$steps" "$warmup" "$threads" "${tps[titan]}" "${tps[titan_fused]}" "${tps[torch]}" "${tps[torch_fused]}" \
+  "${loss[titan]}" "${loss[titan_fused]}" "${loss[torch]}" "${loss[torch_fused]}" <<'EOF'
 import statistics, sys
-steps, warmup, threads, titan_loss, torch_loss = sys.argv[1:6]
-titan = [float(x) for x in sys.argv[6].split()]
-torch_ = [float(x) for x in sys.argv[7].split()]
+steps, warmup, threads = sys.argv[1:4]
+titan, fused, torch_, torch_fused = ([float(x) for x in arg.split()] for arg in sys.argv[4:8])
+losses = dict(zip(["titan", "titan fused", "pytorch", "pytorch fused AdamW"], map(float, sys.argv[8:12])))
 print(f"\nllama3 debugmodel, batch 8 x seq 128, fp32, CPU, {threads} threads, {steps} steps "
-      f"({warmup} warm-up left out), {len(titan)} alternated repeats\n")
-print("| repeat | titan tokens/s | pytorch eager tokens/s | titan / pytorch |\n|---|---|---|---|")
-for i, (a, b) in enumerate(zip(titan, torch_), 1):
-    print(f"| {i} | {a:.0f} | {b:.0f} | {a / b:.3f} |")
-ratios = [a / b for a, b in zip(titan, torch_)]
-print(f"| median | {statistics.median(titan):.0f} | {statistics.median(torch_):.0f} | "
-      f"{statistics.median(ratios):.3f} |")
-print(f"\nlast loss: titan {titan_loss}, pytorch {torch_loss}")
+      f"({warmup} warm-up left out), {len(titan)} alternated repeats: tokens/s, and step time as a "
+      f"fraction of PyTorch eager's\n")
+print("| repeat | titan | titan fused | pytorch eager | pytorch eager, fused AdamW | titan step / pytorch's "
+      "| titan fused step / pytorch's | titan fused step / pytorch fused AdamW's |\n|---|---|---|---|---|---|---|---|")
+rows = list(zip(titan, fused, torch_, torch_fused))
+for i, (a, f, b, bf) in enumerate(rows, 1):
+    print(f"| {i} | {a:.0f} | {f:.0f} | {b:.0f} | {bf:.0f} | {b / a:.3f} | {b / f:.3f} | {bf / f:.3f} |")
+median = statistics.median
+print(f"| median | {median(titan):.0f} | {median(fused):.0f} | {median(torch_):.0f} | {median(torch_fused):.0f} | "
+      f"{median(b / a for a, f, b, bf in rows):.3f} | {median(b / f for a, f, b, bf in rows):.3f} | "
+      f"{median(bf / f for a, f, b, bf in rows):.3f} |")
+reference = losses["pytorch"]
+print("\nlast loss: " + ", ".join(f"{name} {value:.6f} (relative to pytorch {abs(value - reference) / abs(reference):.1e})"
+                                  for name, value in losses.items()))
 EOF
 echo
 "$titan" --version | head -2

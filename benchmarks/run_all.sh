@@ -116,8 +116,12 @@ if ! skipped moe; then
 fi
 if ! skipped cpu_vs_pytorch; then
   run cpu_vs_pytorch env TITAN_BINARY="$bin/titan" "$root/benchmarks/cpu_vs_pytorch.sh" 20 2 2
-  row cpu_vs_pytorch "tokens/s: Titan vs PyTorch eager (debug model, CPU, 2 threads)" \
-    "$(cell cpu_vs_pytorch median 2)" "$(cell cpu_vs_pytorch median 3)" "$(cell cpu_vs_pytorch median 4)"
+  row cpu_vs_pytorch "tokens/s: Titan (ATen path) vs PyTorch eager (debug model, CPU, 2 threads)" \
+    "$(cell cpu_vs_pytorch median 2)" "$(cell cpu_vs_pytorch median 4)"
+  row cpu_vs_pytorch "tokens/s: Titan (fused CPU kernels, fused AdamW) vs PyTorch eager" \
+    "$(cell cpu_vs_pytorch median 3)" "$(cell cpu_vs_pytorch median 4)"
+  row cpu_vs_pytorch "tokens/s: Titan (fused CPU kernels, fused AdamW) vs PyTorch eager, fused AdamW" \
+    "$(cell cpu_vs_pytorch median 3)" "$(cell cpu_vs_pytorch median 5)"
 fi
 if ! skipped float8_loss_gap; then
   run float8_loss_gap "$root/benchmarks/float8_loss_gap.sh" 40 "$build"

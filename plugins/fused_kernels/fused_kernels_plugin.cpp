@@ -1,9 +1,9 @@
 // The `fused_kernels` plugin (ApplyOrder::kernel_optimization): chooses which
-// of RMSNorm, RoPE, SwiGLU and the chunked cross-entropy run as fused CUDA
-// kernels. Off = the model's ATen path. The kernels run only in CUDA builds
-// on a CUDA device; elsewhere asking for one is refused, since a CPU
-// emulation would be slower than ATen, unless `emulate` asks for the
-// emulations on purpose (to test the wiring). Both go in the same way.
+// of RMSNorm, RoPE, SwiGLU, the chunked cross-entropy and (on CPU) causal
+// attention run as fused kernels. Off = the model's ATen path. The model's
+// device picks the set: the CUDA kernels on a CUDA device (CUDA builds), the
+// vectorized CPU kernels on the CPU; `emulate` asks for the CUDA kernels'
+// CPU emulations on purpose (to test the wiring). All go in the same way.
 #include <ATen/ATen.h>
 
 #include <memory>
@@ -11,6 +11,8 @@
 #include <typeinfo>
 #include <vector>
 
+#include "cpu_attention.h"
+#include "cpu_layers.h"
 #include "emulated_layers.h"
 #ifdef TITAN_WITH_CUDA
 #include "cuda_layers.h"
@@ -28,6 +30,7 @@ struct FusedKernelsOptions {
   bool rope = true;
   bool swiglu = true;
   bool cross_entropy = true;
+  bool attention = true;               // CPU only: CUDA keeps ATen's flash attention
   int64_t cross_entropy_chunk = 8192;  // vocabulary columns per chunk
   bool emulate = false;                // run the CPU emulations through the layer seam
 };
@@ -38,6 +41,7 @@ std::vector<std::string> requested(const FusedKernelsOptions& options) {
   if (options.rope) names.push_back("rope");
   if (options.swiglu) names.push_back("swiglu");
   if (options.cross_entropy) names.push_back("cross_entropy");
+  if (options.attention) names.push_back("attention");
   return names;
 }
 
@@ -47,14 +51,16 @@ std::string joined(const std::vector<std::string>& names) {
   return text;
 }
 
-// What the wiring puts in place of the model's layers: the kernels' CPU
-// emulations or the CUDA kernels themselves.
+// What the wiring puts in place of the model's layers: the CPU kernels, the
+// CUDA kernels' CPU emulations or the CUDA kernels themselves.
 struct FusedLayers {
   std::string name;  // for the log
   std::shared_ptr<torch::nn::Module> (*rmsnorm)(std::shared_ptr<titan::RMSNorm> norm);
   std::shared_ptr<torch::nn::Module> (*rotary)();
   std::shared_ptr<torch::nn::Module> (*swiglu)();
   titan::LossFn (*linear_cross_entropy)(at::Tensor weight, int64_t chunk);
+  // Null where the set has no attention kernel: the model keeps its SDPA.
+  std::shared_ptr<torch::nn::Module> (*attention)() = nullptr;
 };
 
 template <class Norm, class Rope, class Glu>
@@ -65,6 +71,14 @@ FusedLayers fused_layers(std::string name, titan::LossFn (*linear_cross_entropy)
           },
           []() -> std::shared_ptr<torch::nn::Module> { return std::make_shared<Rope>(); },
           []() -> std::shared_ptr<torch::nn::Module> { return std::make_shared<Glu>(); }, linear_cross_entropy};
+}
+
+FusedLayers cpu_layers() {
+  namespace fused = titan::fused;
+  FusedLayers layers = fused_layers<fused::CpuRMSNorm, fused::CpuRotary, fused::CpuSwiGLU>(
+      "CPU kernels", &fused::cpu_chunked_linear_cross_entropy);
+  layers.attention = []() -> std::shared_ptr<torch::nn::Module> { return std::make_shared<fused::CpuAttention>(); };
+  return layers;
 }
 
 FusedLayers emulated_layers() {
@@ -96,14 +110,18 @@ class FusedKernelsParallelizer : public titan::Parallelizer {
       wire(model, emulated_layers());
       return;
     }
+    if (context.device.is_cpu()) {
+      wire(model, cpu_layers());
+      return;
+    }
 #ifndef TITAN_WITH_CUDA
-    throw titan::Error("fused_kernels: " + joined(names) +
+    throw titan::Error("fused_kernels: " + joined(names) + " on " + context.device.str() +
                        " need CUDA, and this Titan was built without it (TITAN_WITH_CUDA off; build against a "
                        "CUDA LibTorch, see README 'GPU'); set those options to false or drop the plugin to use "
                        "the ATen path");
 #else
     if (!context.device.is_cuda()) {
-      throw titan::Error("fused_kernels: " + joined(names) + " need CUDA, but the model is on " +
+      throw titan::Error("fused_kernels: " + joined(names) + " have CPU and CUDA kernels, but the model is on " +
                          context.device.str() +
                          " (training.device); set those options to false or drop the plugin to use the ATen path");
     }
@@ -116,7 +134,7 @@ class FusedKernelsParallelizer : public titan::Parallelizer {
   void wire(titan::CausalLM& model, const FusedLayers& layers) const {
     // The model's own core modules only: a layer another plugin wrapped
     // (TP's norms) keeps its path.
-    int norms = 0, rotaries = 0, swiglus = 0;
+    int norms = 0, rotaries = 0, swiglus = 0, attentions = 0;
     for (const auto& item : model.named_modules("", /*include_self=*/false)) {
       const auto& type = typeid(*item.value());
       if (options_.rmsnorm && type == typeid(titan::RMSNorm)) {
@@ -128,6 +146,11 @@ class FusedKernelsParallelizer : public titan::Parallelizer {
       } else if (options_.swiglu && type == typeid(titan::SwiGLU)) {
         titan::swap_module(model, item.key(), layers.swiglu());
         ++swiglus;
+      } else if (options_.attention && layers.attention && type == typeid(titan::AttentionCore)) {
+        // Only the plain core: context parallelism's or selective
+        // checkpointing's attention keeps its own path.
+        titan::swap_module(model, item.key(), layers.attention());
+        ++attentions;
       }
     }
     bool head = false;
@@ -141,8 +164,8 @@ class FusedKernelsParallelizer : public titan::Parallelizer {
       model.set_loss(layers.linear_cross_entropy(output->weight, options_.cross_entropy_chunk));
       head = true;
     }
-    spdlog::info("fused_kernels: {} wired in: {} RMSNorm, {} rotary, {} SwiGLU layers{}", layers.name, norms,
-                 rotaries, swiglus,
+    spdlog::info("fused_kernels: {} wired in: {} RMSNorm, {} rotary, {} SwiGLU, {} attention layers{}", layers.name,
+                 norms, rotaries, swiglus, attentions,
                  head ? ", the output head + loss as chunked linear cross-entropy (chunk " +
                             std::to_string(options_.cross_entropy_chunk) + ")"
                       : "");
@@ -160,6 +183,8 @@ FusedKernelsOptions read_options(const titan::ConfigNode& node) {
                                          "output projection + cross-entropy in vocabulary chunks (no fp32 logits)");
   options.cross_entropy_chunk = node.get<int64_t>("cross_entropy_chunk", options.cross_entropy_chunk,
                                                   "vocabulary columns per cross-entropy chunk");
+  options.attention = node.get<bool>("attention", options.attention,
+                                     "fused causal attention forward+backward (CPU; CUDA keeps ATen's flash attention)");
   options.emulate = node.get<bool>(
       "emulate", options.emulate,
       "run the kernels' CPU emulations through the layer seam (slower than ATen; tests the wiring)");
@@ -170,5 +195,5 @@ FusedKernelsOptions read_options(const titan::ConfigNode& node) {
 }  // namespace
 
 TITAN_PLUGIN_OF(parallelizer, FusedKernelsParallelizer, "0.1",
-                "fused CUDA kernels for RMSNorm, RoPE, SwiGLU and chunked cross-entropy (CUDA builds only)",
+                "fused CPU and CUDA kernels for RMSNorm, RoPE, SwiGLU, chunked cross-entropy and (CPU) attention",
                 read_options)

@@ -2,7 +2,7 @@
 // them, equal the ATen path the model uses today (forward, and backward
 // against autograd) in fp32 tightly and in bf16 within its rounding; the
 // chunked cross-entropy's peak memory is O(tokens x chunk); the plugin
-// refuses kernels a CPU build cannot run.
+// wires its CPU kernels on a CPU device and refuses devices it has none for.
 #include "doctest_torch.hpp"
 #include "titan/peak_memory.hpp"
 
@@ -12,6 +12,7 @@
 #include <atomic>
 #include <cstring>
 #include <string>
+#include <typeinfo>
 
 #include "fused_ops.h"
 #include "titan/config.hpp"
@@ -178,7 +179,7 @@ TEST_CASE("fused_kernels: the chunked cross-entropy's peak extra memory is O(tok
   CHECK(backward_peak < full_logits / 2);
 }
 
-TEST_CASE("fused_kernels: the plugin reads its options and refuses kernels this build cannot run") {
+TEST_CASE("fused_kernels: the plugin wires its CPU kernels on a CPU device and refuses other devices") {
   auto make = [](const std::string& yaml) {
     titan::PluginContext context;
     context.options = titan::ConfigNode::parse(yaml, "run.yaml");
@@ -187,21 +188,45 @@ TEST_CASE("fused_kernels: the plugin reads its options and refuses kernels this 
   titan::PluginContext model_context;
   model_context.options = titan::ConfigNode::parse("model:\n  flavor: debugmodel\n", "run.yaml").child("model");
   auto spec = titan::PluginRegistry::instance().create_model("llama3", model_context);
+  // The layers' C++ types, by path, after the plugin ran (the wrappers keep
+  // the parameter names, so names alone cannot tell).
+  auto type_at = [](titan::CausalLM& model, const std::string& path) -> std::string {
+    for (const auto& item : model.named_modules("", /*include_self=*/false)) {
+      if (item.key() == path) return typeid(*item.value()).name();
+    }
+    return "missing";
+  };
+  const std::string norm = "layers.0.attention_norm", rope = "layers.0.attention.rope",
+                    sdpa = "layers.0.attention.sdpa", glu = "layers.0.feed_forward.swiglu";
+
   auto model = spec->build(c10::Device(c10::kMeta));
-  titan::ParallelizeContext context{*spec, c10::Device(c10::kCPU)};
-
-  auto all_off = make("rmsnorm: false\nrope: false\nswiglu: false\ncross_entropy: false\n");
+  const std::string aten_norm = type_at(*model, norm), aten_rope = type_at(*model, rope),
+                    aten_sdpa = type_at(*model, sdpa), aten_glu = type_at(*model, glu);
+  titan::ParallelizeContext cpu{*spec, c10::Device(c10::kCPU)};
+  auto all_off = make("rmsnorm: false\nrope: false\nswiglu: false\ncross_entropy: false\nattention: false\n");
   CHECK(all_off->apply_order() == titan::ApplyOrder::kernel_optimization);
-  CHECK_NOTHROW(all_off->parallelize(*model, context));
+  CHECK_NOTHROW(all_off->parallelize(*model, cpu));
+  CHECK(type_at(*model, norm) == aten_norm);
+  CHECK(type_at(*model, sdpa) == aten_sdpa);
 
-  auto some_on = make("rmsnorm: true\nrope: false\nswiglu: false\ncross_entropy: true\n");
+  // Some on: exactly those are swapped, the rest keep the ATen path.
+  auto some_on = make("rmsnorm: true\nrope: false\nswiglu: false\ncross_entropy: false\nattention: true\n");
+  some_on->parallelize(*model, cpu);
+  CHECK(type_at(*model, norm).find("CpuRMSNorm") != std::string::npos);
+  CHECK(type_at(*model, sdpa).find("CpuAttention") != std::string::npos);
+  CHECK(type_at(*model, rope) == aten_rope);
+  CHECK(type_at(*model, glu) == aten_glu);
+
+  // A device with neither kernel set is refused, naming what was asked for.
+  auto fresh = spec->build(c10::Device(c10::kMeta));
+  titan::ParallelizeContext meta{*spec, c10::Device(c10::kMeta)};
   try {
-    some_on->parallelize(*model, context);
-    FAIL("expected a refusal on a CPU device");
+    make("rmsnorm: true\nrope: false\nswiglu: false\ncross_entropy: true\nattention: false\n")->parallelize(*fresh, meta);
+    FAIL("expected a refusal on a meta device");
   } catch (const titan::Error& error) {
     std::string message = error.what();
     CHECK(message.find("rmsnorm, cross_entropy") != std::string::npos);
-    CHECK(message.find("CUDA") != std::string::npos);
+    CHECK(message.find("meta") != std::string::npos);
     CHECK(message.find("rope") == std::string::npos);
   }
   CHECK_THROWS_WITH_AS(make("cross_entropy_chunk: 0\n"), doctest::Contains("cross_entropy_chunk"), titan::Error);

@@ -169,6 +169,8 @@ def main():
     p.add_argument("--min-lr-factor", type=float, default=0.0)
     p.add_argument("--max-norm", type=float, default=1.0)
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--adamw", choices=["foreach", "fused"], default="foreach",
+                   help="torch.optim.AdamW's implementation (fused: its one-pass kernel)")
     p.add_argument("--timing-warmup", type=int, default=0, help="steps left out of tokens_per_sec")
     p.add_argument("--titan-final", help="Titan's debug.save_final_model file, to compare the final parameters")
     args = p.parse_args()
@@ -184,7 +186,7 @@ def main():
 
     params = list(model.parameters())
     optimizer = torch.optim.AdamW(params, lr=args.lr, betas=(args.beta1, args.beta2), eps=args.eps,
-                                  weight_decay=args.weight_decay, foreach=True)
+                                  weight_decay=args.weight_decay, **{args.adamw: True})
     schedule = torch.optim.lr_scheduler.LambdaLR(
         optimizer, warmup_stable_decay(args.steps, args.warmup_steps, args.decay_type, args.min_lr_factor))
     window = args.seq + 1
