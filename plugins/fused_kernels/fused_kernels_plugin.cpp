@@ -110,7 +110,9 @@ class FusedKernelsParallelizer : public titan::Parallelizer {
       wire(model, emulated_layers());
       return;
     }
-    if (context.device.is_cpu()) {
+    // Meta: `titan plan`'s dry run. The CPU layers take the ATen path on
+    // meta tensors, so the plan sees the same modules as the run.
+    if (context.device.is_cpu() || context.device.is_meta()) {
       wire(model, cpu_layers());
       return;
     }
