@@ -1,10 +1,13 @@
-// CPU causal attention: ATen's flash attention (at::scaled_dot_product_attention,
-// is_causal) against the fused_kernels AVX2 kernel (cpu_causal_attention),
-// forward + backward in fp32 at 2 threads, for the Llama debug shape and
-// larger head_dim / sequence; measured alternately in one run after a
-// warm-up, medians printed as a markdown table with the path CpuAttention
-// takes for each shape (the measured threshold lives in cpu_attention.cpp).
-// Usage: titan_bench_cpu_attention [repeats (15)] [threads (2)]
+// CPU causal attention: ATen's flash attention
+// (at::scaled_dot_product_attention, is_causal) against the fused_kernels AVX2
+// kernel (cpu_causal_attention), forward + backward in fp32 at 2 threads, for
+// the Llama debug shape and larger head_dim / sequence; measured alternately in
+// one run after a warm-up, medians printed as a markdown table with the path
+// CpuAttention takes for each shape (the measured threshold lives in
+// cpu_attention.cpp). Usage: titan_bench_cpu_attention [repeats (15)] [threads
+// (2)]
+#include "cpu_attention.h"
+
 #include <torch/torch.h>
 
 #include <chrono>
@@ -14,7 +17,6 @@
 #include <vector>
 
 #include "bench_timing.hpp"
-#include "cpu_attention.h"
 
 namespace {
 
@@ -31,8 +33,9 @@ double time_ms(const std::function<at::Tensor(const at::Tensor&, const at::Tenso
   return titan::bench::seconds_since(start) * 1e3;
 }
 
-double time_forward_ms(const std::function<at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&)>& attention,
-                       const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+double time_forward_ms(
+    const std::function<at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&)>& attention,
+    const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
   at::NoGradGuard no_grad;
   auto start = std::chrono::steady_clock::now();
   attention(q, k, v);
@@ -53,14 +56,17 @@ int main(int argc, char** argv) {
   };
   // The debug model's shape (and with GQA), then head_dim 16 .. 128 at
   // short and long sequences: where the kernel stops paying off.
-  const std::vector<Shape> shapes = {{8, 16, 16, 128, 16}, {8, 16, 4, 128, 16}, {2, 8, 8, 2048, 16},
-                                     {1, 8, 8, 4096, 16},   {8, 16, 16, 128, 32}, {4, 8, 8, 1024, 32},
-                                     {1, 8, 8, 2048, 32},   {8, 16, 16, 128, 64}, {4, 8, 8, 512, 64},
-                                     {2, 8, 8, 1024, 64},   {1, 8, 8, 2048, 64},  {8, 8, 8, 128, 128},
-                                     {2, 8, 8, 512, 128},   {1, 8, 8, 1024, 128}, {1, 8, 8, 2048, 128}};
-  std::printf("fp32, %d threads, median of %d alternated runs; q/k/v as [b, s, h, d] storage viewed as [b, h, s, d]\n\n",
-              threads, repeats);
-  std::printf("| b, h, kv_h, seq, head_dim | ATen fwd ms | ours fwd ms | ATen fwd+bwd ms | ours fwd+bwd ms | ours/ATen (fwd+bwd) | CpuAttention path |\n");
+  const std::vector<Shape> shapes = {
+      {8, 16, 16, 128, 16}, {8, 16, 4, 128, 16}, {2, 8, 8, 2048, 16},  {1, 8, 8, 4096, 16},  {8, 16, 16, 128, 32},
+      {4, 8, 8, 1024, 32},  {1, 8, 8, 2048, 32}, {8, 16, 16, 128, 64}, {4, 8, 8, 512, 64},   {2, 8, 8, 1024, 64},
+      {1, 8, 8, 2048, 64},  {8, 8, 8, 128, 128}, {2, 8, 8, 512, 128},  {1, 8, 8, 1024, 128}, {1, 8, 8, 2048, 128}};
+  std::printf(
+      "fp32, %d threads, median of %d alternated runs; q/k/v as [b, s, "
+      "h, d] storage viewed as [b, h, s, d]\n\n",
+      threads, repeats);
+  std::printf(
+      "| b, h, kv_h, seq, head_dim | ATen fwd ms | ours fwd ms | ATen fwd+bwd "
+      "ms | ours fwd+bwd ms | ours/ATen (fwd+bwd) | CpuAttention path |\n");
   std::printf("|---|---|---|---|---|---|---|\n");
   for (const Shape& s : shapes) {
     at::manual_seed(0);

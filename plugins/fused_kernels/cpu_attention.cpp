@@ -36,9 +36,7 @@ bool cpu_has_avx2_fma() {
 constexpr int64_t kMaxKernelSeqTimesHeadDim = 65536;
 constexpr int64_t kMaxKernelHeadDim = 128;
 
-kernel::View view_of(const at::Tensor& t) {
-  return {t.data_ptr<float>(), t.stride(0), t.stride(1), t.stride(2)};
-}
+kernel::View view_of(const at::Tensor& t) { return {t.data_ptr<float>(), t.stride(0), t.stride(1), t.stride(2)}; }
 
 // Last dimension unit-stride (the kernel's one layout requirement); the
 // llama3 model's transposed q/k/v views already are.
@@ -51,7 +49,8 @@ at::Tensor empty_bshd(const at::Tensor& like) {
 }
 
 kernel::Problem problem_of(const at::Tensor& q, const at::Tensor& k) {
-  return {q.size(0), q.size(1), k.size(1), q.size(2), q.size(3), static_cast<float>(1.0 / std::sqrt(static_cast<double>(q.size(3))))};
+  return {q.size(0), q.size(1), k.size(1),
+          q.size(2), q.size(3), static_cast<float>(1.0 / std::sqrt(static_cast<double>(q.size(3))))};
 }
 
 std::pair<at::Tensor, at::Tensor> run_forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
@@ -107,7 +106,8 @@ bool cpu_attention_kernel_supports(const at::Tensor& q, const at::Tensor& k, con
         t->scalar_type() != at::kFloat || t->dim() != 4)
       return false;
   }
-  if (k.sizes() != v.sizes() || q.size(0) != k.size(0) || q.size(2) != k.size(2) || q.size(3) != k.size(3)) return false;
+  if (k.sizes() != v.sizes() || q.size(0) != k.size(0) || q.size(2) != k.size(2) || q.size(3) != k.size(3))
+    return false;
   if (k.size(1) == 0 || q.size(1) % k.size(1) != 0 || q.numel() == 0) return false;
   // The kernel indexes with int32 lanes along the sequence.
   if (q.size(2) >= (int64_t{1} << 30)) return false;
@@ -121,9 +121,12 @@ bool cpu_attention_takes_kernel(const at::Tensor& q, const at::Tensor& k, const 
 
 at::Tensor cpu_causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
   if (!cpu_attention_kernel_supports(q, k, v))
-    throw Error("fused_kernels cpu attention: needs fp32 CPU q [b, h, s, d], k/v [b, kv_h, s, d] with h a multiple "
-                "of kv_h on a CPU with AVX2 and FMA; got q " + std::string(q.toString()) + " " +
-                c10::str(q.sizes()) + ", k " + c10::str(k.sizes()) + ", v " + c10::str(v.sizes()));
+    throw Error(
+        "fused_kernels cpu attention: needs fp32 CPU q [b, h, s, d], "
+        "k/v [b, kv_h, s, d] with h a multiple "
+        "of kv_h on a CPU with AVX2 and FMA; got q " +
+        std::string(q.toString()) + " " + c10::str(q.sizes()) + ", k " + c10::str(k.sizes()) + ", v " +
+        c10::str(v.sizes()));
   at::Tensor qs = unit_last_stride(q), ks = unit_last_stride(k), vs = unit_last_stride(v);
   const bool needs_grad = at::GradMode::is_enabled() && (q.requires_grad() || k.requires_grad() || v.requires_grad());
   if (!needs_grad) return run_forward(qs, ks, vs).first;

@@ -33,8 +33,8 @@ inline __m256 exp_u20(__m256 x) {
   const __m256 one = _mm256_set1_ps(1.f);
   __m256 too_small = _mm256_cmp_ps(x, ln_flt_min, _CMP_LT_OS);
   __m256 src = _mm256_max_ps(_mm256_min_ps(x, ln_flt_max), ln_flt_min);
-  __m256 fx = _mm256_floor_ps(
-      _mm256_fmadd_ps(src, _mm256_castsi256_ps(_mm256_set1_epi32(0x3fb8aa3b)), _mm256_set1_ps(0.5f)));
+  __m256 fx =
+      _mm256_floor_ps(_mm256_fmadd_ps(src, _mm256_castsi256_ps(_mm256_set1_epi32(0x3fb8aa3b)), _mm256_set1_ps(0.5f)));
   __m256 r = _mm256_fnmadd_ps(fx, _mm256_castsi256_ps(_mm256_set1_epi32(0x3f317218)), src);
   __m256 poly = _mm256_fmadd_ps(r, _mm256_set1_ps(0.00828929059f), _mm256_set1_ps(0.0418978221f));
   poly = _mm256_fmadd_ps(r, poly, _mm256_set1_ps(0.166676521f));
@@ -70,8 +70,7 @@ inline float horizontal_max(__m256 x) {
 // C[MR, 8 NV] = A[MR, K] B[K, 8 NV] where B is given transposed-packed as
 // bt[k * ldb + j] and A's rows are a + r * lda (unit stride along K).
 template <int MR, int NV>
-inline void tile_abt(const float* a, int64_t lda, const float* bt, int64_t ldb, int64_t k_len, float* c,
-                     int64_t ldc) {
+inline void tile_abt(const float* a, int64_t lda, const float* bt, int64_t ldb, int64_t k_len, float* c, int64_t ldc) {
   __m256 acc[MR][NV];
   for (int r = 0; r < MR; ++r)
     for (int v = 0; v < NV; ++v) acc[r][v] = _mm256_setzero_ps();
@@ -105,10 +104,17 @@ void scores_causal(const float* a, int64_t lda, const float* bt, int64_t ldb, in
     rows_abt<4>(a + i * lda, lda, bt, ldb, k_len, c + i * ldc, ldc, smaller(n, round_up8(row0 + i + 4)));
   int64_t tail_n = smaller(n, round_up8(row0 + m));
   switch (m - i) {
-    case 3: rows_abt<3>(a + i * lda, lda, bt, ldb, k_len, c + i * ldc, ldc, tail_n); break;
-    case 2: rows_abt<2>(a + i * lda, lda, bt, ldb, k_len, c + i * ldc, ldc, tail_n); break;
-    case 1: rows_abt<1>(a + i * lda, lda, bt, ldb, k_len, c + i * ldc, ldc, tail_n); break;
-    default: break;
+    case 3:
+      rows_abt<3>(a + i * lda, lda, bt, ldb, k_len, c + i * ldc, ldc, tail_n);
+      break;
+    case 2:
+      rows_abt<2>(a + i * lda, lda, bt, ldb, k_len, c + i * ldc, ldc, tail_n);
+      break;
+    case 1:
+      rows_abt<1>(a + i * lda, lda, bt, ldb, k_len, c + i * ldc, ldc, tail_n);
+      break;
+    default:
+      break;
   }
 }
 
@@ -146,11 +152,43 @@ inline void rows_ab(const float* a, int64_t sar, int64_t sac, const float* b, in
 
 // C[m, n] (+)= A[m, K] B[K, n], n a multiple of 8. With row0 >= 0 the rows
 // are query rows row0 + i of a causal product: a tile of rows needs only
-// K < its last row + 1 (A is zero beyond each row's diagonal).
+// K < its last row + 1 (A is zero beyond each row's diagonal). With key0 >= 0
+// the rows are keys i and K runs over query rows key0 + k (A = P^T): a tile
+// needs only query rows at or after its first key.
 template <bool kAccumulate>
 void gemm_ab(const float* a, int64_t sar, int64_t sac, const float* b, int64_t ldb, int64_t k_len, float* c,
-             int64_t ldc, int64_t m, int64_t n, int64_t row0) {
+             int64_t ldc, int64_t m, int64_t n, int64_t row0, int64_t key0 = -1) {
   auto k_for = [&](int64_t i_end) { return row0 < 0 ? k_len : smaller(k_len, row0 + i_end); };
+  if constexpr (kAccumulate) {  // key-causal products accumulate (dK, dV)
+    if (key0 >= 0) {
+      // Keys before key0 see every query row of the block.
+      const int64_t full = smaller(m, key0);
+      if (full > 0) gemm_ab<true>(a, sar, sac, b, ldb, k_len, c, ldc, full, n, -1);
+      for (int64_t i = full; i < m; i += 4) {
+        const int64_t first_k = i - key0;
+        if (first_k >= k_len) break;
+        const float* ai = a + i * sar + first_k * sac;
+        const float* bi = b + first_k * ldb;
+        float* ci = c + i * ldc;
+        const int64_t len = k_len - first_k;
+        switch (smaller(4, m - i)) {
+          case 4:
+            rows_ab<4, true>(ai, sar, sac, bi, ldb, len, ci, ldc, n);
+            break;
+          case 3:
+            rows_ab<3, true>(ai, sar, sac, bi, ldb, len, ci, ldc, n);
+            break;
+          case 2:
+            rows_ab<2, true>(ai, sar, sac, bi, ldb, len, ci, ldc, n);
+            break;
+          default:
+            rows_ab<1, true>(ai, sar, sac, bi, ldb, len, ci, ldc, n);
+            break;
+        }
+      }
+      return;
+    }
+  }
   int64_t i = 0;
   // 3 rows x 32 columns (12 accumulators), or 4 x 16 when n is small
   // (6 x 16 measured slower at head_dim 16).
@@ -164,12 +202,23 @@ void gemm_ab(const float* a, int64_t sar, int64_t sac, const float* b, int64_t l
   const float* at = a + i * sar;
   float* ct = c + i * ldc;
   switch (m - i) {
-    case 5: rows_ab<5, kAccumulate>(at, sar, sac, b, ldb, k_for(m), ct, ldc, n); break;
-    case 4: rows_ab<4, kAccumulate>(at, sar, sac, b, ldb, k_for(m), ct, ldc, n); break;
-    case 3: rows_ab<3, kAccumulate>(at, sar, sac, b, ldb, k_for(m), ct, ldc, n); break;
-    case 2: rows_ab<2, kAccumulate>(at, sar, sac, b, ldb, k_for(m), ct, ldc, n); break;
-    case 1: rows_ab<1, kAccumulate>(at, sar, sac, b, ldb, k_for(m), ct, ldc, n); break;
-    default: break;
+    case 5:
+      rows_ab<5, kAccumulate>(at, sar, sac, b, ldb, k_for(m), ct, ldc, n);
+      break;
+    case 4:
+      rows_ab<4, kAccumulate>(at, sar, sac, b, ldb, k_for(m), ct, ldc, n);
+      break;
+    case 3:
+      rows_ab<3, kAccumulate>(at, sar, sac, b, ldb, k_for(m), ct, ldc, n);
+      break;
+    case 2:
+      rows_ab<2, kAccumulate>(at, sar, sac, b, ldb, k_for(m), ct, ldc, n);
+      break;
+    case 1:
+      rows_ab<1, kAccumulate>(at, sar, sac, b, ldb, k_for(m), ct, ldc, n);
+      break;
+    default:
+      break;
   }
 }
 
@@ -184,11 +233,43 @@ void pack_rows(const float* src, int64_t stride, int64_t rows, int64_t cols, flo
   if (rows_padded > rows) std::memset(dst + rows * cols_padded, 0, sizeof(float) * (rows_padded - rows) * cols_padded);
 }
 
+// 8 x 8 block: out[c * ldo + r] = in[r * ldi + c].
+inline void transpose8x8(const float* in, int64_t ldi, float* out, int64_t ldo) {
+  __m256 r0 = _mm256_loadu_ps(in + 0 * ldi), r1 = _mm256_loadu_ps(in + 1 * ldi);
+  __m256 r2 = _mm256_loadu_ps(in + 2 * ldi), r3 = _mm256_loadu_ps(in + 3 * ldi);
+  __m256 r4 = _mm256_loadu_ps(in + 4 * ldi), r5 = _mm256_loadu_ps(in + 5 * ldi);
+  __m256 r6 = _mm256_loadu_ps(in + 6 * ldi), r7 = _mm256_loadu_ps(in + 7 * ldi);
+  __m256 t0 = _mm256_unpacklo_ps(r0, r1), t1 = _mm256_unpackhi_ps(r0, r1);
+  __m256 t2 = _mm256_unpacklo_ps(r2, r3), t3 = _mm256_unpackhi_ps(r2, r3);
+  __m256 t4 = _mm256_unpacklo_ps(r4, r5), t5 = _mm256_unpackhi_ps(r4, r5);
+  __m256 t6 = _mm256_unpacklo_ps(r6, r7), t7 = _mm256_unpackhi_ps(r6, r7);
+  __m256 u0 = _mm256_shuffle_ps(t0, t2, _MM_SHUFFLE(1, 0, 1, 0)),
+         u1 = _mm256_shuffle_ps(t0, t2, _MM_SHUFFLE(3, 2, 3, 2));
+  __m256 u2 = _mm256_shuffle_ps(t1, t3, _MM_SHUFFLE(1, 0, 1, 0)),
+         u3 = _mm256_shuffle_ps(t1, t3, _MM_SHUFFLE(3, 2, 3, 2));
+  __m256 u4 = _mm256_shuffle_ps(t4, t6, _MM_SHUFFLE(1, 0, 1, 0)),
+         u5 = _mm256_shuffle_ps(t4, t6, _MM_SHUFFLE(3, 2, 3, 2));
+  __m256 u6 = _mm256_shuffle_ps(t5, t7, _MM_SHUFFLE(1, 0, 1, 0)),
+         u7 = _mm256_shuffle_ps(t5, t7, _MM_SHUFFLE(3, 2, 3, 2));
+  _mm256_storeu_ps(out + 0 * ldo, _mm256_permute2f128_ps(u0, u4, 0x20));
+  _mm256_storeu_ps(out + 1 * ldo, _mm256_permute2f128_ps(u1, u5, 0x20));
+  _mm256_storeu_ps(out + 2 * ldo, _mm256_permute2f128_ps(u2, u6, 0x20));
+  _mm256_storeu_ps(out + 3 * ldo, _mm256_permute2f128_ps(u3, u7, 0x20));
+  _mm256_storeu_ps(out + 4 * ldo, _mm256_permute2f128_ps(u0, u4, 0x31));
+  _mm256_storeu_ps(out + 5 * ldo, _mm256_permute2f128_ps(u1, u5, 0x31));
+  _mm256_storeu_ps(out + 6 * ldo, _mm256_permute2f128_ps(u2, u6, 0x31));
+  _mm256_storeu_ps(out + 7 * ldo, _mm256_permute2f128_ps(u3, u7, 0x31));
+}
+
 // dst[d, j] = src[j, d] (d < cols), columns j >= rows zero up to rows_padded.
 void pack_transposed(const float* src, int64_t stride, int64_t rows, int64_t cols, float* dst, int64_t rows_padded) {
+  const int64_t rows8 = rows & ~int64_t{7}, cols8 = cols & ~int64_t{7};
+  for (int64_t j = 0; j < rows8; j += 8)
+    for (int64_t d = 0; d < cols8; d += 8)
+      transpose8x8(src + j * stride + d, stride, dst + d * rows_padded + j, rows_padded);
   for (int64_t d = 0; d < cols; ++d) {
     float* out = dst + d * rows_padded;
-    for (int64_t j = 0; j < rows; ++j) out[j] = src[j * stride + d];
+    for (int64_t j = d < cols8 ? rows8 : 0; j < rows; ++j) out[j] = src[j * stride + d];
     for (int64_t j = rows; j < rows_padded; ++j) out[j] = 0.f;
   }
 }
@@ -204,10 +285,10 @@ void forward(const Problem& p, const View& q, const View& k, const View& v, cons
              int64_t h, float* workspace) {
   const int64_t seq = p.seq, dim = p.head_dim, sp = key_stride(seq), dp = round_up8(dim);
   const int64_t kv_head = h / (p.heads / p.kv_heads);
-  float* kt = workspace;          // [dim, sp]
-  float* vp = kt + sp * dp;       // [sp, dp]
-  float* scores = vp + sp * dp;   // [kRowBlock, sp]: scores, then probabilities
-  float* acc = scores + kRowBlock * sp;  // [kRowBlock, dp]
+  float* kt = workspace;                  // [dim, sp]
+  float* vp = kt + sp * dp;               // [sp, dp]
+  float* scores = vp + sp * dp;           // [kRowBlock, sp]: scores, then probabilities
+  float* acc = scores + kRowBlock * sp;   // [kRowBlock, dp]
   float* inv_sum = acc + kRowBlock * dp;  // [kRowBlock]
   pack_transposed(k.row(b, kv_head, 0), k.stride_seq, seq, dim, kt, sp);
   pack_rows(v.row(b, kv_head, 0), v.stride_seq, seq, dim, vp, sp, dp);
@@ -223,7 +304,8 @@ void forward(const Problem& p, const View& q, const View& k, const View& v, cons
       __m256 max_v = minus_inf;
       int64_t j = 0;
       for (; j + 8 <= visible; j += 8) max_v = _mm256_max_ps(max_v, _mm256_loadu_ps(s + j));
-      if (j < visible) max_v = _mm256_max_ps(max_v, _mm256_blendv_ps(minus_inf, _mm256_loadu_ps(s + j), lanes_below(j, visible)));
+      if (j < visible)
+        max_v = _mm256_max_ps(max_v, _mm256_blendv_ps(minus_inf, _mm256_loadu_ps(s + j), lanes_below(j, visible)));
       const float row_max = horizontal_max(max_v);
       const __m256 shift = _mm256_set1_ps(row_max * p.scale);
       __m256 sum_v = _mm256_setzero_ps();
@@ -233,7 +315,8 @@ void forward(const Problem& p, const View& q, const View& k, const View& v, cons
         _mm256_storeu_ps(s + j, e);
       }
       if (j < visible) {
-        __m256 e = _mm256_and_ps(exp_u20(_mm256_fmsub_ps(_mm256_loadu_ps(s + j), scale, shift)), lanes_below(j, visible));
+        __m256 e =
+            _mm256_and_ps(exp_u20(_mm256_fmsub_ps(_mm256_loadu_ps(s + j), scale, shift)), lanes_below(j, visible));
         sum_v = _mm256_add_ps(sum_v, e);
         _mm256_storeu_ps(s + j, e);
         j += 8;
@@ -265,16 +348,16 @@ void backward(const Problem& p, const View& q, const View& k, const View& v, con
               float* workspace) {
   const int64_t seq = p.seq, dim = p.head_dim, sp = key_stride(seq), dp = round_up8(dim);
   const int64_t group = p.heads / p.kv_heads;
-  float* kt = workspace;            // [dim, sp]
-  float* kp = kt + sp * dp;         // [sp, dp]
-  float* vt = kp + sp * dp;         // [dim, sp]
-  float* dk_acc = vt + sp * dp;     // [sp, dp]
-  float* dv_acc = dk_acc + sp * dp; // [sp, dp]
-  float* qp = dv_acc + sp * dp;     // [sp, dp]
-  float* dop = qp + sp * dp;        // [sp, dp]
-  float* delta = dop + sp * dp;     // [sp]: rowsum(dO * O)
-  float* probs = delta + sp;        // [kRowBlock, sp]
-  float* dscores = probs + kRowBlock * sp;  // [kRowBlock, sp]
+  float* kt = workspace;                       // [dim, sp]
+  float* kp = kt + sp * dp;                    // [sp, dp]
+  float* vt = kp + sp * dp;                    // [dim, sp]
+  float* dk_acc = vt + sp * dp;                // [sp, dp]
+  float* dv_acc = dk_acc + sp * dp;            // [sp, dp]
+  float* qp = dv_acc + sp * dp;                // [sp, dp]
+  float* dop = qp + sp * dp;                   // [sp, dp]
+  float* delta = dop + sp * dp;                // [sp]: rowsum(dO * O)
+  float* probs = delta + sp;                   // [kRowBlock, sp]
+  float* dscores = probs + kRowBlock * sp;     // [kRowBlock, sp]
   float* dq_block = dscores + kRowBlock * sp;  // [kRowBlock, dp]
   pack_transposed(k.row(b, kv_head, 0), k.stride_seq, seq, dim, kt, sp);
   pack_rows(k.row(b, kv_head, 0), k.stride_seq, seq, dim, kp, sp, dp);
@@ -322,9 +405,10 @@ void backward(const Problem& p, const View& q, const View& k, const View& v, con
           _mm256_storeu_ps(ds + j, _mm256_setzero_ps());
         }
       }
-      // dV[j] += sum_i P[i, j] dO[i];  dK[j] += sum_i dS[i, j] Q[i] (scaled at the end).
-      gemm_ab<true>(probs, 1, sp, dop + i0 * dp, dp, rows, dv_acc, dp, keys_padded, dp, -1);
-      gemm_ab<true>(dscores, 1, sp, qp + i0 * dp, dp, rows, dk_acc, dp, keys_padded, dp, -1);
+      // dV[j] += sum_i P[i, j] dO[i];  dK[j] += sum_i dS[i, j] Q[i] (scaled at
+      // the end).
+      gemm_ab<true>(probs, 1, sp, dop + i0 * dp, dp, rows, dv_acc, dp, keys, dp, -1, i0);
+      gemm_ab<true>(dscores, 1, sp, qp + i0 * dp, dp, rows, dk_acc, dp, keys, dp, -1, i0);
       // dQ[i] = scale sum_j dS[i, j] K[j].
       gemm_ab<false>(dscores, sp, 1, kp, dp, keys, dq_block, dp, rows, dp, i0);
       for (int64_t r = 0; r < rows; ++r) {

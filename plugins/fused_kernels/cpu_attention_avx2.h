@@ -13,7 +13,9 @@ namespace titan::fused::cpu_attention_avx2 {
 struct View {
   float* data;
   int64_t stride_batch, stride_head, stride_seq;
-  float* row(int64_t b, int64_t h, int64_t s) const { return data + b * stride_batch + h * stride_head + s * stride_seq; }
+  float* row(int64_t b, int64_t h, int64_t s) const {
+    return data + b * stride_batch + h * stride_head + s * stride_seq;
+  }
 };
 
 // q [batch, heads, seq, head_dim], k/v [batch, kv_heads, seq, head_dim],

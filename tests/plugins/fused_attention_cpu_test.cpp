@@ -5,12 +5,11 @@
 // dims 8 / 16 / 20 / 24 / 64 / 128, grouped-query heads, transposed
 // (non-contiguous) inputs and batch 1; CpuAttention takes ATen's path for
 // meta and bf16 tensors and where ATen was measured faster.
-#include "doctest_torch.hpp"
-
 #include <algorithm>
 #include <string>
 
 #include "cpu_attention.h"
+#include "doctest_torch.hpp"
 #include "titan/error.hpp"
 
 namespace {
@@ -37,12 +36,13 @@ void check_close(const at::Tensor& actual, const at::Tensor& expected, const std
 
 struct Shape {
   int64_t batch, heads, kv_heads, seq, head_dim;
-  bool transposed;  // q/k/v as the llama3 model passes them: [b, s, h, d] storage viewed as [b, h, s, d]
+  bool transposed;  // q/k/v as the llama3 model passes them: [b, s, h, d]
+                    // storage viewed as [b, h, s, d]
 };
 
 std::string name_of(const Shape& s) {
-  return "b" + std::to_string(s.batch) + " h" + std::to_string(s.heads) + " kvh" + std::to_string(s.kv_heads) +
-         " s" + std::to_string(s.seq) + " d" + std::to_string(s.head_dim) + (s.transposed ? " transposed" : "");
+  return "b" + std::to_string(s.batch) + " h" + std::to_string(s.heads) + " kvh" + std::to_string(s.kv_heads) + " s" +
+         std::to_string(s.seq) + " d" + std::to_string(s.head_dim) + (s.transposed ? " transposed" : "");
 }
 
 at::Tensor make(const Shape& s, int64_t heads) {
@@ -57,9 +57,10 @@ void check_against_aten(const Shape& s) {
   REQUIRE(q.is_contiguous() != s.transposed);
   at::Tensor grad_out = at::randn({s.batch, s.heads, s.seq, s.head_dim});
 
-  at::Tensor q_ref = q.detach().requires_grad_(), k_ref = k.detach().requires_grad_(), v_ref = v.detach().requires_grad_();
-  at::Tensor out_ref = at::scaled_dot_product_attention(q_ref, k_ref, v_ref, {}, 0.0, /*is_causal=*/true,
-                                                        std::nullopt, /*enable_gqa=*/s.heads != s.kv_heads);
+  at::Tensor q_ref = q.detach().requires_grad_(), k_ref = k.detach().requires_grad_(),
+             v_ref = v.detach().requires_grad_();
+  at::Tensor out_ref = at::scaled_dot_product_attention(q_ref, k_ref, v_ref, {}, 0.0, /*is_causal=*/true, std::nullopt,
+                                                        /*enable_gqa=*/s.heads != s.kv_heads);
   out_ref.backward(grad_out);
 
   at::Tensor q_k = q.detach().requires_grad_(), k_k = k.detach().requires_grad_(), v_k = v.detach().requires_grad_();
@@ -79,7 +80,9 @@ void check_against_aten(const Shape& s) {
 
 }  // namespace
 
-TEST_CASE("cpu attention kernel equals ATen's causal SDPA, forward and backward, fp32") {
+TEST_CASE(
+    "cpu attention kernel equals ATen's causal SDPA, forward and "
+    "backward, fp32") {
   if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) {
     MESSAGE("TITAN_SKIPPED: this CPU lacks AVX2/FMA");
     return;
@@ -111,14 +114,18 @@ TEST_CASE("cpu attention kernel is differentiable with respect to q alone") {
   check_close(q_k.grad(), q_ref.grad(), "dq, k and v constants");
 }
 
-TEST_CASE("CpuAttention takes the kernel at the debug shape and ATen where the kernel cannot run or is slower") {
+TEST_CASE(
+    "CpuAttention takes the kernel at the debug shape and ATen where the "
+    "kernel cannot run or is slower") {
   fused::CpuAttention layer;
   const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
   at::Tensor q = at::randn({2, 16, 128, 16}), k = at::randn({2, 16, 128, 16}), v = at::randn({2, 16, 128, 16});
   CHECK(fused::cpu_attention_takes_kernel(q, k, v) == avx2);
   check_close(layer.forward(q, k, v), at::scaled_dot_product_attention(q, k, v, {}, 0.0, true), "layer, debug shape");
 
-  SUBCASE("meta tensors (titan plan's dry run) give a meta result of the right shape") {
+  SUBCASE(
+      "meta tensors (titan plan's dry run) give a meta result of the right "
+      "shape") {
     at::Tensor qm = at::empty({8, 16, 128, 16}, at::kMeta), km = at::empty({8, 4, 128, 16}, at::kMeta);
     CHECK(!fused::cpu_attention_takes_kernel(qm, km, km));
     at::Tensor out = layer.forward(qm, km, km);
@@ -132,7 +139,9 @@ TEST_CASE("CpuAttention takes the kernel at the debug shape and ATen where the k
     CHECK((out.scalar_type() == at::kBFloat16));
     CHECK(at::equal(out, at::scaled_dot_product_attention(qb, kb, vb, {}, 0.0, true)));
   }
-  SUBCASE("head_dim 64 takes the kernel up to seq 1024 and ATen (measured faster) at seq 2048") {
+  SUBCASE(
+      "head_dim 64 takes the kernel up to seq 1024 and ATen (measured "
+      "faster) at seq 2048") {
     at::Tensor q1024 = at::randn({1, 1, 1024, 64}), q2048 = at::randn({1, 1, 2048, 64});
     CHECK(fused::cpu_attention_takes_kernel(q1024, q1024, q1024) == avx2);
     CHECK(fused::cpu_attention_kernel_supports(q2048, q2048, q2048) == avx2);
