@@ -139,11 +139,12 @@ TEST_CASE(
     CHECK((out.scalar_type() == at::kBFloat16));
     CHECK(at::equal(out, at::scaled_dot_product_attention(qb, kb, vb, {}, 0.0, true)));
   }
-  SUBCASE(
-      "head_dim 64 takes the kernel up to seq 1024 and ATen (measured "
-      "faster) at seq 2048") {
+  SUBCASE("the measured threshold: head_dim 64 takes the kernel at seq 1024 and ATen at seq 2048") {
     at::Tensor q1024 = at::randn({1, 1, 1024, 64}), q2048 = at::randn({1, 1, 2048, 64});
     CHECK(fused::cpu_attention_takes_kernel(q1024, q1024, q1024) == avx2);
+    at::Tensor q4096 = at::empty({1, 1, 4096, 16}), q256 = at::empty({1, 1, 128, 256});
+    CHECK(fused::cpu_attention_takes_kernel(q4096, q4096, q4096) == avx2);  // seq x head_dim = 65536
+    CHECK(!fused::cpu_attention_takes_kernel(q256, q256, q256));            // head_dim 256: not measured
     CHECK(fused::cpu_attention_kernel_supports(q2048, q2048, q2048) == avx2);
     CHECK(!fused::cpu_attention_takes_kernel(q2048, q2048, q2048));
     CHECK(at::equal(layer.forward(q2048, q2048, q2048),
