@@ -6,6 +6,8 @@
 // flash kernel spends its time in per-block overheads, not in FLOPs.
 #include "cpu_attention_avx2.h"
 
+#include "avx2_math.h"
+
 #include <immintrin.h>
 
 #include <cmath>
@@ -13,6 +15,10 @@
 
 namespace titan::fused::cpu_attention_avx2 {
 namespace {
+
+using avx2::exp8;
+using avx2::horizontal_max;
+using avx2::horizontal_sum;
 
 // Query rows per block: the block's scores [rows, seq] stay in L1/L2.
 constexpr int64_t kRowBlock = 32;
@@ -25,46 +31,10 @@ inline int64_t round_up8(int64_t n) { return (n + 7) & ~int64_t{7}; }
 inline int64_t key_stride(int64_t seq) { return round_up8(seq) + 16; }
 inline int64_t smaller(int64_t a, int64_t b) { return a < b ? a : b; }
 
-// exp with about 20 ulp error: the polynomial ATen's flash attention uses
-// (Vectorized<float>::exp_u20), written out so that no ATen header is needed.
-inline __m256 exp_u20(__m256 x) {
-  const __m256 ln_flt_min = _mm256_castsi256_ps(_mm256_set1_epi32(0xc2aeac50));
-  const __m256 ln_flt_max = _mm256_castsi256_ps(_mm256_set1_epi32(0x42b17218));
-  const __m256 one = _mm256_set1_ps(1.f);
-  __m256 too_small = _mm256_cmp_ps(x, ln_flt_min, _CMP_LT_OS);
-  __m256 src = _mm256_max_ps(_mm256_min_ps(x, ln_flt_max), ln_flt_min);
-  __m256 fx =
-      _mm256_floor_ps(_mm256_fmadd_ps(src, _mm256_castsi256_ps(_mm256_set1_epi32(0x3fb8aa3b)), _mm256_set1_ps(0.5f)));
-  __m256 r = _mm256_fnmadd_ps(fx, _mm256_castsi256_ps(_mm256_set1_epi32(0x3f317218)), src);
-  __m256 poly = _mm256_fmadd_ps(r, _mm256_set1_ps(0.00828929059f), _mm256_set1_ps(0.0418978221f));
-  poly = _mm256_fmadd_ps(r, poly, _mm256_set1_ps(0.166676521f));
-  poly = _mm256_fmadd_ps(r, poly, _mm256_set1_ps(0.499991506f));
-  poly = _mm256_fmadd_ps(r, poly, _mm256_set1_ps(0.999999701f));
-  poly = _mm256_fmadd_ps(r, poly, one);
-  __m256i n = _mm256_cvtps_epi32(_mm256_sub_ps(fx, one));
-  __m256 two_pow_n = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n, _mm256_set1_epi32(127)), 23));
-  two_pow_n = _mm256_blendv_ps(two_pow_n, _mm256_setzero_ps(), too_small);
-  return _mm256_mul_ps(_mm256_mul_ps(poly, two_pow_n), _mm256_set1_ps(2.f));
-}
-
 // Lanes j0 + [0, 8) below `limit`.
 inline __m256 lanes_below(int64_t j0, int64_t limit) {
   __m256i index = _mm256_add_epi32(_mm256_set1_epi32(static_cast<int>(j0)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
   return _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(limit)), index));
-}
-
-inline float horizontal_sum(__m256 x) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
-
-inline float horizontal_max(__m256 x) {
-  __m128 s = _mm_max_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
-  s = _mm_max_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_max_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
 }
 
 // C[MR, 8 NV] = A[MR, K] B[K, 8 NV] where B is given transposed-packed as
@@ -310,13 +280,13 @@ void forward(const Problem& p, const View& q, const View& k, const View& v, cons
       const __m256 shift = _mm256_set1_ps(row_max * p.scale);
       __m256 sum_v = _mm256_setzero_ps();
       for (j = 0; j + 8 <= visible; j += 8) {
-        __m256 e = exp_u20(_mm256_fmsub_ps(_mm256_loadu_ps(s + j), scale, shift));
+        __m256 e = exp8(_mm256_fmsub_ps(_mm256_loadu_ps(s + j), scale, shift));
         sum_v = _mm256_add_ps(sum_v, e);
         _mm256_storeu_ps(s + j, e);
       }
       if (j < visible) {
         __m256 e =
-            _mm256_and_ps(exp_u20(_mm256_fmsub_ps(_mm256_loadu_ps(s + j), scale, shift)), lanes_below(j, visible));
+            _mm256_and_ps(exp8(_mm256_fmsub_ps(_mm256_loadu_ps(s + j), scale, shift)), lanes_below(j, visible));
         sum_v = _mm256_add_ps(sum_v, e);
         _mm256_storeu_ps(s + j, e);
         j += 8;
@@ -390,7 +360,7 @@ void backward(const Problem& p, const View& q, const View& k, const View& v, con
         const __m256 row_delta = _mm256_set1_ps(delta[i0 + r]);
         int64_t j = 0;
         for (; j < visible; j += 8) {
-          __m256 pr = exp_u20(_mm256_fmsub_ps(_mm256_loadu_ps(s + j), scale, shift));
+          __m256 pr = exp8(_mm256_fmsub_ps(_mm256_loadu_ps(s + j), scale, shift));
           __m256 dsr = _mm256_mul_ps(pr, _mm256_sub_ps(_mm256_loadu_ps(ds + j), row_delta));
           if (j + 8 > visible) {
             const __m256 mask = lanes_below(j, visible);
