@@ -1,7 +1,11 @@
-// Pipeline schedules at PP2 on the same model and batch: each rank's peak
+// Pipeline schedules at PP2 (or TITAN_BENCH_PP_DEGREE) on the same model and batch: each rank's peak
 // step memory (what a step allocates above the model at rest: activations,
 // gradients, temporaries), the step time, and the bubble measured from the
-// executor's Chrome traces beside the theoretical one, with ratios to GPipe,
+// executor's Chrome traces beside the theoretical one (F = I = W = 1 tick,
+// B = 2) and the same timeline replayed at the measured cost of each stage's
+// F, I, W and B with free communication (measured minus replayed: waiting on
+// transfers and overheads; replayed minus ticks: unequal costs), with ratios
+// to GPipe and 1F1B,
 // measured in one run: this binary launches itself under `titan launch` once
 // per schedule and runs `titan::train` in each rank. Then GPipe and 1F1B
 // again with glibc's default host allocator (training.cpu_allocator
@@ -37,7 +41,16 @@ namespace {
 
 namespace fs = std::filesystem;
 
-constexpr int kDegree = 2;
+// The pp degree: 2, or TITAN_BENCH_PP_DEGREE (the workers inherit it). 4
+// ranks of 1 thread on a 2-core machine take turns on the cores: their
+// figures there are indicative only.
+int degree() {
+  static const int value = [] {
+    const char* text = std::getenv("TITAN_BENCH_PP_DEGREE");
+    return text ? std::atoi(text) : 2;
+  }();
+  return value;
+}
 constexpr int kWarmupSteps = 2;  // left out of every figure: the first step also sends shape headers
 constexpr int kFirstPort = 29741;
 const std::vector<std::string> kSchedules = {
@@ -63,7 +76,7 @@ std::string run_yaml(const std::string& schedule, int steps, int microbatches, c
          ", steps: " + std::to_string(steps) + ", threads: 1, cpu_allocator: " + allocator + "}\n" +
          "metrics: {log_freq: 1}\n" +
          "plugins:\n" +
-         "  - {name: pipeline, pipeline_parallel_degree: " + std::to_string(kDegree) +
+         "  - {name: pipeline, pipeline_parallel_degree: " + std::to_string(degree()) +
          ", pipeline_parallel_schedule: " + schedule + ", num_pp_microbatches: " + batch +
          ", pipeline_parallel_first_stage_less_layers: 0, pipeline_parallel_last_stage_less_layers: 0" +
          ", pipeline_parallel_trace: '" + (folder / "trace").string() + "'}\n";
@@ -145,7 +158,7 @@ Measured measure(const fs::path& self, const fs::path& titan, const std::string&
   fs::remove_all(folder);
   fs::create_directories(folder);
   const std::string command = "TITAN_BENCH_PP_WORKER=" + schedule + " TITAN_BENCH_PP_FOLDER='" + folder.string() +
-                              "' TITAN_BENCH_PP_ALLOCATOR=" + allocator + " " + titan.string() + " launch --nproc-per-node " + std::to_string(kDegree) +
+                              "' TITAN_BENCH_PP_ALLOCATOR=" + allocator + " " + titan.string() + " launch --nproc-per-node " + std::to_string(degree()) +
                               " --master-port " + std::to_string(port) + " --grace-period-s 5 -- " + self.string() +
                               " " + std::to_string(steps) + " " + std::to_string(microbatches) + " 2>&1";
   int status = 0;
@@ -162,7 +175,7 @@ Measured measure(const fs::path& self, const fs::path& titan, const std::string&
         result.minor_faults;
     out.steps[rank][step] = result;
   }
-  for (int rank = 0; rank < kDegree; ++rank) {
+  for (int rank = 0; rank < degree(); ++rank) {
     std::ifstream file(folder / ("trace_rank" + std::to_string(rank) + ".json"));
     if (!file) return out;
     auto json = nlohmann::json::parse(file);
@@ -174,7 +187,7 @@ Measured measure(const fs::path& self, const fs::path& titan, const std::string&
     }
     out.traces.push_back(std::move(events));
   }
-  out.ok = status == 0 && out.steps.size() == kDegree && out.steps.at(0).size() == static_cast<size_t>(steps);
+  out.ok = status == 0 && out.steps.size() == static_cast<size_t>(degree()) && out.steps.at(0).size() == static_cast<size_t>(steps);
   return out;
 }
 
@@ -205,6 +218,9 @@ class TraceSummary {
           auto& [sum, count] = durations_[event->action.type];
           sum += event->end - event->start;
           ++count;
+          auto& [stage_sum, stage_count] = stage_durations_[{event->action.stage, event->action.type}];
+          stage_sum += event->end - event->start;
+          ++stage_count;
         }
         span = std::max(span, end - begin);
       }
@@ -225,6 +241,50 @@ class TraceSummary {
     auto found = durations_.find(type);
     return found == durations_.end() ? 0.0 : found->second.first / static_cast<double>(found->second.second);
   }
+  // Each stage's mean F, I, W and B in whole microseconds (what this run's
+  // trace measured), for replaying the schedule at them.
+  titan::ActionCosts stage_costs_us() const {
+    titan::ActionCosts costs;
+    costs.stages.resize(static_cast<size_t>(stages_));
+    for (int64_t stage = 0; stage < stages_; ++stage) {
+      auto mean = [&](titan::ActionType type) {
+        auto found = stage_durations_.find({stage, type});
+        return found == stage_durations_.end()
+                   ? int64_t{0}
+                   : std::llround(found->second.first / static_cast<double>(found->second.second));
+      };
+      titan::ActionCosts& own = costs.stages[static_cast<size_t>(stage)];
+      own.forward = mean(titan::ActionType::forward);
+      own.backward_input = mean(titan::ActionType::backward_input);
+      own.backward_weight = mean(titan::ActionType::backward_weight);
+      own.full_backward = mean(titan::ActionType::full_backward);
+      // DualPipeV runs most backwards whole and a few split: a kind the
+      // trace never saw costs what the others imply.
+      if (own.full_backward == 0) own.full_backward = own.backward_input + own.backward_weight;
+      if (own.backward_input == 0 && own.backward_weight == 0) {
+        own.backward_input = own.full_backward * 2 / 3;
+        own.backward_weight = own.full_backward - own.backward_input;
+      }
+    }
+    return costs;
+  }
+  // A line of each stage's mean F, I, W, B in ms (the kinds it ran).
+  std::string stage_costs_text() const {
+    std::string text;
+    char buffer[64];
+    for (int64_t stage = 0; stage < stages_; ++stage) {
+      text += (stage ? "; stage " : "stage ") + std::to_string(stage) + ":";
+      for (auto type : {titan::ActionType::forward, titan::ActionType::backward_input,
+                        titan::ActionType::backward_weight, titan::ActionType::full_backward}) {
+        auto found = stage_durations_.find({stage, type});
+        if (found == stage_durations_.end()) continue;
+        std::snprintf(buffer, sizeof(buffer), " %s %.1f", titan::Action{type, 0, 0}.to_string().substr(1, 1).c_str(),
+                      found->second.first / static_cast<double>(found->second.second) * 1e-3);
+        text += buffer;
+      }
+    }
+    return text;
+  }
   // B, or I + W where the schedule splits the backward.
   double backward_us() const {
     const double full = mean_us(titan::ActionType::full_backward);
@@ -236,19 +296,26 @@ class TraceSummary {
   std::vector<double> busy_us_;  // per rank, summed over the steady steps
   int64_t stages_ = 0;
   std::map<titan::ActionType, std::pair<double, int64_t>> durations_;
+  std::map<std::pair<int64_t, titan::ActionType>, std::pair<double, int64_t>> stage_durations_;
 };
 
 // The schedule's theoretical bubble: F = I = W = 1 tick, B = 2, as `titan
-// pp-schedule` prints and the trainer logs.
-double theoretical_bubble(const std::string& name, int64_t stages, int microbatches) {
+// pp-schedule` prints and the trainer logs; with `costs`, its timeline
+// replayed at those (the measured microseconds of each stage's F, I, W, B)
+// and communication free: what the schedule leaves idle when the actions
+// cost what they cost here, but nothing waits on a transfer or an overhead.
+double theoretical_bubble(const std::string& name, int64_t stages, int microbatches,
+                          const titan::ActionCosts* costs = nullptr) {
   titan::PluginContext context;
   context.options = titan::ConfigNode::parse("{}", "bench");
   auto schedule = titan::PluginRegistry::instance().create_pipeline_schedule(name, context);
   titan::PipelineShape shape;
-  shape.ranks = kDegree;
+  shape.ranks = degree();
   shape.stages = stages;
   shape.microbatches = microbatches;
-  return titan::compile_pipeline(*schedule, shape).timeline.bubble_fraction;
+  titan::PipelineProgram program = titan::compile_pipeline(*schedule, shape);
+  if (!costs) return program.timeline.bubble_fraction;
+  return titan::check_pipeline(program.actions, program.placement, shape, program.name, *costs).bubble_fraction;
 }
 
 // One schedule's runs (repeats), pooled over their steady steps.
@@ -257,6 +324,7 @@ struct Row {
   std::vector<Measured> runs;
   TraceSummary trace;
   double theory = 0;
+  double replayed = 0;  // the theory at the measured costs
 
   // The largest step peak of a rank (the same in every run: the allocator
   // counts requests).
@@ -314,7 +382,7 @@ int main(int argc, char** argv) {
     return worker(worker_schedule, steps, microbatches, worker_folder, worker_allocator ? worker_allocator : "caching");
   }
   const int repeats = argc > 3 ? std::atoi(argv[3]) : 2;
-  if (steps <= kWarmupSteps + 1 || microbatches < 4 || microbatches % kDegree != 0 || repeats < 1) {
+  if (steps <= kWarmupSteps + 1 || microbatches < 4 || microbatches % degree() != 0 || repeats < 1) {
     std::fprintf(stderr,
                  "usage: titan_bench_pipeline [steps > %d (8)] [microbatches: even, >= 4 (8)] [repeats (2)] "
                  "[schedule ...]\n",
@@ -360,28 +428,41 @@ int main(int argc, char** argv) {
   };
   std::vector<Row> rows = run_rows(schedules, "caching", kFirstPort);
   if (rows.empty()) return 1;
-  for (Row& row : rows) row.theory = theoretical_bubble(row.schedule, row.trace.stages(), microbatches);
+  for (Row& row : rows) {
+    row.theory = theoretical_bubble(row.schedule, row.trace.stages(), microbatches);
+    const titan::ActionCosts measured = row.trace.stage_costs_us();
+    row.replayed = theoretical_bubble(row.schedule, row.trace.stages(), microbatches, &measured);
+  }
 
   const Row& gpipe = rows.front();
   std::printf("\npipeline schedules at pp %d: llama3 debugmodel with %d blocks (dim 256), the same count per stage, "
               "vocab 1444, batch %d x seq %d in %d microbatches of 1, fp32, 1 thread per rank; %d runs of %d steps, "
               "the first %d of each left out\n",
-              kDegree, kBlocks, microbatches, kSeq, microbatches, repeats, steps, kWarmupSteps);
+              degree(), kBlocks, microbatches, kSeq, microbatches, repeats, steps, kWarmupSteps);
   std::printf("step peak: the most a step allocates above what stays live between steps, per rank (LibTorch CPU\n"
               "allocator): activations, this rank's gradients and temporaries. s/step: median. bubble: idle share\n"
               "of the ranks' compute time over the step's span, from the Chrome traces; theory: F = I = W = 1 tick,\n"
               "B = 2. compute: a rank's F, B, I and W time per step. bwd / F: the mean time of a backward (B, or\n"
               "I + W) over a forward's\n");
-  std::printf("| schedule | stages | step peak MiB r0 | r1 | / GPipe r0, r1 | s/step | / GPipe | bubble measured | "
-              "theory | compute s r0, r1 | bwd / F | faults/step r0 |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+  const Row* one_f_one_b = nullptr;
   for (const Row& row : rows) {
-    std::printf("| %s | %ld | %.1f | %.1f | %.3f, %.3f | %.3f | %.2f | %.3f | %.3f | %.2f, %.2f | %.2f | %.0f |\n",
+    if (row.schedule == "1F1B") one_f_one_b = &row;
+  }
+  const double one_f_one_b_step = one_f_one_b ? one_f_one_b->step_seconds() : std::nan("");
+  std::printf("| schedule | stages | step peak MiB r0 | r1 | / GPipe r0, r1 | s/step | / GPipe | / 1F1B | bubble measured | "
+              "replayed at measured costs | theory | compute s r0, r1 | bwd / F | faults/step r0 |\n"
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+  for (const Row& row : rows) {
+    std::printf("| %s | %ld | %.1f | %.1f | %.3f, %.3f | %.3f | %.2f | %.3f | %.3f | %.3f | %.3f | %.2f, %.2f | %.2f | %.0f |\n",
                 row.schedule.c_str(), static_cast<long>(row.trace.stages()), row.peak_mib(0), row.peak_mib(1),
                 row.peak_mib(0) / gpipe.peak_mib(0), row.peak_mib(1) / gpipe.peak_mib(1), row.step_seconds(),
-                row.step_seconds() / gpipe.step_seconds(), row.trace.bubble(), row.theory,
+                row.step_seconds() / gpipe.step_seconds(), row.step_seconds() / one_f_one_b_step, row.trace.bubble(),
+                row.replayed, row.theory,
                 row.trace.compute_seconds(0), row.trace.compute_seconds(1),
                 row.trace.backward_us() / row.trace.mean_us(titan::ActionType::forward), row.faults_per_step(0));
   }
+  std::printf("\nmeasured mean ms per action, by stage (what the replay uses)\n");
+  for (const Row& row : rows) std::printf("- %s: %s\n", row.schedule.c_str(), row.trace.stage_costs_text().c_str());
   // Parameters, gradients and AdamW's two moments are all fp32 and the same
   // size: the gradients are a quarter of the trainer's state bytes.
   std::printf("\nlive between steps (parameters, AdamW moments, rotary tables) MiB: r0 %.1f, r1 %.1f (GPipe); "
@@ -401,10 +482,6 @@ int main(int argc, char** argv) {
   // the caching rows above (same repeats, alternating).
   const std::vector<Row> system_rows = run_rows({"GPipe", "1F1B"}, "system", kFirstPort + 8);
   if (system_rows.empty()) return 1;
-  const Row* one_f_one_b = nullptr;
-  for (const Row& row : rows) {
-    if (row.schedule == "1F1B") one_f_one_b = &row;
-  }
   std::printf("\nhost allocator (training.cpu_allocator): minor page faults per steady step of rank 0's process, "
               "s/step median, and 1F1B / GPipe\n");
   std::printf("| allocator | GPipe faults/step | 1F1B faults/step | GPipe s/step | 1F1B s/step | 1F1B / GPipe |\n"

@@ -19,11 +19,16 @@ constexpr const char* kMicrobatchSizeKey = "pipeline_parallel_microbatch_size";
 constexpr const char* kScheduleCsvKey = "pipeline_parallel_schedule_csv";
 
 // The cost of each compute action in ticks; PyTorch's simulator counts one per action.
+// Any unit works: titan_bench_pipeline replays a schedule with measured microseconds.
 struct ActionCosts {
   int64_t forward = 1;
   int64_t backward_input = 1;
   int64_t backward_weight = 1;
   int64_t full_backward = 2;  // = I + W
+  // A stage's own costs (index: stage) in place of the four above, where the
+  // stages differ (the first holds the embedding, the last the head); empty:
+  // every stage costs the above. Their own `stages` is not read.
+  std::vector<ActionCosts> stages;
 };
 
 struct TimedAction {

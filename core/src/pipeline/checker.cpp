@@ -25,8 +25,10 @@ struct Cell {
   int64_t send_forward_tick = 0, send_backward_tick = 0;
 };
 
-int64_t cost_of(ActionType type, const ActionCosts& costs) {
-  switch (type) {
+int64_t cost_of(const Action& action, const ActionCosts& all) {
+  const bool own = action.stage >= 0 && static_cast<size_t>(action.stage) < all.stages.size();
+  const ActionCosts& costs = own ? all.stages[static_cast<size_t>(action.stage)] : all;
+  switch (action.type) {
     case ActionType::forward: return costs.forward;
     case ActionType::backward_input: return costs.backward_input;
     case ActionType::backward_weight: return costs.backward_weight;
@@ -226,7 +228,7 @@ class Checker {
         break;
     }
     const int64_t start = clock;
-    clock += cost_of(a.type, costs_);
+    clock += cost_of(a, costs_);
     timeline_.ranks[static_cast<size_t>(rank)].push_back({a, start, clock});
   }
 

@@ -18,6 +18,16 @@ namespace titan {
 
 namespace {
 
+// Gloo moves a point-to-point message only once both ends posted it (the
+// recv announces itself, then the sender's transport thread writes the
+// data): a recv posted where it stands in the list pays that hand-shake and
+// the transfer on the critical path, after the sender may long have been
+// done. Each rank posts all of a step's recvs as the step starts instead
+// (posting them later, one by one, waits on Gloo's per-peer lock while a
+// transfer is under way), so that the data lands while it computes. The
+// memory this costs: one boundary activation per recv of the step, a few
+// MiB at the debug model's sizes.
+
 // Tags at and above this carry the first step's shape headers.
 constexpr int kHeaderTagOffset = 1 << 30;
 constexpr int64_t kHeaderLength = 10;  // dtype, rank, up to 8 sizes
@@ -60,6 +70,7 @@ struct PipelineExecutor::Run {
   std::map<std::pair<int64_t, int64_t>, Slot> slots;  // (stage, microbatch)
   std::vector<int64_t> weight_passes;                 // per local part, this batch
   std::vector<std::pair<std::unique_ptr<CommWork>, at::Tensor>> sends;  // in flight, with their buffers
+  std::map<size_t, std::pair<std::unique_ptr<CommWork>, at::Tensor>> recvs;  // posted ahead, by list position
   at::Tensor loss_sum;
 };
 
@@ -141,11 +152,13 @@ at::Tensor PipelineExecutor::evaluate(const Microbatch& batch) {
 
 void PipelineExecutor::run_actions(Run& run) {
   const auto& actions = plan_.actions.at(static_cast<size_t>(pp_rank_));
-  for (const Action& action : actions) {
+  post_recvs(run);
+  for (size_t i = 0; i < actions.size(); ++i) {
+    const Action& action = actions[i];
     if (run.forward_only && !is_forward(action.type)) continue;
     CallSite site("pp " + action.to_string());
     const double start = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - origin_).count();
-    run_action(run, action);
+    run_action(run, action, i);
     if (!options_.trace_path.empty()) {
       const double end = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - origin_).count();
       trace_.push_back({(run.forward_only ? "eval " : "") + action.to_string(), start, end});
@@ -155,7 +168,46 @@ void PipelineExecutor::run_actions(Run& run) {
   run.sends.clear();
 }
 
-void PipelineExecutor::run_action(Run& run, const Action& action) {
+void PipelineExecutor::post_recvs(Run& run) {
+  // The first pass learns the shapes (from the headers and its own stage
+  // outputs): it posts each recv where it stands.
+  if (run.send_headers) return;
+  const auto& actions = plan_.actions.at(static_cast<size_t>(pp_rank_));
+  const c10::Device device = run.inputs.front().device();
+  for (size_t i = 0; i < actions.size(); ++i) {
+    const Action& action = actions[i];
+    const bool recv_forward = action.type == ActionType::recv_forward;
+    if (!recv_forward && (action.type != ActionType::recv_backward || run.forward_only)) continue;
+    // A received activation has the shape of the header, a gradient that of
+    // the stage output it belongs to.
+    const StageShapes& shapes = recv_forward ? *run.shapes : output_shapes_;
+    auto shape = shapes.find(action.stage);
+    if (shape == shapes.end()) continue;
+    at::Tensor buffer = at::empty(shape->second.first, at::TensorOptions().dtype(shape->second.second).device(device));
+    CallSite site("pp " + action.to_string());  // what the flight recorder names, as if posted in place
+    PointToPoint p2p = point_to_point(action, plan_.placement, plan_.shape);
+    // The buffer lives in the map (stable address) until its wait: a Comm
+    // may hold on to the tensor it was given, not a copy.
+    auto& posted = run.recvs[i];
+    posted.second = std::move(buffer);
+    posted.first = pp_->recv_async(posted.second, static_cast<int>(p2p.peer), p2p.tag);
+  }
+}
+
+at::Tensor PipelineExecutor::take_recv(Run& run, const Action& action, size_t position, at::Tensor buffer) {
+  auto posted = run.recvs.find(position);
+  if (posted != run.recvs.end()) {
+    posted->second.first->wait();
+    buffer = std::move(posted->second.second);
+    run.recvs.erase(posted);
+    return buffer;
+  }
+  PointToPoint p2p = point_to_point(action, plan_.placement, plan_.shape);
+  pp_->recv_async(buffer, static_cast<int>(p2p.peer), p2p.tag)->wait();
+  return buffer;
+}
+
+void PipelineExecutor::run_action(Run& run, const Action& action, size_t position) {
   ProfileRange range((run.forward_only ? "pipeline eval " : "pipeline ") + action.to_string());
   const int64_t s = action.stage, m = action.microbatch;
   const int64_t last_stage = plan_.shape.stages - 1;
@@ -180,6 +232,7 @@ void PipelineExecutor::run_action(Run& run, const Action& action) {
       } else {
         slot.target = out;
         slot.output = out.detach();
+        if (!run.forward_only) output_shapes_[s] = {out.sizes().vec(), out.scalar_type()};
       }
       return;
     }
@@ -190,13 +243,13 @@ void PipelineExecutor::run_action(Run& run, const Action& action) {
       return;
     case ActionType::send_forward: return send(run, action, slot.output);
     case ActionType::send_backward: return send(run, action, slot.grad_input);
-    case ActionType::recv_forward: slot.input = recv_forward(run, action).requires_grad_(!run.forward_only); return;
+    case ActionType::recv_forward:
+      slot.input = recv_forward(run, action, position).requires_grad_(!run.forward_only);
+      return;
     case ActionType::recv_backward: {
       if (!slot.output.defined()) throw Error("pipeline: " + action.to_string() + " before its forward");
-      at::Tensor buffer = at::empty_like(slot.output);
-      PointToPoint p2p = point_to_point(action, plan_.placement, plan_.shape);
-      pp_->recv_async(buffer, static_cast<int>(p2p.peer), p2p.tag)->wait();
-      slot.grad_output = buffer;
+      const bool posted = run.recvs.count(position) > 0;
+      slot.grad_output = take_recv(run, action, position, posted ? at::Tensor() : at::empty_like(slot.output));
       return;
     }
   }
@@ -214,7 +267,8 @@ void PipelineExecutor::send(Run& run, const Action& action, const at::Tensor& te
   run.sends.emplace_back(pp_->send_async(payload, static_cast<int>(p2p.peer), p2p.tag), payload);
 }
 
-at::Tensor PipelineExecutor::recv_forward(Run& run, const Action& action) {
+at::Tensor PipelineExecutor::recv_forward(Run& run, const Action& action, size_t position) {
+  if (run.recvs.count(position)) return take_recv(run, action, position, at::Tensor());
   PointToPoint p2p = point_to_point(action, plan_.placement, plan_.shape);
   const c10::Device device = run.inputs.front().device();
   if (run.send_headers) {
@@ -226,9 +280,7 @@ at::Tensor PipelineExecutor::recv_forward(Run& run, const Action& action) {
     (*run.shapes)[action.stage] = {sizes, static_cast<c10::ScalarType>(header[0].item<int64_t>())};
   }
   const auto& [sizes, dtype] = run.shapes->at(action.stage);
-  at::Tensor buffer = at::empty(sizes, at::TensorOptions().dtype(dtype).device(device));
-  pp_->recv_async(buffer, static_cast<int>(p2p.peer), p2p.tag)->wait();
-  return buffer;
+  return take_recv(run, action, position, at::empty(sizes, at::TensorOptions().dtype(dtype).device(device)));
 }
 
 void PipelineExecutor::backward(Run& run, const Action& action, bool input_gradient, bool weight_gradient) {

@@ -60,10 +60,15 @@ class PipelineExecutor : public Schedule {
   using StageShapes = std::map<int64_t, std::pair<std::vector<int64_t>, c10::ScalarType>>;
   void split(Run& run, const Microbatch& batch, int64_t batches) const;
   void run_actions(Run& run);
-  void run_action(Run& run, const Action& action);
+  void run_action(Run& run, const Action& action, size_t position);  // position: in this rank's list
+  // Posts every recv of this rank's list whose buffer shape is known;
+  // run_action waits for each where it stands.
+  void post_recvs(Run& run);
+  // The recv at `position`: the one posted ahead, or `buffer` received now.
+  at::Tensor take_recv(Run& run, const Action& action, size_t position, at::Tensor buffer);
   size_t local_index(int64_t stage) const;
   void send(Run& run, const Action& action, const at::Tensor& tensor);
-  at::Tensor recv_forward(Run& run, const Action& action);
+  at::Tensor recv_forward(Run& run, const Action& action, size_t position);
   void backward(Run& run, const Action& action, bool input_gradient, bool weight_gradient);
   void write_trace() const;
 
@@ -78,6 +83,7 @@ class PipelineExecutor : public Schedule {
   // Learned from a header the sender adds in the first step, and in the first
   // evaluation (its batch may have other sizes).
   StageShapes forward_shapes_, evaluate_shapes_;
+  StageShapes output_shapes_;  // of this rank's stage outputs in training, for the gradients' buffers
   struct TraceEvent {
     std::string name;
     double start_us = 0, end_us = 0;
