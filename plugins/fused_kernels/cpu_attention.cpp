@@ -27,15 +27,19 @@ bool cpu_has_avx2_fma() {
 
 // Where the kernel beats ATen's flash attention, forward + backward at 2
 // threads (titan_bench_cpu_attention on this project's 2-core AMD EPYC,
-// 2026-11-26, ours / ATen): everywhere measured up to seq 1024 for head_dim
-// <= 128 (debug shape 0.40; head_dim 64 at seq 1024 0.87; head_dim 128 at
-// seq 1024 0.91-0.95) and, beyond, up to seq x head_dim = 65536 (head_dim 16
-// at seq 4096 0.79, head_dim 32 at seq 2048 0.95); slower beyond that (head_dim
-// 64 at seq 2048 1.04, head_dim 128 at seq 2048 1.14-1.16): there one head's
-// K, V and dK/dV accumulators outgrow the 1 MiB L2 and ATen's blocked GEMMs
-// (AVX-512 on this CPU; the kernel is AVX2) win.
+// ours / ATen). AVX2 path (2026-11-26): everywhere measured up to seq 1024
+// for head_dim <= 128 (debug shape 0.40; head_dim 64 at seq 1024 0.87;
+// head_dim 128 at seq 1024 0.91-0.95) and, beyond, up to seq x head_dim =
+// 65536 (head_dim 16 at seq 4096 0.79, head_dim 32 at seq 2048 0.95); slower
+// beyond that (head_dim 64 at seq 2048 1.04, head_dim 128 at seq 2048
+// 1.14-1.16): there one head's K, V and dK/dV accumulators outgrow the 1 MiB
+// L2 and ATen's blocked GEMMs (AVX-512 on this CPU) win. AVX-512 path
+// (head_dim a multiple of 16 on a CPU with it, 2026-11-27): everywhere
+// measured up to seq 2048 for head_dim <= 128 (debug shape 0.19, head_dim 64
+// at seq 2048 0.57, head_dim 128 at seq 2048 0.71).
 constexpr int64_t kMaxKernelHeadDim = 128;
 constexpr int64_t kKernelAlwaysUpToSeq = 1024;
+constexpr int64_t kAvx512KernelAlwaysUpToSeq = 2048;
 constexpr int64_t kMaxKernelSeqTimesHeadDim = 65536;
 
 kernel::View view_of(const at::Tensor& t) { return {t.data_ptr<float>(), t.stride(0), t.stride(1), t.stride(2)}; }
@@ -118,8 +122,9 @@ bool cpu_attention_kernel_supports(const at::Tensor& q, const at::Tensor& k, con
 
 bool cpu_attention_takes_kernel(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
   const int64_t seq = q.size(2), head_dim = q.size(3);
-  return cpu_attention_kernel_supports(q, k, v) && head_dim <= kMaxKernelHeadDim &&
-         (seq <= kKernelAlwaysUpToSeq || seq * head_dim <= kMaxKernelSeqTimesHeadDim);
+  if (!cpu_attention_kernel_supports(q, k, v) || head_dim > kMaxKernelHeadDim) return false;
+  const int64_t always_up_to = kernel::uses_avx512(head_dim) ? kAvx512KernelAlwaysUpToSeq : kKernelAlwaysUpToSeq;
+  return seq <= always_up_to || seq * head_dim <= kMaxKernelSeqTimesHeadDim;
 }
 
 at::Tensor cpu_causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {

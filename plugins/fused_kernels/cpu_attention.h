@@ -1,7 +1,7 @@
 // Causal attention for CPU training in fp32: a kernel (AVX2 + FMA, forward
 // and a flash-style backward) faster than ATen's CPU flash attention for
-// head_dim <= 128 up to seq 1024, and beyond while seq x head_dim <= 65536
-// (2.5x at the Llama debug shape), as an
+// head_dim <= 128 up to seq 1024 (2048 on its AVX-512 path), and beyond
+// while seq x head_dim <= 65536 (5x at the Llama debug shape), as an
 // AttentionCore for the layer seam. Where it is not faster,
 // or cannot run (not fp32 CPU tensors, meta tensors of the dry run, a CPU
 // without AVX2/FMA), the layer takes ATen's path. Plugin-private header.

@@ -25,6 +25,10 @@ struct Problem {
   float scale;
 };
 
+// Whether forward/backward run their AVX-512 path (16 lanes: the CPU has
+// AVX-512F and head_dim is a multiple of 16) rather than AVX2.
+bool uses_avx512(int64_t head_dim);
+
 // Scratch floats one call needs (the caller owns it, one per thread).
 size_t forward_workspace_floats(const Problem& problem);
 size_t backward_workspace_floats(const Problem& problem);

@@ -4,7 +4,9 @@
 // against autograd), at the Llama debug shape, odd sequence lengths, head
 // dims 8 / 16 / 20 / 24 / 64 / 128, grouped-query heads, transposed
 // (non-contiguous) inputs and batch 1; CpuAttention takes ATen's path for
-// meta and bf16 tensors and where ATen was measured faster.
+// meta and bf16 tensors and where ATen was measured faster. On a CPU with
+// AVX-512 the head_dim 16/64/128 shapes run the kernel's 16-lane path and
+// head_dim 8/20/24 its AVX2 path.
 #include <algorithm>
 #include <string>
 
@@ -139,16 +141,21 @@ TEST_CASE(
     CHECK((out.scalar_type() == at::kBFloat16));
     CHECK(at::equal(out, at::scaled_dot_product_attention(qb, kb, vb, {}, 0.0, true)));
   }
-  SUBCASE("the measured threshold: head_dim 64 takes the kernel at seq 1024 and ATen at seq 2048") {
-    at::Tensor q1024 = at::randn({1, 1, 1024, 64}), q2048 = at::randn({1, 1, 2048, 64});
+  SUBCASE(
+      "the measured threshold: head_dim 64 takes the kernel at seq 1024, at seq 2048 on the AVX-512 path only, "
+      "and ATen at seq 4096") {
+    const bool avx512 = avx2 && __builtin_cpu_supports("avx512f");
+    at::Tensor q1024 = at::randn({1, 1, 1024, 64}), q2048 = at::empty({1, 1, 2048, 64});
+    at::Tensor q4096x64 = at::randn({1, 1, 4096, 64});
     CHECK(fused::cpu_attention_takes_kernel(q1024, q1024, q1024) == avx2);
+    CHECK(fused::cpu_attention_takes_kernel(q2048, q2048, q2048) == avx512);
     at::Tensor q4096 = at::empty({1, 1, 4096, 16}), q256 = at::empty({1, 1, 128, 256});
     CHECK(fused::cpu_attention_takes_kernel(q4096, q4096, q4096) == avx2);  // seq x head_dim = 65536
     CHECK(!fused::cpu_attention_takes_kernel(q256, q256, q256));            // head_dim 256: not measured
-    CHECK(fused::cpu_attention_kernel_supports(q2048, q2048, q2048) == avx2);
-    CHECK(!fused::cpu_attention_takes_kernel(q2048, q2048, q2048));
-    CHECK(at::equal(layer.forward(q2048, q2048, q2048),
-                    at::scaled_dot_product_attention(q2048, q2048, q2048, {}, 0.0, true)));
+    CHECK(fused::cpu_attention_kernel_supports(q4096x64, q4096x64, q4096x64) == avx2);
+    CHECK(!fused::cpu_attention_takes_kernel(q4096x64, q4096x64, q4096x64));
+    CHECK(at::equal(layer.forward(q4096x64, q4096x64, q4096x64),
+                    at::scaled_dot_product_attention(q4096x64, q4096x64, q4096x64, {}, 0.0, true)));
   }
   SUBCASE("the kernel refuses what it cannot run, saying what it got") {
     at::Tensor qb = q.to(at::kBFloat16);
