@@ -12,6 +12,7 @@
 #include <string>
 
 #include "cpu_kernels.h"
+#include "cpu_matmul.h"
 #include "fused_ops.h"
 
 namespace titan::fused {
@@ -167,14 +168,14 @@ struct CpuLinearCrossEntropyFunction : torch::autograd::Function<CpuLinearCrossE
     // A block's logits hold at most tokens x chunk elements.
     int64_t block = std::clamp<int64_t>(tokens * chunk / vocab, 1, tokens);
     auto f32 = hidden.options();
-    at::Tensor logits = at::empty({block, vocab}, f32), row_loss = at::empty({tokens}, f32);
-    at::Tensor grad_hidden = want_grad_hidden ? at::empty({tokens, dim}, f32) : at::Tensor();
-    at::Tensor grad_weight = want_grad_weight ? at::empty({vocab, dim}, f32) : at::Tensor();
+    at::Tensor row_loss = at::empty({tokens}, f32);
+    // One block (the common case) writes its products straight into the results.
+    at::Tensor grad_hidden = want_grad_hidden && block < tokens ? at::empty({tokens, dim}, f32) : at::Tensor();
+    at::Tensor grad_weight = want_grad_weight && block < tokens ? at::zeros({vocab, dim}, f32) : at::Tensor();
     at::Tensor weight_t = weight.t();
     for (int64_t t0 = 0; t0 < tokens; t0 += block) {
       int64_t n = std::min(block, tokens - t0);
-      at::Tensor h = hidden.narrow(0, t0, n), z = logits.narrow(0, 0, n);
-      at::mm_out(z, h, weight_t);
+      at::Tensor h = hidden.narrow(0, t0, n), z = matmul_nt(h, weight);
       float *zp = z.data_ptr<float>();
       float *lp = row_loss.data_ptr<float>() + t0;
       at::parallel_for(0, n, rows_per_task(vocab), [&](int64_t begin, int64_t end) {
@@ -182,14 +183,17 @@ struct CpuLinearCrossEntropyFunction : torch::autograd::Function<CpuLinearCrossE
                                 scale, lp + begin);
       });
       if (want_grad_hidden) {
-        at::Tensor out = grad_hidden.narrow(0, t0, n);
-        at::mm_out(out, z, weight);
+        if (block < tokens) {
+          grad_hidden.narrow(0, t0, n).copy_(matmul_nt(z, weight_t));
+        } else {
+          grad_hidden = matmul_nt(z, weight_t);
+        }
       }
       if (want_grad_weight) {
-        if (t0 == 0) {
-          at::mm_out(grad_weight, z.t(), h);
+        if (block < tokens) {
+          grad_weight.add_(matmul_nt(z.t(), h.t()));
         } else {
-          grad_weight.addmm_(z.t(), h);
+          grad_weight = matmul_nt(z.t(), h.t());
         }
       }
     }

@@ -13,6 +13,8 @@
 
 #include "cpu_attention.h"
 #include "cpu_layers.h"
+#include "cpu_linear.h"
+#include "cpu_matmul.h"
 #include "emulated_layers.h"
 #ifdef TITAN_WITH_CUDA
 #include "cuda_layers.h"
@@ -31,6 +33,7 @@ struct FusedKernelsOptions {
   bool swiglu = true;
   bool cross_entropy = true;
   bool attention = true;               // CPU only: CUDA keeps ATen's flash attention
+  bool linear = true;                  // CPU only: the linears' products through oneDNN
   int64_t cross_entropy_chunk = 8192;  // vocabulary columns per chunk
   bool emulate = false;                // run the CPU emulations through the layer seam
 };
@@ -42,6 +45,7 @@ std::vector<std::string> requested(const FusedKernelsOptions& options) {
   if (options.swiglu) names.push_back("swiglu");
   if (options.cross_entropy) names.push_back("cross_entropy");
   if (options.attention) names.push_back("attention");
+  if (options.linear) names.push_back("linear");
   return names;
 }
 
@@ -61,6 +65,8 @@ struct FusedLayers {
   titan::LossFn (*linear_cross_entropy)(at::Tensor weight, int64_t chunk);
   // Null where the set has no attention kernel: the model keeps its SDPA.
   std::shared_ptr<torch::nn::Module> (*attention)() = nullptr;
+  // Null where the set has no linear layer: the model keeps ATen's.
+  std::shared_ptr<torch::nn::Module> (*linear)(std::shared_ptr<titan::Linear> inner) = nullptr;
 };
 
 template <class Norm, class Rope, class Glu>
@@ -78,6 +84,9 @@ FusedLayers cpu_layers() {
   FusedLayers layers = fused_layers<fused::CpuRMSNorm, fused::CpuRotary, fused::CpuSwiGLU>(
       "CPU kernels", &fused::cpu_chunked_linear_cross_entropy);
   layers.attention = []() -> std::shared_ptr<torch::nn::Module> { return std::make_shared<fused::CpuAttention>(); };
+  layers.linear = [](std::shared_ptr<titan::Linear> inner) -> std::shared_ptr<torch::nn::Module> {
+    return std::make_shared<fused::CpuLinear>(std::move(inner));
+  };
   return layers;
 }
 
@@ -136,7 +145,7 @@ class FusedKernelsParallelizer : public titan::Parallelizer {
   void wire(titan::CausalLM& model, const FusedLayers& layers) const {
     // The model's own core modules only: a layer another plugin wrapped
     // (TP's norms) keeps its path.
-    int norms = 0, rotaries = 0, swiglus = 0, attentions = 0;
+    int norms = 0, rotaries = 0, swiglus = 0, attentions = 0, linears = 0;
     for (const auto& item : model.named_modules("", /*include_self=*/false)) {
       const auto& type = typeid(*item.value());
       if (options_.rmsnorm && type == typeid(titan::RMSNorm)) {
@@ -153,6 +162,10 @@ class FusedKernelsParallelizer : public titan::Parallelizer {
         // checkpointing's attention keeps its own path.
         titan::swap_module(model, item.key(), layers.attention());
         ++attentions;
+      } else if (options_.linear && layers.linear && type == typeid(titan::Linear) &&
+                 !(options_.cross_entropy && item.key() == "output")) {  // the loss takes the head below
+        titan::swap_module(model, item.key(), layers.linear(std::dynamic_pointer_cast<titan::Linear>(item.value())));
+        ++linears;
       }
     }
     bool head = false;
@@ -166,8 +179,12 @@ class FusedKernelsParallelizer : public titan::Parallelizer {
       model.set_loss(layers.linear_cross_entropy(output->weight, options_.cross_entropy_chunk));
       head = true;
     }
-    spdlog::info("fused_kernels: {} wired in: {} RMSNorm, {} rotary, {} SwiGLU, {} attention layers{}", layers.name,
-                 norms, rotaries, swiglus, attentions,
+    spdlog::info("fused_kernels: {} wired in: {} RMSNorm, {} rotary, {} SwiGLU, {} attention, {} linear layers{}{}",
+                 layers.name, norms, rotaries, swiglus, attentions, linears,
+                 linears > 0 ? (titan::fused::onednn_matmul_preferred()
+                                    ? " (their products through oneDNN)"
+                                    : " (their products through ATen's BLAS: this CPU lacks AVX-512)")
+                             : "",
                  head ? ", the output head + loss as chunked linear cross-entropy (chunk " +
                             std::to_string(options_.cross_entropy_chunk) + ")"
                       : "");
@@ -187,6 +204,8 @@ FusedKernelsOptions read_options(const titan::ConfigNode& node) {
                                                   "vocabulary columns per cross-entropy chunk");
   options.attention = node.get<bool>("attention", options.attention,
                                      "fused causal attention forward+backward (CPU; CUDA keeps ATen's flash attention)");
+  options.linear = node.get<bool>("linear", options.linear,
+                                  "linear layers' products through oneDNN where it beats ATen's BLAS (CPU)");
   options.emulate = node.get<bool>(
       "emulate", options.emulate,
       "run the kernels' CPU emulations through the layer seam (slower than ATen; tests the wiring)");

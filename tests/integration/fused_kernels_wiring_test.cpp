@@ -33,7 +33,7 @@ TEST_CASE("fused kernels (CPU and emulated): RMSNorm, RoPE, SwiGLU, attention an
   // The CPU kernels, on the same references; the log shows they were wired.
   RunOutput cpu = titan::test::launch_config("fused_cpu_single", 1, 29975, "llama3_debugmodel.yaml",
                                              kSmall + " --set 'plugins=[" + kCpuKernels + "]'",
-                                             {"CPU kernels wired in: 5 RMSNorm, 2 rotary, 2 SwiGLU, 2 attention layers"});
+                                             {"CPU kernels wired in: 5 RMSNorm, 2 rotary, 2 SwiGLU, 2 attention, 14 linear layers"});
   check_equivalent(cpu, reference, 1e-5);
   RunOutput fsdp_cpu = titan::test::launch_config(
       "fused_cpu_fsdp", 2, 29977, "llama3_debugmodel.yaml",
