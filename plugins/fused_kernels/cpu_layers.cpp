@@ -12,7 +12,7 @@
 #include <string>
 
 #include "cpu_kernels.h"
-#include "cpu_matmul.h"
+#include "titan/onednn_matmul.hpp"
 #include "fused_ops.h"
 
 namespace titan::fused {

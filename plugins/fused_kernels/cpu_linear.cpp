@@ -7,7 +7,7 @@
 
 #include <vector>
 
-#include "cpu_matmul.h"
+#include "titan/onednn_matmul.hpp"
 
 namespace titan::fused {
 

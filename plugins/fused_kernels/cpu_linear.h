@@ -1,5 +1,5 @@
 // A linear layer whose three products (forward, input and weight
-// gradients) run through matmul_nt (cpu_matmul.h): oneDNN on CPUs where it
+// gradients) run through matmul_nt (titan/onednn_matmul.hpp): oneDNN where it
 // beats ATen's BLAS, in one autograd node. Falls back to the wrapped
 // titan::Linear for meta or non-CPU tensors and dtypes other than fp32.
 // Plugin-private header.

@@ -14,7 +14,7 @@
 #include "cpu_attention.h"
 #include "cpu_layers.h"
 #include "cpu_linear.h"
-#include "cpu_matmul.h"
+#include "titan/onednn_matmul.hpp"
 #include "emulated_layers.h"
 #ifdef TITAN_WITH_CUDA
 #include "cuda_layers.h"
@@ -181,7 +181,7 @@ class FusedKernelsParallelizer : public titan::Parallelizer {
     }
     spdlog::info("fused_kernels: {} wired in: {} RMSNorm, {} rotary, {} SwiGLU, {} attention, {} linear layers{}{}",
                  layers.name, norms, rotaries, swiglus, attentions, linears,
-                 linears > 0 ? (titan::fused::onednn_matmul_preferred()
+                 linears > 0 ? (titan::onednn_matmul_preferred()
                                     ? " (their products through oneDNN)"
                                     : " (their products through ATen's BLAS: this CPU lacks AVX-512)")
                              : "",

@@ -1,5 +1,5 @@
 // The fused_kernels plugin's CPU linear (plugins/fused_kernels/cpu_linear.h)
-// and its products (cpu_matmul.h): through oneDNN on CPUs with AVX-512, equal
+// and its products (titan/onednn_matmul.hpp): through oneDNN on CPUs with AVX-512, equal
 // to at::linear / at::mm forward and backward within 1e-5 of the largest
 // value (a different summation order); transposed views pass as they are;
 // meta and bf16 inputs take the wrapped titan::Linear.
@@ -7,7 +7,7 @@
 #include <string>
 
 #include "cpu_linear.h"
-#include "cpu_matmul.h"
+#include "titan/onednn_matmul.hpp"
 #include "doctest_torch.hpp"
 #include "titan/layers.hpp"
 
@@ -39,7 +39,7 @@ std::shared_ptr<titan::Linear> make_linear(const at::Tensor& weight) {
 
 TEST_CASE("fused_kernels cpu linear: oneDNN is chosen exactly where the CPU has AVX-512") {
   // The wheel's LibTorch has oneDNN; a failed lookup of its op would show here.
-  CHECK(fused::onednn_matmul_preferred() == static_cast<bool>(__builtin_cpu_supports("avx512f")));
+  CHECK(titan::onednn_matmul_preferred() == static_cast<bool>(__builtin_cpu_supports("avx512f")));
 }
 
 TEST_CASE("fused_kernels cpu linear: a @ b^T equals at::mm for contiguous and transposed operands") {
@@ -47,9 +47,9 @@ TEST_CASE("fused_kernels cpu linear: a @ b^T equals at::mm for contiguous and tr
   for (auto [m, k, n] : {std::tuple<int64_t, int64_t, int64_t>{64, 32, 48}, {5, 37, 3}, {1, 8, 1}, {300, 256, 129}}) {
     at::Tensor a = at::randn({m, k}), b = at::randn({n, k});
     std::string shape = std::to_string(m) + "x" + std::to_string(k) + "x" + std::to_string(n);
-    check_close(fused::matmul_nt(a, b), at::mm(a, b.t()), shape);
+    check_close(titan::matmul_nt(a, b), at::mm(a, b.t()), shape);
     at::Tensor a_view = at::randn({k, m}).t(), b_view = at::randn({k, n}).t();  // strides (1, m), (1, n)
-    check_close(fused::matmul_nt(a_view, b_view), at::mm(a_view, b_view.t()), shape + " transposed views");
+    check_close(titan::matmul_nt(a_view, b_view), at::mm(a_view, b_view.t()), shape + " transposed views");
   }
 }
 
@@ -63,7 +63,7 @@ TEST_CASE("fused_kernels cpu linear: forward and backward equal at::linear on 2-
     at::Tensor x = at::randn(sizes);
     at::Tensor x_ref = x.clone().set_requires_grad(true), x_fused = x.clone().set_requires_grad(true);
     at::Tensor y_ref = reference->forward(x_ref), y = layer->forward(x_fused);
-    if (fused::onednn_matmul_preferred()) CHECK(y.grad_fn()->name().find("CpuLinear") != std::string::npos);
+    if (titan::onednn_matmul_preferred()) CHECK(y.grad_fn()->name().find("CpuLinear") != std::string::npos);
     at::Tensor grad = at::randn(y_ref.sizes());
     y_ref.backward(grad);
     y.backward(grad);

@@ -1,6 +1,6 @@
 // matmul_nt through oneDNN's linear op (the one TorchInductor's CPU backend
 // calls), looked up once in the dispatcher; at::mm where it is missing.
-#include "cpu_matmul.h"
+#include "titan/onednn_matmul.hpp"
 
 #include <ATen/ATen.h>
 #include <ATen/Context.h>
@@ -8,7 +8,7 @@
 
 #include <optional>
 
-namespace titan::fused {
+namespace titan {
 
 namespace {
 
@@ -40,4 +40,4 @@ at::Tensor matmul_nt(const at::Tensor& a, const at::Tensor& b) {
   return onednn_linear()->call(a, b, std::nullopt, "none", c10::List<std::optional<at::Scalar>>(), std::nullopt);
 }
 
-}  // namespace titan::fused
+}  // namespace titan

@@ -2,12 +2,12 @@
 // ATen sends fp32 matmuls to MKL, whose SGEMM takes its AVX2 path on AMD
 // CPUs; oneDNN (in the same LibTorch, reached through its
 // `mkldnn::_linear_pointwise` op) uses AVX-512 there: 2.1x the GFLOP/s at
-// the debug model's shapes on this project's AMD EPYC (titan_bench_cpu_fused_ops).
-// Plugin-private header.
+// the debug model's shapes on this project's AMD EPYC. Used by the
+// fused_kernels plugin's CPU linear and by the CPU peak FLOP/s measurement.
 #pragma once
 #include <ATen/core/Tensor.h>
 
-namespace titan::fused {
+namespace titan {
 
 // Whether matmul_nt goes through oneDNN: LibTorch has the op and the CPU
 // has AVX-512 (on AVX2-only CPUs both libraries run AVX2 kernels).
@@ -17,4 +17,4 @@ bool onednn_matmul_preferred();
 // without a copy): oneDNN where preferred, else at::mm.
 at::Tensor matmul_nt(const at::Tensor& a, const at::Tensor& b);
 
-}  // namespace titan::fused
+}  // namespace titan
