@@ -71,7 +71,7 @@ import json, sys
 lines = [json.loads(line) for line in open(sys.argv[1]) if line.strip()]
 warmup, tokens = int(sys.argv[2]), int(sys.argv[3])
 seconds = lines[-1]["time_metrics/elapsed(s)"] - lines[warmup - 1]["time_metrics/elapsed(s)"]
-print(f"{(len(lines) - warmup) * tokens / seconds:.1f} {lines[-1]['loss_metrics/global_avg_loss']:.6f}")
+print(f"{(len(lines) - warmup) * tokens / seconds:.1f} {lines[-1]['loss_metrics/global_avg_loss']!r}")
 EOF
 }
 
@@ -80,7 +80,7 @@ reference_rate() {
   "$python" - "$1" <<'EOF'
 import json, sys
 result = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])
-print(f"{result['tokens_per_sec']:.1f} {result['steps'][-1]['loss']:.6f}")
+print(f"{result['tokens_per_sec']:.1f} {result['steps'][-1]['loss']!r}")
 EOF
 }
 
@@ -136,7 +136,7 @@ print(f"| median | {median(titan):.0f} | {median(fused):.0f} | {median(torch_):.
       f"{median(b / a for a, f, b, bf in rows):.3f} | {median(b / f for a, f, b, bf in rows):.3f} | "
       f"{median(bf / f for a, f, b, bf in rows):.3f} |")
 reference = losses["pytorch"]
-print("\nlast loss: " + ", ".join(f"{name} {value:.6f} (relative to pytorch {abs(value - reference) / abs(reference):.1e})"
+print("\nlast loss: " + ", ".join(f"{name} {value:.9g} (relative to pytorch {abs(value - reference) / abs(reference):.1e})"
                                   for name, value in losses.items()))
 EOF
 echo
