@@ -100,8 +100,10 @@ if ! skipped pipeline; then
   run pipeline "$bin/titan_bench_pipeline" 6 8 1
   row pipeline "s/step at pp 2: 1F1B vs GPipe" "$(cell pipeline 1F1B 6)" "$(cell pipeline GPipe 6)"
   for schedule in InterleavedZeroBubble ZBVZeroBubble DualPipeV; do
-    row pipeline "bubble at pp 2: $schedule measured vs its theory" \
-      "$(cell pipeline "$schedule" 8)" "$(cell pipeline "$schedule" 9)"
+    row pipeline "bubble at pp 2: $schedule measured vs its tick theory" \
+      "$(cell pipeline "$schedule" 9)" "$(cell pipeline "$schedule" 11)"
+    row pipeline "bubble at pp 2: $schedule measured vs replayed at its measured action costs" \
+      "$(cell pipeline "$schedule" 9)" "$(cell pipeline "$schedule" 10)"
     row pipeline "s/step at pp 2: $schedule vs 1F1B" "$(cell pipeline "$schedule" 6)" "$(cell pipeline 1F1B 6)"
   done
   row pipeline "1F1B minor page faults per step: caching host allocator vs glibc's defaults" \
