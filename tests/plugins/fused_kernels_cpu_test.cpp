@@ -9,6 +9,7 @@
 #include <memory>
 #include <string>
 
+#include "close_to_reference.hpp"
 #include "cpu_layers.h"
 #include "doctest_torch.hpp"
 #include "fused_ops.h"
@@ -22,14 +23,7 @@ constexpr double kElementwise = 1e-6;  // relative to the reference's largest ma
 constexpr double kSummed = 1e-5;       // sums over rows or the vocabulary
 
 void check_close(const at::Tensor &actual, const at::Tensor &expected, double tolerance, const std::string &what) {
-  INFO(what);
-  REQUIRE(actual.defined());
-  REQUIRE(actual.sizes() == expected.sizes());
-  at::Tensor a = actual.to(at::kDouble), e = expected.to(at::kDouble);
-  const double worst = (a - e).abs().max().item<double>(), scale = e.abs().max().item<double>();
-  INFO("max abs error " << worst << ", reference max abs " << scale);
-  CHECK(std::isfinite(worst));
-  CHECK(worst <= tolerance * scale);
+  titan::test::check_close_to_reference(actual, expected, tolerance, what);
 }
 
 // Whether the output's autograd node, or one just below it (RMSNorm's

@@ -6,6 +6,7 @@
 #include <memory>
 #include <string>
 
+#include "close_to_reference.hpp"
 #include "cpu_linear.h"
 #include "titan/onednn_matmul.hpp"
 #include "doctest_torch.hpp"
@@ -18,14 +19,7 @@ namespace fused = titan::fused;
 constexpr double kTolerance = 1e-5;  // relative to the reference's largest magnitude
 
 void check_close(const at::Tensor& actual, const at::Tensor& expected, const std::string& what) {
-  INFO(what);
-  REQUIRE(actual.defined());
-  REQUIRE(actual.sizes() == expected.sizes());
-  at::Tensor a = actual.to(at::kDouble), e = expected.to(at::kDouble);
-  const double worst = (a - e).abs().max().item<double>(), scale = e.abs().max().item<double>();
-  INFO("max abs error " << worst << ", reference max abs " << scale);
-  CHECK(std::isfinite(worst));
-  CHECK(worst <= kTolerance * scale);
+  titan::test::check_close_to_reference(actual, expected, kTolerance, what);
 }
 
 std::shared_ptr<titan::Linear> make_linear(const at::Tensor& weight) {
