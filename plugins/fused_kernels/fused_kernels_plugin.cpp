@@ -1,6 +1,7 @@
 // The `fused_kernels` plugin (ApplyOrder::kernel_optimization): chooses which
 // of RMSNorm, RoPE, SwiGLU, the chunked cross-entropy and (on CPU) causal
-// attention run as fused kernels. Off = the model's ATen path. The model's
+// attention and the linear layers' GEMMs (through oneDNN) run as fused
+// kernels. Off = the model's ATen path. The model's
 // device picks the set: the CUDA kernels on a CUDA device (CUDA builds), the
 // vectorized CPU kernels on the CPU; `emulate` asks for the CUDA kernels'
 // CPU emulations on purpose (to test the wiring). All go in the same way.
@@ -216,5 +217,5 @@ FusedKernelsOptions read_options(const titan::ConfigNode& node) {
 }  // namespace
 
 TITAN_PLUGIN_OF(parallelizer, FusedKernelsParallelizer, "0.1",
-                "fused CPU and CUDA kernels for RMSNorm, RoPE, SwiGLU, chunked cross-entropy and (CPU) attention",
+                "fused CPU and CUDA kernels for RMSNorm, RoPE, SwiGLU, chunked cross-entropy; on CPU also attention and oneDNN linears",
                 read_options)
