@@ -216,6 +216,6 @@ FusedKernelsOptions read_options(const titan::ConfigNode& node) {
 
 }  // namespace
 
-TITAN_PLUGIN_OF(parallelizer, FusedKernelsParallelizer, "0.1",
+TITAN_PLUGIN_OF(parallelizer, FusedKernelsParallelizer, "0.2",
                 "fused CPU and CUDA kernels for RMSNorm, RoPE, SwiGLU, chunked cross-entropy; on CPU also attention and oneDNN linears",
                 read_options)
