@@ -170,8 +170,10 @@ class FusedKernelsParallelizer : public titan::Parallelizer {
       }
     }
     bool head = false;
-    if (options_.cross_entropy) {
-      auto output = std::dynamic_pointer_cast<titan::Linear>(titan::find_module(model, "output"));
+    // A pipeline stage without the head has no loss to fuse.
+    auto head_module = titan::find_module(model, "output");
+    if (options_.cross_entropy && head_module) {
+      auto output = std::dynamic_pointer_cast<titan::Linear>(head_module);
       if (!output || typeid(*output) != typeid(titan::Linear) || !model.logits_vocab_sharded_over().empty()) {
         throw titan::Error("fused_kernels: cross_entropy needs the model's `output` head as a plain titan::Linear "
                            "(not split by tensor parallelism); set cross_entropy: false with tensor_parallel");

@@ -3,8 +3,8 @@
 // (`emulate: true`) each swap in every RMSNorm, rotary embedding, SwiGLU and
 // the output head + loss (linear cross-entropy, no [tokens, vocab] logits
 // kept), the CPU kernels also the attention core, and train like the ATen
-// path: same curve within 1e-5, alone and under FSDP2. The CUDA kernels
-// themselves need a GPU (tests/cuda).
+// path: same curve within 1e-5, alone and under FSDP2 (the CPU kernels also
+// under PP2). The CUDA kernels themselves need a GPU (tests/cuda).
 #include "equivalence_runs.hpp"
 
 namespace {
@@ -40,6 +40,12 @@ TEST_CASE("fused kernels (CPU and emulated): RMSNorm, RoPE, SwiGLU, attention an
       kSmall + " --set training.local_batch_size=4 --set 'plugins=[{name: fsdp}, " + kCpuKernels + "]'",
       {"CPU kernels wired in"});
   check_equivalent(fsdp_cpu, fsdp, 1e-5);
+  // Under PP2 the first stage has no head: only the last fuses the loss.
+  RunOutput pp_cpu = titan::test::launch_config(
+      "fused_cpu_pp", 2, 29979, "llama3_debugmodel.yaml",
+      kSmall + " --set 'plugins=[{name: pipeline, pipeline_parallel_degree: 2}, " + kCpuKernels + "]'",
+      {"the output head + loss as chunked linear cross-entropy"});
+  check_equivalent(pp_cpu, reference, 1e-5);
 }
 
 TEST_CASE("fused kernels (emulated): what cannot be wired is refused with what to set") {
