@@ -169,9 +169,11 @@ struct CpuLinearCrossEntropyFunction : torch::autograd::Function<CpuLinearCrossE
     int64_t block = std::clamp<int64_t>(tokens * chunk / vocab, 1, tokens);
     auto f32 = hidden.options();
     at::Tensor row_loss = at::empty({tokens}, f32);
-    // One block (the common case) writes its products straight into the results.
-    at::Tensor grad_hidden = want_grad_hidden && block < tokens ? at::empty({tokens, dim}, f32) : at::Tensor();
-    at::Tensor grad_weight = want_grad_weight && block < tokens ? at::zeros({vocab, dim}, f32) : at::Tensor();
+    // One block (the common case) makes the results themselves; several
+    // fill and sum into them.
+    const bool one_block = block == tokens;
+    at::Tensor grad_hidden = want_grad_hidden && !one_block ? at::empty({tokens, dim}, f32) : at::Tensor();
+    at::Tensor grad_weight = want_grad_weight && !one_block ? at::zeros({vocab, dim}, f32) : at::Tensor();
     at::Tensor weight_t = weight.t();
     for (int64_t t0 = 0; t0 < tokens; t0 += block) {
       int64_t n = std::min(block, tokens - t0);
@@ -183,17 +185,17 @@ struct CpuLinearCrossEntropyFunction : torch::autograd::Function<CpuLinearCrossE
                                 scale, lp + begin);
       });
       if (want_grad_hidden) {
-        if (block < tokens) {
-          grad_hidden.narrow(0, t0, n).copy_(matmul_nt(z, weight_t));
-        } else {
+        if (one_block) {
           grad_hidden = matmul_nt(z, weight_t);
+        } else {
+          grad_hidden.narrow(0, t0, n).copy_(matmul_nt(z, weight_t));
         }
       }
       if (want_grad_weight) {
-        if (block < tokens) {
-          grad_weight.add_(matmul_nt(z.t(), h.t()));
-        } else {
+        if (one_block) {
           grad_weight = matmul_nt(z.t(), h.t());
+        } else {
+          grad_weight.add_(matmul_nt(z.t(), h.t()));
         }
       }
     }
