@@ -54,6 +54,9 @@ DeepSeekV3Spec read_deepseek_v3_spec(const ConfigNode& options) {
       "auxiliary-loss-free load balancing: expert bias step per optimizer step (0 disables)");
   moe.force_load_balance = options.get<bool>(
       "moe_force_load_balance", false, "debug: route tokens round-robin, exactly balanced");
+  moe.forced_experts = options.get<std::vector<int64_t>>(
+      "moe_force_experts", {}, "debug: route tokens round-robin over only these expert ids, e.g. [0, 1]: the "
+                               "routing extremes (experts, or expert-parallel ranks, left without tokens)");
   moe.backend = options.choice(
       "experts_backend", ExpertsBackend::automatic,
       {{"auto", ExpertsBackend::automatic}, {"loop", ExpertsBackend::loop}, {"grouped_mm", ExpertsBackend::grouped_mm}},

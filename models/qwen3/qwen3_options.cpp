@@ -31,6 +31,12 @@ Qwen3Spec read_qwen3_spec(const ConfigNode& options) {
       "auxiliary-loss-free load balancing: expert bias step per optimizer step (0 disables; MoE flavors)");
   moe.force_load_balance = options.get<bool>(
       "moe_force_load_balance", false, "debug: route tokens round-robin, exactly balanced (MoE flavors)");
+  moe.forced_experts = options.get<std::vector<int64_t>>(
+      "moe_force_experts", {}, "debug: route tokens round-robin over only these expert ids, e.g. [0, 1]: the "
+                               "routing extremes (experts, or expert-parallel ranks, left without tokens) (MoE flavors)");
+  if (!moe.forced_experts.empty() && !args.moe) {
+    options.fail("moe_force_experts", "flavor " + flavor + " is dense; it has no experts to route to");
+  }
   moe.backend = options.choice(
       "experts_backend", ExpertsBackend::automatic,
       {{"auto", ExpertsBackend::automatic}, {"loop", ExpertsBackend::loop}, {"grouped_mm", ExpertsBackend::grouped_mm}},

@@ -7,6 +7,8 @@
 // its inverse undoes it in combine, so every row has one place both ways.
 #include "ep_dispatcher.h"
 
+#include <torch/csrc/autograd/custom_function.h>
+
 #include <ATen/ATen.h>
 
 #include <memory>
@@ -25,6 +27,22 @@ struct Exchange {
   std::vector<int64_t> recv_rows;  // rows it received from each
   at::Tensor by_expert;            // received rows in local-expert order (indices into the arrival order)
   at::Tensor by_sender;            // the inverse permutation
+};
+
+// Identity on `rows` whose backward also reaches `anchor` (with no
+// gradient): the combine's all-to-all then has a backward whenever the
+// dispatch's rows need one, and that backward leads on to the dispatch's,
+// whatever experts sit between. Without it, experts whose output carries no
+// gradient (no rows on this rank) drop both backward all-to-alls on this
+// rank only, and its peers wait in them forever.
+struct TiedToDispatch : torch::autograd::Function<TiedToDispatch> {
+  static at::Tensor forward(torch::autograd::AutogradContext*, const at::Tensor& rows, const at::Tensor& anchor) {
+    return rows.view_as(rows);
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext*,
+                                                 torch::autograd::variable_list grads) {
+    return {grads[0], at::Tensor()};
+  }
 };
 
 }  // namespace
@@ -92,6 +110,9 @@ at::Tensor AllToAllDispatcher::combine(const at::Tensor& expert_output, const Di
   if (!exchange) throw Error("expert_parallel: " + path_ + ": combine of tokens this dispatcher did not dispatch");
   CallSite site("expert_parallel combine " + path_);
   at::Tensor by_sender = expert_output.index_select(0, exchange->by_sender);
+  if (at::GradMode::is_enabled() && dispatched.tokens.requires_grad()) {
+    by_sender = TiedToDispatch::apply(by_sender, dispatched.tokens);
+  }
   at::Tensor returned = all_to_all_v_autograd(by_sender, ep_, exchange->recv_rows, exchange->send_rows);
   return TokenDispatcher::combine(returned, dispatched, tokens, top_k);
 }

@@ -65,6 +65,10 @@ std::string write_dump(const std::string& folder, const DumpInfo& info, const Sn
                        {"start_time_s", to_unix(record.start_s)},
                        {"end_time_s", to_unix(record.end_s)}};
     if (record.collective_sequence >= 0) entry["collective_sequence"] = record.collective_sequence;
+    if (!event.send_rows.empty()) {
+      entry["send_rows"] = event.send_rows;
+      entry["recv_rows"] = event.recv_rows;
+    }
     if (event.peer >= 0) {
       entry["peer"] = event.peer;
       entry["tag"] = event.tag;

@@ -147,6 +147,51 @@ std::vector<FakeOp> stage_ops(int rank, int microbatches) {
   return ops;
 }
 
+// A hand-written version 2 dump of collectives on several groups: each entry
+// {group, ranks, collective number, op, shapes, call site, state, enqueue
+// time, send_rows, recv_rows (empty: an even call)}, in the rank's order.
+struct FakeCollective {
+  std::string group;
+  std::vector<int> ranks;
+  int64_t number;
+  std::string op, shapes, call_site, state;
+  double time;
+  std::vector<int64_t> send_rows = {}, recv_rows = {};
+};
+
+void write_groups_dump(const std::filesystem::path& dir, int rank, int world_size,
+                       const std::vector<FakeCollective>& calls) {
+  nlohmann::json entries = nlohmann::json::array();
+  std::map<std::string, std::pair<std::vector<int>, int64_t>> groups;  // -> (ranks, last collective)
+  for (size_t i = 0; i < calls.size(); ++i) {
+    const FakeCollective& c = calls[i];
+    nlohmann::json entry = {{"id", i}, {"sequence", c.number}, {"collective_sequence", c.number}, {"op", c.op},
+                            {"group", c.group}, {"group_ranks", c.ranks}, {"shapes", nlohmann::json::parse(c.shapes)},
+                            {"dtype", "Float"}, {"bytes", 4}, {"call_site", c.call_site}, {"state", c.state},
+                            {"enqueue_time_s", c.time}, {"start_time_s", c.time}, {"end_time_s", nullptr}};
+    if (!c.send_rows.empty()) {
+      entry["send_rows"] = c.send_rows;
+      entry["recv_rows"] = c.recv_rows;
+    }
+    entries.push_back(entry);
+    auto& group = groups[c.group];
+    group.first = c.ranks;
+    group.second = std::max<int64_t>(group.second, c.number);
+  }
+  nlohmann::json status = nlohmann::json::array();
+  for (const auto& [name, group] : groups) {
+    status.push_back({{"name", name}, {"ranks", group.first}, {"last_enqueued", group.second},
+                      {"last_started", group.second}, {"last_completed", group.second - 1},
+                      {"last_collective", group.second}});
+  }
+  nlohmann::json dump = {{"format", "titan-flight-recorder"}, {"version", 2}, {"rank", rank},
+                         {"world_size", world_size}, {"pid", 1}, {"host", "h"}, {"trigger", "watchdog"},
+                         {"reason", "test"}, {"dump_time_s", 2000.0}, {"buffer_size", 2000},
+                         {"entries_recorded", calls.size()}, {"complete", true}, {"groups", status},
+                         {"p2p", nlohmann::json::array()}, {"entries", entries}};
+  titan::test::write_file(dir / "flight_recorder" / ("rank_" + std::to_string(rank) + ".json"), dump.dump());
+}
+
 std::string analyze_text(const std::filesystem::path& dir) {
   auto result = run_command(titan::test::titan_binary() + " fr-analyze " + dir.string() + " 2>&1");
   INFO(result.output);
@@ -259,6 +304,25 @@ TEST_SUITE("flight_recorder") {
     CHECK(good.result.output.find("agree on all 2 ranks") != std::string::npos);
   }
 
+  TEST_CASE("flight recorder: comm.verify_collectives_interval names a divergence of a later step at that step") {
+    auto dump = titan::test::temp_dir("fr_verify_interval");
+    // World collective #2 is step 2's all-reduce of the gradient norm (#0 is
+    // step 1's, #1 its check's all-gather): same bytes, another shape, only
+    // on rank 1.
+    auto bad = launch_train(2, 29393, dump, "reshape:rank=1:op=all_reduce:group=world:seq=2",
+                            " --set comm.verify_collectives_interval=1");
+    INFO(bad.result.output);
+    CHECK(bad.result.exit_code != 0);
+    CHECK(bad.seconds < 60);
+    CHECK(bad.result.output.find("comm.verify_collectives: ranks disagree on their collectives of step 2: "
+                                 "collective #0 on group 'world': rank 0 issued all_reduce [1] Double at 'step 2', "
+                                 "rank 1 issued all_reduce [1,1] Double at 'step 2'") != std::string::npos);
+    auto refused = run_command(titan::test::titan_binary() + " config check " + titan::test::source_dir() +
+                               "/configs/llama3_debugmodel.yaml --set comm.verify_collectives_interval=-1");
+    CHECK(refused.exit_code != 0);
+    CHECK(refused.output.find("comm.verify_collectives_interval: must be >= 0") != std::string::npos);
+  }
+
   TEST_CASE("flight recorder: SIGUSR1 dumps on demand and training goes on and SIGTERM dumps and still stops cleanly") {
     auto dump = titan::test::temp_dir("fr_signals");
     std::string files = (dump / "flight_recorder" / "rank_0.json").string();
@@ -336,6 +400,80 @@ TEST_SUITE("flight_recorder") {
     auto empty = run_command(titan::test::titan_binary() + " fr-analyze " + titan::test::temp_dir("fr_none").string());
     CHECK(empty.exit_code == 1);
     CHECK(empty.output.find("no flight recorder dumps") != std::string::npos);
+  }
+
+  TEST_CASE("fr-analyze: uneven all-to-alls (expert parallelism) differ in shape by design and are checked pairwise "
+            "by their splits; a rank that skipped one is named first, before the reduce-scatter its peer then "
+            "never reaches, whatever the clocks say") {
+    // FSDP 4 x ep 2: dp_shard [0,1,2,3], ep groups [0,1] and [2,3]. Step 1:
+    // a dispatch on each ep group with uneven, consistent splits, then a
+    // reduce-scatter. Step 5: rank 2 skips its combine's backward
+    // all-to-all (it received no rows) and goes on into the reduce-scatter,
+    // where rank 3, stuck in that all-to-all, never arrives. Rank 3's clock
+    // runs late, so by time its all-to-all looks last.
+    const std::vector<int> all{0, 1, 2, 3};
+    auto ep_of = [](int rank) { return rank < 2 ? std::vector<int>{0, 1} : std::vector<int>{2, 3}; };
+    auto ep_name = [](int rank) { return std::string(rank < 2 ? "ep/efsdp0" : "ep/efsdp1"); };
+    // Rows each rank sends to [first, second] member of its ep group, and receives.
+    const std::map<int, std::pair<std::vector<int64_t>, std::vector<int64_t>>> splits = {
+        {0, {{2, 3}, {2, 1}}}, {1, {{1, 3}, {3, 3}}}, {2, {{4, 0}, {4, 6}}}, {3, {{6, 2}, {0, 2}}}};
+    auto write = [&](const std::filesystem::path& dir, bool skip, const std::map<int, std::vector<int64_t>>& recv_override) {
+      for (int rank : all) {
+        auto [send, recv] = splits.at(rank);
+        if (recv_override.count(rank)) recv = recv_override.at(rank);
+        const int64_t rows = send[0] + send[1];
+        const double clock = rank == 3 ? 50.0 : 0.0;
+        std::vector<FakeCollective> calls = {
+            {ep_name(rank), ep_of(rank), 0, "all_to_all", "[[" + std::to_string(rows) + ",64]]",
+             "step 1 / expert_parallel dispatch layers.1.moe", "completed", 1000 + clock, send, recv},
+            {"dp_shard", all, 0, "reduce_scatter", "[[1024]]", "step 1 / fsdp reduce_scatter layers.1", "completed",
+             1001 + clock}};
+        const std::string combine = "step 5 / expert_parallel combine layers.4.moe (backward)";
+        if (!(skip && rank == 2)) {
+          calls.push_back({ep_name(rank), ep_of(rank), 1, "all_to_all", "[[" + std::to_string(rows) + ",64]]", combine,
+                           rank == 3 ? "started" : "completed", 1010 + clock, recv, send});
+        }
+        if (rank != 3) {
+          calls.push_back({"dp_shard", all, 1, "reduce_scatter", "[[1024]]", "step 5 / fsdp reduce_scatter layers.4",
+                           "started", 1020 + clock});
+        }
+        write_groups_dump(dir, rank, 4, calls);
+      }
+    };
+    // Before the skip everything matches, uneven shapes and all: only the
+    // hang at step 5 is reported, and the skipped all-to-all first.
+    auto skipped = titan::test::temp_dir("fr_uneven_skipped");
+    write(skipped, true, {});
+    auto report = analyze_json(skipped);
+    INFO(report.dump(2));
+    CHECK(report["first_divergence"]["kind"] == "not_entered");
+    CHECK(report["first_divergence"]["group"] == "ep/efsdp1");
+    CHECK(report["first_divergence"]["faulty_ranks"] == nlohmann::json::array({2}));
+    CHECK(report["first_divergence"]["sequence"] == 1);
+    CHECK(report["findings"].size() == 2);  // then the reduce-scatter rank 3 never reached
+    CHECK(report["findings"][1]["group"] == "dp_shard");
+    CHECK(report["findings"][1]["faulty_ranks"] == nlohmann::json::array({3}));
+    const std::string text = analyze_text(skipped);
+    CHECK(text.find("rows to [0,2] from [6,2]") != std::string::npos);  // rank 3's splits are shown
+
+    // What rank 1 expects from rank 0 (recv_rows[0] = 2) is not what rank 0 sends it (3).
+    auto mismatched = titan::test::temp_dir("fr_uneven_mismatch");
+    write(mismatched, false, {{1, {2, 3}}});
+    report = analyze_json(mismatched);
+    INFO(report.dump(2));
+    CHECK(report["first_divergence"]["kind"] == "split_mismatch");
+    CHECK(report["first_divergence"]["group"] == "ep/efsdp0");
+    CHECK(report["first_divergence"]["faulty_ranks"] == nlohmann::json::array({0, 1}));
+    CHECK(report["first_divergence"]["summary"].get<std::string>().find(
+              "rank 0 sends 3 rows to rank 1, which expects 2 from it") != std::string::npos);
+
+    // Splits that do not have one count per member are refused naming the key.
+    auto bad = titan::test::temp_dir("fr_uneven_bad");
+    write(bad, false, {{1, {2}}});
+    auto refused = run_command(titan::test::titan_binary() + " fr-analyze " + bad.string() + " 2>&1");
+    CHECK(refused.exit_code == 1);
+    CHECK_MESSAGE(refused.output.find("'send_rows' and 'recv_rows' must have one count per member") !=
+                      std::string::npos, refused.output);
   }
 
   TEST_CASE("fr-analyze: send/recv pair per stream: a matched exchange is clean and the collectives of the same "

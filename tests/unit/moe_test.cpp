@@ -123,6 +123,42 @@ TEST_SUITE("moe") {
     CHECK(at::equal(router->tokens_per_expert, at::full({4}, 3.0f)));
   }
 
+  TEST_CASE("moe_force_experts routes round-robin over the listed experts only, and bad lists are refused") {
+    MoEOptions options;
+    options.num_experts = 8;
+    options.top_k = 2;
+    options.hidden_dim = 4;
+    options.forced_experts = {5, 6, 7};
+    auto router = identity_router(options);
+    titan::Routing routing = router->forward(at::randn({6, 8}));
+    // Slots 0..11 over [5, 6, 7]: a token's two experts always differ.
+    CHECK(at::equal(routing.selected, at::tensor({5, 6, 7, 5, 6, 7, 5, 6, 7, 5, 6, 7}, at::kLong).view({6, 2})));
+    CHECK(at::equal(router->tokens_per_expert, at::tensor({0.f, 0.f, 0.f, 0.f, 0.f, 4.f, 4.f, 4.f})));
+    options.forced_experts = {3};
+    CHECK(titan::test::has(titan::find_moe_problem(options, 8).second, "fewer than top_k 2"));
+    options.forced_experts = {3, 8};
+    CHECK(titan::test::has(titan::find_moe_problem(options, 8).second, "expert 8 is not in [0, num_experts = 8)"));
+    options.forced_experts = {3, 3};
+    CHECK(titan::test::has(titan::find_moe_problem(options, 8).second, "lists expert 3 twice"));
+  }
+
+  TEST_CASE("experts given no rows (an ep rank that received none) still give their weights zero gradients and "
+            "pass the tokens' backward on, as the ranks that got rows do") {
+    const int64_t dim = 8, hidden = 4;
+    at::Tensor w1 = at::randn({2, hidden, dim}).requires_grad_(), w2 = at::randn({2, dim, hidden}).requires_grad_(),
+               w3 = at::randn({2, hidden, dim}).requires_grad_();
+    at::Tensor tokens = at::randn({0, dim}).requires_grad_();
+    at::Tensor out = titan::run_experts_loop(w1, w2, w3, tokens, {0, 0});
+    CHECK(out.sizes() == at::IntArrayRef({0, dim}));
+    REQUIRE(out.requires_grad());  // a detached empty output left the all-to-alls' backward out on this rank
+    out.sum().backward();
+    for (const auto& w : {w1, w2, w3}) {
+      REQUIRE(w.grad().defined());
+      CHECK(w.grad().abs().sum().item<double>() == 0);
+    }
+    CHECK(tokens.grad().defined());
+  }
+
   TEST_CASE("the experts' loop and grouped GEMM (padded groups) equal a per-token reference") {
     torch::manual_seed(3);
     const int64_t experts = 3, dim = 8, hidden = 4;  // fp32 rows of 32 and 16 bytes, as the grouped GEMM needs

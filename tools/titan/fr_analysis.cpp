@@ -35,9 +35,50 @@ using detail::ranks_text;
 
 std::string who(const std::vector<int>& ranks) { return (ranks.size() == 1 ? "rank " : "ranks ") + ranks_text(ranks); }
 
+std::string counts_text(const std::vector<int64_t>& counts) {
+  std::string text = "[";
+  for (size_t i = 0; i < counts.size(); ++i) text += (i ? "," : "") + std::to_string(counts[i]);
+  return text + "]";
+}
+
+bool uneven(const Entry& entry) { return !entry.send_rows.empty(); }
+
 std::string describe(const Entry& entry) {
-  return entry.op + " " + entry.shapes + " " + entry.dtype +
+  std::string splits = uneven(entry) ? " rows to " + counts_text(entry.send_rows) + " from " + counts_text(entry.recv_rows)
+                                     : "";
+  return entry.op + " " + entry.shapes + " " + entry.dtype + splits +
          (entry.call_site.empty() ? "" : " at '" + entry.call_site + "'") + " (" + entry.state + ")";
+}
+
+// What must agree across the members for one call. An uneven all-to-all's
+// shapes differ by design: its splits are checked pairwise instead.
+std::string behaviour(const Entry& entry) {
+  return entry.op + "|" + (uneven(entry) ? "splits" : entry.shapes) + "|" + entry.dtype + "|" + entry.call_site;
+}
+
+// The first pair of members of an uneven all-to-all whose splits disagree:
+// what `from` sends `to` must be what `to` receives from `from`.
+bool find_split_mismatch(const std::vector<int>& group_ranks, const std::map<int, const Entry*>& by_rank,
+                         std::string& text, std::vector<int>& pair) {
+  for (const auto& [from, sender] : by_rank) {
+    for (const auto& [to, receiver] : by_rank) {
+      const auto index = [&](int rank) {
+        return static_cast<size_t>(std::find(group_ranks.begin(), group_ranks.end(), rank) - group_ranks.begin());
+      };
+      const size_t i = index(from), j = index(to);
+      if (i >= sender->send_rows.size() || j >= receiver->recv_rows.size() || i >= receiver->recv_rows.size() ||
+          j >= sender->send_rows.size()) {
+        continue;
+      }
+      if (sender->send_rows[j] != receiver->recv_rows[i]) {
+        text = "rank " + std::to_string(from) + " sends " + std::to_string(sender->send_rows[j]) + " rows to rank " +
+               std::to_string(to) + ", which expects " + std::to_string(receiver->recv_rows[i]) + " from it";
+        pair = {std::min(from, to), std::max(from, to)};
+        return true;
+      }
+    }
+  }
+  return false;
 }
 
 // One rank's view of the collectives of one group.
@@ -118,6 +159,7 @@ bool first_divergence(const GroupViews& group, Finding& finding) {
   for (int64_t sequence : sequences) {
     std::map<std::string, std::vector<int>> by_behaviour;
     std::map<std::string, const Entry*> sample;
+    std::map<int, const Entry*> by_rank;
     std::vector<int> not_entered;
     double earliest = 0;
     for (const auto& [rank, view] : group.views) {
@@ -127,8 +169,9 @@ bool first_divergence(const GroupViews& group, Finding& finding) {
         continue;  // else: entered, but no longer in its buffer
       }
       const Entry& entry = *found->second;
-      std::string key = entry.op + "|" + entry.shapes + "|" + entry.dtype + "|" + entry.call_site;
+      std::string key = behaviour(entry);
       by_behaviour[key].push_back(rank);
+      by_rank[rank] = &entry;
       sample[key] = &entry;
       if (entry.enqueue_time_s > 0 && (earliest == 0 || entry.enqueue_time_s < earliest)) earliest = entry.enqueue_time_s;
     }
@@ -151,6 +194,7 @@ bool first_divergence(const GroupViews& group, Finding& finding) {
     finding.group_ranks = group.ranks;
     finding.sequence = sequence;
     finding.op = expected.op;
+    finding.call_site = expected.call_site;
     finding.time_s = earliest;
     // In a group that also carries send/recv the two numberings differ: name the collective's.
     const bool own_id = expected.collective_sequence >= 0 && expected.sequence != collective_id(expected);
@@ -190,6 +234,15 @@ bool first_divergence(const GroupViews& group, Finding& finding) {
       if (!not_entered.empty()) finding.variants.push_back({not_entered, "not entered"});
       return true;
     }
+    std::string split_text;
+    std::vector<int> split_pair;
+    if (uneven(expected) && find_split_mismatch(group.ranks, by_rank, split_text, split_pair)) {
+      finding.kind = "split_mismatch";
+      finding.faulty_ranks = split_pair;
+      for (const auto& [rank, entry] : by_rank) finding.variants.push_back({{rank}, describe(*entry)});
+      finding.summary = expected.op + " splits disagree" + where + ": " + split_text;
+      return true;
+    }
     if (!not_entered.empty()) {
       finding.kind = "not_entered";
       finding.faulty_ranks = not_entered;
@@ -220,6 +273,22 @@ std::string waiting_in(const GroupViews& group) {
   for (const auto& [what, ranks] : by_entry) text += " " + who(ranks) + " in " + what + ";";
   text.pop_back();
   return text;
+}
+
+// Which of two call sites a rank that issued both issued first: -1 `a`,
+// 1 `b`, 0 no rank holds both (then time decides).
+int program_order(const std::vector<Dump>& dumps, const std::string& a, const std::string& b) {
+  if (a.empty() || b.empty() || a == b) return 0;
+  for (const Dump& dump : dumps) {
+    int64_t first_a = -1, first_b = -1;
+    for (size_t i = 0; i < dump.entries.size(); ++i) {
+      const std::string& site = dump.entries[i].call_site;
+      if (first_a < 0 && site == a) first_a = static_cast<int64_t>(i);
+      if (first_b < 0 && site == b) first_b = static_cast<int64_t>(i);
+    }
+    if (first_a >= 0 && first_b >= 0) return first_a < first_b ? -1 : 1;
+  }
+  return 0;
 }
 
 }  // namespace
@@ -277,6 +346,30 @@ Analysis analyze(const std::vector<Dump>& dumps) {
     if ((a.time_s == 0) != (b.time_s == 0)) return a.time_s != 0;
     return a.time_s < b.time_s;
   });
+  // A rank blocked in a diverged collective cannot post its sends and recvs:
+  // a send/recv finding whose silent end is in such a group follows it.
+  std::set<int> in_diverged_collective;
+  for (const Finding& finding : divergences) {
+    if (!point_to_point(finding.op)) in_diverged_collective.insert(finding.group_ranks.begin(), finding.group_ranks.end());
+  }
+  std::stable_partition(divergences.begin(), divergences.end(), [&](const Finding& finding) {
+    if (!point_to_point(finding.op)) return true;
+    for (int rank : finding.faulty_ranks) {
+      if (!in_diverged_collective.count(rank)) return true;
+    }
+    return finding.faulty_ranks.empty();
+  });
+  // A rank that skipped a collective deadlocks with its peers in two
+  // groups at once: its peer waits in the skipped one, it waits in the next
+  // (where the peer never arrives). The skipped one comes first in the
+  // program, as the ranks that ran both show: that one leads, whatever the
+  // clocks of different hosts say.
+  size_t cause = 0;
+  for (size_t i = 1; i < divergences.size(); ++i) {
+    if (program_order(dumps, divergences[i].call_site, divergences[cause].call_site) < 0) cause = i;
+  }
+  if (cause > 0) std::rotate(divergences.begin(), divergences.begin() + static_cast<std::ptrdiff_t>(cause),
+                             divergences.begin() + static_cast<std::ptrdiff_t>(cause) + 1);
   analysis.findings.insert(analysis.findings.end(), divergences.begin(), divergences.end());
   return analysis;
 }

@@ -25,6 +25,9 @@ struct Entry {
   int64_t collective_sequence = -1;
   int peer = -1, tag = 0;
   int64_t p2p_sequence = -1;
+  // An uneven all-to-all: rows to and from each member of group_ranks, in
+  // its order (empty otherwise). Its shapes differ between ranks by design.
+  std::vector<int64_t> send_rows, recv_rows;
 };
 
 struct GroupStatus {
@@ -77,7 +80,8 @@ struct P2pStream {
 };
 
 struct Finding {
-  // missing_rank, not_entered, op_mismatch, size_mismatch, call_site_mismatch (collectives);
+  // missing_rank, not_entered, op_mismatch, size_mismatch, split_mismatch (an uneven all-to-all's
+  // rows: what one member sends another is not what that one receives), call_site_mismatch (collectives);
   // unmatched_recv, unmatched_send, p2p_size_mismatch (send/recv)
   std::string kind;
   std::string group;
@@ -88,6 +92,7 @@ struct Finding {
   std::vector<int> stuck_ranks;     // send/recv: the rank waiting in the op at fault
   int from = -1, to = -1, tag = 0;  // send/recv: the stream
   std::vector<Variant> variants;
+  std::string call_site;            // collectives: where most ranks issued it, for ordering
   double time_s = 0;                // earliest enqueue among the ranks, for ordering
   std::string summary;              // one sentence
 };

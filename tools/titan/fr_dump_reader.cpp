@@ -128,6 +128,21 @@ Dump read_dump(const fs::path& path) {
     entry.call_site = field<std::string>(item, "call_site", at);
     entry.state = field<std::string>(item, "state", at);
     entry.enqueue_time_s = time_or_zero(item, "enqueue_time_s");
+    // An uneven all-to-all's splits (optional in version 2): one per member.
+    if (item.contains("send_rows") || item.contains("recv_rows")) {
+      entry.send_rows = field<std::vector<int64_t>>(item, "send_rows", at);
+      entry.recv_rows = field<std::vector<int64_t>>(item, "recv_rows", at);
+      if (entry.send_rows.size() != entry.group_ranks.size() || entry.recv_rows.size() != entry.group_ranks.size()) {
+        throw Error(at + ": keys 'send_rows' and 'recv_rows' must have one count per member of 'group_ranks' (" +
+                    std::to_string(entry.group_ranks.size()) + "), got " + std::to_string(entry.send_rows.size()) +
+                    " and " + std::to_string(entry.recv_rows.size()));
+      }
+      for (const auto* rows : {&entry.send_rows, &entry.recv_rows}) {
+        for (int64_t count : *rows) {
+          if (count < 0) throw Error(at + ": keys 'send_rows' and 'recv_rows' must hold row counts (0 or more)");
+        }
+      }
+    }
     entry.collective_sequence = counter_or(item, "collective_sequence", at, -1);
     if (item.contains("peer")) {
       entry.peer = rank_field(item, "peer", at);

@@ -21,6 +21,10 @@ struct CollectiveEvent {
   // send and its recv use the same tag); -1 and 0 for collectives.
   int peer = -1;
   int tag = 0;
+  // An all-to-all with uneven splits: the rows sent to and received from
+  // each member, in group order (its shapes differ between ranks by design;
+  // these must agree pairwise). Empty for every other call.
+  std::vector<int64_t> send_rows, recv_rows;
 };
 
 class CommObserver {

@@ -59,6 +59,9 @@ class DeviceMesh {
   int64_t coordinate(const std::string& dim) const;  // this rank's index along dim
   // The group of this rank's slice along `dim` (or a flattened name).
   Comm& group(const std::string& dim) const;
+  // Every name group() takes ("world" first, then the dims, flattened names
+  // and split dims this mesh built), in the same order on every rank.
+  std::vector<std::string> group_names() const;
   int world_size() const { return world_size_; }
   std::string describe() const;  // "dp_shard=4, tp=2"
   // The plugins' splits this mesh was built with (ep x efsdp): a parameter

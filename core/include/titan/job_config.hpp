@@ -54,6 +54,9 @@ struct CommConfig {
   int64_t init_timeout_seconds = 300;
   int64_t train_timeout_seconds = 100;
   bool verify_collectives = false;
+  // > 0: also every this many steps, each step's collectives since the last
+  // check (implies verify_collectives); 0: the first step only.
+  int64_t verify_collectives_interval = 0;
 };
 
 struct DebugConfig {

@@ -39,6 +39,9 @@ struct MoEOptions {
   int64_t num_limited_groups = 0;     // groups a token may use when num_expert_groups > 0
   double load_balance_coeff = 1e-3;   // <= 0 disables the expert bias (TorchTitan's None)
   bool force_load_balance = false;    // debug: round-robin routing, exactly balanced
+  // debug: non-empty: tokens go round-robin over only these experts (the
+  // routing extremes: every token to one expert, experts or ranks idle)
+  std::vector<int64_t> forced_experts;
   bool score_before_experts = true;   // gate values scale the experts' input (else their output)
   ExpertsBackend backend = ExpertsBackend::automatic;
   int64_t token_group_alignment = 0;  // rows each expert's group is padded to; 0: 16 on CUDA, 1 on CPU

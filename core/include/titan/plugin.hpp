@@ -33,7 +33,8 @@ namespace titan {
 //     DeviceMesh::splits and TensorLayout::replication / is_first_copy count split dims (ep, efsdp)
 // 11: TpStyle::no_parallel; MoE::forward_rows, find_moe_layers (found through wrappers); swap_module swaps inside a
 //     wrapper's inner layer too; the flattened mesh dim dp_shard_cp_tp (expert parallelism's span)
-constexpr int kPluginAbiVersion = 11;
+// 12: CollectiveEvent::send_rows / recv_rows (an uneven all-to-all's splits); MoEOptions::forced_experts
+constexpr int kPluginAbiVersion = 12;
 
 // The kinds a plugin registers one factory of: name, interface, PluginKind
 // bit. The enum below (kind_model, ...), the registrar's methods (model(),

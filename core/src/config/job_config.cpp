@@ -145,6 +145,15 @@ CoreConfig read_core_config(const ConfigNode& root) {
   c.train_timeout_seconds = comm.get<int64_t>("train_timeout_seconds", 100, "timeout of each collective");
   require_positive(comm, "train_timeout_seconds", c.train_timeout_seconds);
   c.verify_collectives = comm.get<bool>("verify_collectives", false, "compare collective sequences across ranks");
+  c.verify_collectives_interval = comm.get<int64_t>(
+      "verify_collectives_interval", 0,
+      "debug: also compare each group's collectives every this many steps (0: the first step only; > 0 implies "
+      "verify_collectives)");
+  if (c.verify_collectives_interval < 0) {
+    comm.fail("verify_collectives_interval", "must be >= 0 (0: only the first step is compared), got " +
+                                                 std::to_string(c.verify_collectives_interval));
+  }
+  if (c.verify_collectives_interval > 0) c.verify_collectives = true;
 
   config.debug.inject_nonfinite_loss_at_step = root.child("debug").get<int64_t>(
       "inject_nonfinite_loss_at_step", -1, "test hook: treat this step's loss as NaN");

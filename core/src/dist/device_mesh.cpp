@@ -260,6 +260,12 @@ int64_t DeviceMesh::coordinate(const std::string& dim) const {
   return found == coordinates_.end() ? 0 : found->second;
 }
 
+std::vector<std::string> DeviceMesh::group_names() const {
+  std::vector<std::string> names{"world"};
+  for (const auto& [name, group] : groups_) names.push_back(name);
+  return names;
+}
+
 Comm& DeviceMesh::group(const std::string& dim) const {
   if (dim == "world") return *world_;
   auto found = groups_.find(dim);

@@ -159,7 +159,7 @@ class ProcessGroupComm : public Comm {
     at::Tensor result;
     run("all_to_all", {input}, [&] {
       result = compat::all_to_all_v(*group_, input, send_rows, recv_rows, timeout_, what("all_to_all"));
-    });
+    }, Peer{-1, 0}, Splits{send_rows, recv_rows});
     return result;
   }
 
@@ -199,6 +199,10 @@ class ProcessGroupComm : public Comm {
   struct Peer {
     int group_rank;  // -1: not a point-to-point op
     int tag;
+  };
+  // An uneven all-to-all's rows to and from each member, for the observers.
+  struct Splits {
+    std::vector<int64_t> send_rows, recv_rows;
   };
 
   // TEST-ONLY (TITAN_TEST_FAULT): a call the faulty rank never issued.
@@ -291,8 +295,11 @@ class ProcessGroupComm : public Comm {
     if (peer < 0 || peer >= size()) fail(op, "peer rank " + std::to_string(peer) + " is outside the group");
   }
 
-  CollectiveEvent begin(const std::string& op, const std::vector<at::Tensor>& tensors, Peer peer = Peer{-1, 0}) {
+  CollectiveEvent begin(const std::string& op, const std::vector<at::Tensor>& tensors, Peer peer = Peer{-1, 0},
+                        Splits splits = {}) {
     CollectiveEvent event;
+    event.send_rows = std::move(splits.send_rows);
+    event.recv_rows = std::move(splits.recv_rows);
     event.sequence = sequence_++;
     event.op = op;
     event.group = name_;
@@ -322,9 +329,10 @@ class ProcessGroupComm : public Comm {
   }
 
   template <typename Body>
-  void run(const std::string& op, const std::vector<at::Tensor>& tensors, Body body, Peer peer = Peer{-1, 0}) {
+  void run(const std::string& op, const std::vector<at::Tensor>& tensors, Body body, Peer peer = Peer{-1, 0},
+           Splits splits = {}) {
     if (take_test_fault(op) == test_faults::Action::skip) return;
-    auto event = begin(op, tensors, peer);
+    auto event = begin(op, tensors, peer, std::move(splits));
     try {
       body();
     } catch (const Error& error) {  // a failed wait: it names the op and the group already

@@ -38,17 +38,24 @@ at::Tensor run_experts_loop(const at::Tensor& w1, const at::Tensor& w2, const at
   // backward a zero-filled gradient of the whole [E, ...] weight to add up:
   // at 64 experts of 256 x 768, 13x the forward + backward (titan_bench_moe).
   const std::vector<at::Tensor> w1s = w1.unbind(0), w2s = w2.unbind(0), w3s = w3.unbind(0);
+  auto expert = [&](size_t e, const at::Tensor& x) {
+    at::Tensor h = at::silu(at::matmul(x, w1s[e].t())) * at::matmul(x, w3s[e].t());
+    return at::matmul(h, w2s[e].t());
+  };
   std::vector<at::Tensor> outputs;
   int64_t start = 0;
   for (size_t e = 0; e < tokens_per_expert.size(); ++e) {
     int64_t count = tokens_per_expert[e];
     if (count == 0) continue;
-    at::Tensor x = tokens.narrow(0, start, count);
-    at::Tensor h = at::silu(at::matmul(x, w1s[e].t())) * at::matmul(x, w3s[e].t());
-    outputs.push_back(at::matmul(h, w2s[e].t()));
+    outputs.push_back(expert(e, tokens.narrow(0, start, count)));
     start += count;
   }
-  if (outputs.empty()) return at::zeros({0, w2.size(1)}, tokens.options());
+  // No rows (under expert parallelism: a rank that received none this
+  // step): the empty output still comes from the tokens and the weights, so
+  // the weights get (zero) gradients and the tokens' backward runs, exactly
+  // as on the ranks that did get rows. A detached empty tensor here left the
+  // weights without gradients and skipped the all-to-alls' backward.
+  if (outputs.empty()) return expert(0, tokens);
   return at::cat(outputs, 0);
 }
 

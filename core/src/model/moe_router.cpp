@@ -4,6 +4,7 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <limits>
 
 #include "titan/error.hpp"
@@ -39,6 +40,20 @@ std::pair<std::string, std::string> find_moe_problem(const MoEOptions& o, int64_
                                         text(o.top_k) + " experts"};
   } else if (o.num_limited_groups > 0) {
     return {"num_limited_groups", "needs num_expert_groups > 0 (group-limited routing)"};
+  }
+  if (!o.forced_experts.empty()) {
+    if (static_cast<int64_t>(o.forced_experts.size()) < o.top_k)
+      return {"moe_force_experts", "lists " + text(static_cast<int64_t>(o.forced_experts.size())) +
+                                       " experts, fewer than top_k " + text(o.top_k) + " (a token's experts differ)"};
+    std::vector<int64_t> seen;
+    for (int64_t e : o.forced_experts) {
+      if (e < 0 || e >= o.num_experts)
+        return {"moe_force_experts", "expert " + text(e) + " is not in [0, num_experts = " + text(o.num_experts) + ")"};
+      if (std::find(seen.begin(), seen.end(), e) != seen.end())
+        return {"moe_force_experts", "lists expert " + text(e) + " twice"};
+      seen.push_back(e);
+    }
+    if (o.force_load_balance) return {"moe_force_experts", "and moe_force_load_balance both force the routing: set one"};
   }
   return {};
 }
@@ -89,10 +104,16 @@ Routing Router::forward(const at::Tensor& x) {
                             : gate->forward(x).to(at::kFloat);
   at::Tensor scores = o.score_func == RouterScore::softmax ? at::softmax(logits, 1) : at::sigmoid(logits);
   Routing routing;
-  if (o.force_load_balance) {
-    // Round-robin: exactly balanced, whatever the scores.
-    routing.selected = at::arange(x.size(0) * o.top_k, scores.options().dtype(at::kLong)).view({-1, o.top_k}) %
-                       o.num_experts;
+  if (o.force_load_balance || !o.forced_experts.empty()) {
+    // Round-robin over every expert (exactly balanced) or the listed ones,
+    // whatever the scores. top_k consecutive picks are distinct experts.
+    at::Tensor slots = at::arange(x.size(0) * o.top_k, scores.options().dtype(at::kLong)).view({-1, o.top_k});
+    if (o.force_load_balance) {
+      routing.selected = slots % o.num_experts;
+    } else {
+      at::Tensor experts = at::tensor(o.forced_experts, slots.options().device(at::kCPU)).to(slots.device());
+      routing.selected = experts.index_select(0, (slots % experts.size(0)).view(-1)).view(slots.sizes());
+    }
   } else {
     at::Tensor for_choice = expert_bias.defined() ? scores + expert_bias : scores;
     if (o.num_expert_groups > 0) for_choice = limit_to_groups(for_choice, o);

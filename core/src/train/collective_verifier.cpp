@@ -1,5 +1,9 @@
-// Fast path: every rank all-gathers (count, hash) of its list; only when
-// they differ are the lists themselves exchanged to name the first entry.
+// Fast path: every rank all-gathers (group, count, hash) of its entries on
+// each of its groups, and the rows of each group's members are compared
+// (pipeline stages legitimately differ on groups they do not share): the
+// rows name their group, so every rank reaches the same verdict. Only when
+// some group disagrees are the lists themselves exchanged to name the
+// first entry.
 #include "collective_verifier.hpp"
 
 #include <ATen/ATen.h>
@@ -8,6 +12,7 @@
 #include <map>
 #include <sstream>
 
+#include "titan/device_mesh.hpp"
 #include "titan/error.hpp"
 #include "titan/logging.hpp"
 
@@ -36,11 +41,14 @@ std::string describe(const std::string& entry) {
   return fields[2] + " " + fields[3] + " " + fields[4] + (fields[5].empty() ? "" : " at '" + fields[5] + "'");
 }
 
+uint64_t fnv1a_text(const std::string& text, uint64_t hash = 1469598103934665603ull) {
+  for (unsigned char c : text) hash = (hash ^ c) * 1099511628211ull;
+  return hash;
+}
+
 uint64_t fnv1a(const std::vector<std::string>& entries) {
   uint64_t hash = 1469598103934665603ull;
-  for (const auto& entry : entries) {
-    for (unsigned char c : signature(entry) + "\n") hash = (hash ^ c) * 1099511628211ull;
-  }
+  for (const auto& entry : entries) hash = fnv1a_text(signature(entry) + "\n", hash);
   return hash;
 }
 
@@ -108,17 +116,25 @@ std::string first_collective_difference(int rank_a, const std::vector<std::strin
   return "";
 }
 
+std::string group_key(const std::string& name, const std::vector<int>& ranks) {
+  std::ostringstream key;
+  key << name << "|";
+  for (size_t i = 0; i < ranks.size(); ++i) key << (i ? "," : "") << ranks[i];
+  return key.str();
+}
+
 }  // namespace
 
 void CollectiveVerifier::on_enqueue(const CollectiveEvent& event) {
   if (!recording_.load() || point_to_point(event.op)) return;
   std::ostringstream entry;
-  entry << event.group << "|";
-  for (size_t i = 0; i < event.group_ranks.size(); ++i) entry << (i ? "," : "") << event.group_ranks[i];
-  entry << "|" << event.op << "|";
+  entry << group_key(event.group, event.group_ranks) << "|" << event.op << "|";
+  // An uneven all-to-all's rows differ per rank by design: only the row
+  // width must agree (fr-analyze checks the splits pairwise).
+  const bool uneven = !event.send_rows.empty();
   for (const auto& shape : event.shapes) {
     entry << "[";
-    for (size_t i = 0; i < shape.size(); ++i) entry << (i ? "," : "") << shape[i];
+    for (size_t i = 0; i < shape.size(); ++i) entry << (i ? "," : "") << (uneven && i == 0 ? "*" : std::to_string(shape[i]));
     entry << "]";
   }
   std::string site = event.call_site;
@@ -126,21 +142,58 @@ void CollectiveVerifier::on_enqueue(const CollectiveEvent& event) {
     if (c == '\n' || c == '|') c = ' ';
   }
   entry << "|" << event.dtype << "|" << site;
+  std::lock_guard<std::mutex> lock(mutex_);
   entries_.push_back(entry.str());
 }
 
-void CollectiveVerifier::verify(Comm& world, int64_t step) {
-  recording_.store(false);
-  at::Tensor fingerprint = at::empty({2}, at::kLong);
-  fingerprint[0] = static_cast<int64_t>(entries_.size());
-  fingerprint[1] = static_cast<int64_t>(fnv1a(entries_));
-  at::Tensor all = world.all_gather(fingerprint).view({world.size(), 2});
-  if (all.eq(all[0]).all().item<bool>()) {
-    spdlog::info("comm.verify_collectives: the {} collectives up to step {} agree on all {} ranks", entries_.size(),
-                 step, world.size());
+void CollectiveVerifier::verify(const DeviceMesh& mesh, int64_t step) {
+  recording_.store(false);  // this check's own collectives are not part of the window
+  std::vector<std::string> entries;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    entries.swap(entries_);
+  }
+  const int64_t first_step = window_start_;
+  window_start_ = step + 1;
+  const std::string window = first_step <= 1   ? "up to step " + std::to_string(step)
+                             : first_step == step ? "of step " + std::to_string(step)
+                                                  : "of steps " + std::to_string(first_step) + "-" + std::to_string(step);
+  Comm& world = mesh.group("world");
+  const std::vector<std::string> names = mesh.group_names();
+  const auto groups = static_cast<int64_t>(names.size());
+  // Per group: (which group, how many entries, their hash). Members of one
+  // group share the first; every rank checks every group from one gather.
+  at::Tensor table = at::zeros({groups, 3}, at::kLong);
+  for (int64_t g = 0; g < groups; ++g) {
+    Comm& group = mesh.group(names[static_cast<size_t>(g)]);
+    const std::string key = group_key(group.name(), group.global_ranks());
+    std::vector<std::string> mine;
+    for (const auto& entry : entries) {
+      if (group_of(entry) == key) mine.push_back(entry);
+    }
+    table[g][0] = static_cast<int64_t>(fnv1a_text(key));
+    table[g][1] = static_cast<int64_t>(mine.size());
+    table[g][2] = static_cast<int64_t>(fnv1a(mine));
+  }
+  at::Tensor all = world.all_gather(table.view({-1})).view({world.size() * groups, 3});
+  const int64_t* row = all.data_ptr<int64_t>();
+  std::map<int64_t, std::pair<int64_t, int64_t>> seen;  // group -> (count, hash) of its first member
+  bool agree = true;
+  for (int64_t r = 0; r < all.size(0); ++r, row += 3) {
+    auto [first, inserted] = seen.try_emplace(row[0], row[1], row[2]);
+    if (!inserted && (first->second.first != row[1] || first->second.second != row[2])) agree = false;
+  }
+  if (agree) {
+    if (first_step <= 1 || interval_ == 0) {
+      spdlog::info("comm.verify_collectives: the {} collectives {} agree on all {} ranks", entries.size(), window,
+                   world.size());
+    } else {
+      spdlog::debug("comm.verify_collectives: the {} collectives {} agree", entries.size(), window);
+    }
+    recording_.store(interval_ > 0);
     return;
   }
-  std::vector<std::string> texts = exchange_texts(world, joined(entries_));
+  std::vector<std::string> texts = exchange_texts(world, joined(entries));
   std::vector<std::vector<std::string>> lists;
   for (const auto& text : texts) lists.push_back(split_lines(text));
   // Compared with each rank in turn, so every rank reports the same first pair.
@@ -149,13 +202,13 @@ void CollectiveVerifier::verify(Comm& world, int64_t step) {
       std::string difference = first_collective_difference(world.global_ranks()[a], lists[a],
                                                            world.global_ranks()[b], lists[b]);
       if (difference.empty()) continue;
-      throw Error("comm.verify_collectives: ranks disagree on their collectives up to step " + std::to_string(step) +
-                  ": " + difference + ". The ranks run different code paths (or shapes); fix that before the job "
-                  "hangs or silently mixes data");
+      throw Error("comm.verify_collectives: ranks disagree on their collectives " + window + ": " + difference +
+                  ". The ranks run different code paths (or shapes); fix that before the job hangs or silently "
+                  "mixes data");
     }
   }
-  spdlog::info("comm.verify_collectives: ranks differ only on groups they do not share; up to step {} they agree",
-               step);
+  throw Error("comm.verify_collectives: the ranks' collectives " + window + " disagree on a group, but their lists "
+              "compare equal pair by pair (a hash collision?); rerun with the flight recorder and titan fr-analyze");
 }
 
 }  // namespace titan

@@ -56,9 +56,10 @@ StepOutcome TrainingRun::step(int64_t step) {
     spdlog::warn("step {}: non-finite loss {} / grad norm {}; optimizer step skipped", step, loss, grad_norm);
     outcome.optimizer_skipped = true;
   }
-  if (plan.core.comm.verify_collectives && world.distributed() && step == resumed_step + 1 && !dry_run) {
+  if (plan.core.comm.verify_collectives && world.distributed() && verifier.due(step, step == resumed_step + 1) &&
+      !dry_run) {
     CallSite site("verify_collectives");
-    verifier.verify(parallel->mesh()->group("world"), step);
+    verifier.verify(*parallel->mesh(), step);
   }
   const int64_t tokens = training.local_batch_size * training.seq_len * accumulation_;
   const double max_loss = std::isfinite(loss) ? job_loss.max : loss;  // a test hook's NaN shows in both

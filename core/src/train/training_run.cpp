@@ -111,7 +111,8 @@ struct TrainingRun::ObserverScope {
 };
 
 TrainingRun::TrainingRun(RunPlan& plan_, const World& world_)
-    : plan(plan_), world(world_), device(choose_device(plan_.core.training)), hooks(plan_.core.debug, world_.rank) {
+    : plan(plan_), world(world_), device(choose_device(plan_.core.training)),
+      verifier(plan_.core.comm.verify_collectives_interval), hooks(plan_.core.debug, world_.rank) {
   const CoreConfig& core = plan.core;
   const TrainingConfig& training = core.training;
   // A rank of `titan plan`'s dry run (a thread among the job's simulated

@@ -50,7 +50,7 @@ class TrainingRun {
   const World world;
   const c10::Device device;
   std::unique_ptr<MemoryMetrics> memory;  // built first: on CPU it counts the allocations from here on
-  CollectiveVerifier verifier;  // comm.verify_collectives: the first step's sequences across ranks
+  CollectiveVerifier verifier;  // comm.verify_collectives: each group's sequences across its ranks
   std::unique_ptr<StepProfiler> profiler;  // the profiling section (also sees every collective)
   std::unique_ptr<MemorySnapshot> memory_snapshot;  // profiling.enable_memory_snapshot, and clear OOM errors
   struct ObserverScope;
