@@ -144,7 +144,7 @@ at::Tensor Transformer::forward(const at::Tensor& tokens) {
   at::Tensor h = embeddings ? embeddings->forward(tokens) : tokens;
   int64_t seq = tokens.size(1);
   at::Tensor rows = has_positions() ? positions(seq) : at::arange(seq, at::kLong);
-  int64_t last = seq == 0 ? -1 : rows.max().item<int64_t>();
+  int64_t last = last_position(seq);
   if (last >= freqs_cos_.size(0)) {
     throw Error("deepseek_v3: position " + std::to_string(last) + " is past the rotary tables (max_seq_len " +
                 std::to_string(freqs_cos_.size(0)) + "); raise model.max_seq_len (beyond original_seq_len " +

@@ -114,7 +114,7 @@ at::Tensor Transformer::forward(const at::Tensor& tokens) {
   if (has_positions()) {
     // A piece of a longer sequence (context parallelism): its global rows.
     at::Tensor rows = positions(seq);
-    int64_t last = seq == 0 ? -1 : rows.max().item<int64_t>();
+    int64_t last = last_position(seq);
     if (last >= freqs_cos_.size(0)) {
       throw Error("llama3: position " + std::to_string(last) + " is past the rotary tables (max_seq_len " +
                   std::to_string(freqs_cos_.size(0)) + "); raise model.max_seq_len");

@@ -78,10 +78,14 @@ void AdamW::step(double lr) {
   }
   if (updates.empty()) return;
   for (auto& update : updates) {
-    // The counter is a tensor (a checkpoint may load into it), read once here.
+    // The counter is a host tensor (a checkpoint loads into it): counted
+    // and read in its memory, so the step reads nothing from the device.
     at::Tensor& step = update.state->step;
-    step.add_(1);
-    double t = step.item<double>();
+    if (!step.is_cpu() || step.scalar_type() != at::kDouble || !step.is_contiguous()) {
+      step = step.to(at::kCPU, at::kDouble).contiguous();
+    }
+    double& t = *step.data_ptr<double>();
+    t += 1;
     update.step_size = lr / (1 - std::pow(options_.beta1, t));
     update.bias_correction2_sqrt = std::sqrt(1 - std::pow(options_.beta2, t));
   }

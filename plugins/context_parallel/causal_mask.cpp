@@ -8,6 +8,12 @@
 
 namespace titan::context_parallel {
 
+PairVisibility pair_visibility(int64_t first_query, int64_t last_query, int64_t first_key, int64_t last_key) {
+  if (last_query < first_key) return PairVisibility::none;
+  if (first_query >= last_key) return PairVisibility::all;
+  return PairVisibility::partial;
+}
+
 at::Tensor causally_visible(const at::Tensor& query_positions, const at::Tensor& key_positions) {
   return query_positions.unsqueeze(1) >= key_positions.unsqueeze(0);
 }

@@ -69,13 +69,14 @@ std::optional<at::Tensor> pair_mask(const at::Tensor& query_positions, const Seg
   // tokens, 64 MiB per pair, dozens of pairs per layer): the last query
   // before the first key sees nothing, the first query at or after the last
   // key sees everything.
-  auto position = [](const at::Tensor& positions, int64_t at) { return positions.narrow(0, at, 1); };
+  // The positions are the layout's host tensors (as segments_of reads
+  // them): the corners are read in place, never from the device.
+  auto query = query_positions.accessor<int64_t, 1>(), key = key_positions.accessor<int64_t, 1>();
   const int64_t last_query = queries.begin + queries.length - 1, last_key = keys.begin + keys.length - 1;
-  if (!causally_visible(position(query_positions, last_query), position(key_positions, keys.begin)).item<bool>()) {
-    return std::nullopt;
-  }
-  if (causally_visible(position(query_positions, queries.begin), position(key_positions, last_key)).item<bool>()) {
-    return at::Tensor();
+  switch (pair_visibility(query[queries.begin], query[last_query], key[keys.begin], key[last_key])) {
+    case PairVisibility::none: return std::nullopt;
+    case PairVisibility::all: return at::Tensor();
+    case PairVisibility::partial: break;
   }
   if (device.is_meta()) {  // the dry run: a mask's shape, no values to compute
     return at::empty({queries.length, keys.length}, at::TensorOptions().dtype(at::kBool).device(device));

@@ -24,6 +24,12 @@ struct RingSetup {
 // their positions in the whole sequence (causal_mask.cpp).
 at::Tensor causally_visible(const at::Tensor& query_positions, const at::Tensor& key_positions);
 
+// What a run of consecutive queries sees of a run of consecutive keys, from
+// their first and last positions in the whole sequence (host integers: the
+// ring decides which blocks to compute without reading the device).
+enum class PairVisibility { none, all, partial };
+PairVisibility pair_visibility(int64_t first_query, int64_t last_query, int64_t first_key, int64_t last_key);
+
 class RingAttention : public AttentionCore {
  public:
   explicit RingAttention(std::shared_ptr<const RingSetup> setup) : setup_(std::move(setup)) {}

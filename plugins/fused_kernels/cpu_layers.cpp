@@ -210,7 +210,8 @@ struct CpuLinearCrossEntropyFunction : torch::autograd::Function<CpuLinearCrossE
 
   static variable_list backward(AutogradContext *ctx, variable_list grads) {
     auto saved = ctx->get_saved_variables();
-    float grad_loss = grads[0].item<float>();
+    // A CPU kernel: the incoming gradient is host memory, read in place.
+    const float grad_loss = *grads[0].to(at::kFloat).contiguous().data_ptr<float>();
     auto scaled = [&](const at::Tensor &g) { return !g.defined() || grad_loss == 1.0f ? g : g * grad_loss; };
     return {scaled(saved[0]), scaled(saved[1]), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
   }

@@ -13,6 +13,9 @@ namespace titan {
 // gradients: `sum` of |g|^p for a finite p, `max` of |g| for p = inf.
 enum class NormReduceOp { sum, max };
 using NormReduceFn = std::function<double(double partial, NormReduceOp op)>;
+// The same on a tensor (a 0-dim fp64 partial, reduced in place): nothing
+// leaves the device.
+using NormTensorReduceFn = std::function<void(at::Tensor& partial, NormReduceOp op)>;
 
 // Returns the total norm of the gradients of `params` (those without a
 // gradient are skipped) before clipping; when max_norm > 0 and the norm
@@ -32,6 +35,13 @@ using NormReduceFn = std::function<double(double partial, NormReduceOp op)>;
 // `reduce` sums over every rank; ignored for the max norm.
 double clip_grad_norm(const std::vector<at::Tensor>& params, double max_norm, double norm_type = 2.0,
                       const NormReduceFn& reduce = {}, const std::vector<double>& weights = {});
+
+// The same without reading anything on the host (the trainer's step): the
+// total norm comes back as a 0-dim fp64 tensor on the gradients' device and
+// the scale is applied on the device (1 when the norm is not finite, so
+// the gradients are left as they were).
+at::Tensor clip_grad_norm_on_device(const std::vector<at::Tensor>& params, double max_norm, double norm_type = 2.0,
+                                    const NormTensorReduceFn& reduce = {}, const std::vector<double>& weights = {});
 
 constexpr double kInfNorm = std::numeric_limits<double>::infinity();
 

@@ -66,6 +66,10 @@ struct DebugConfig {
   int64_t crash_rank = -1;  // test hook: SIGKILL this rank ...
   int64_t crash_at_step = -1;  // ... once this step (and its checkpoint) is done
   int64_t inject_out_of_memory_at_step = -1;  // test hook: this step's forward asks the allocator for 1 PiB
+  // Count the host's reads of tensor values in each step (metrics.jsonl
+  // `host_reads`: those of the steps between log steps; a warning names the
+  // sites). Costs a RecordFunction callback on every op.
+  bool count_host_reads = false;
 };
 
 // TorchTitan's profiling section: every profile_freq steps, profiler_warmup

@@ -87,6 +87,9 @@ class CausalLM : public torch::nn::Module {
   void set_positions(PositionsFn positions) { positions_ = std::move(positions); }
   bool has_positions() const { return static_cast<bool>(positions_); }
   at::Tensor positions(int64_t seq) const;
+  // The largest of positions(seq), read in host memory (-1 for none): the
+  // rotary tables must cover it, and checking dispatches nothing.
+  int64_t last_position(int64_t seq) const;
 
   // Sharding metadata per parameter name; none recorded = replicated whole.
   void set_layout(const std::string& name, TensorLayout layout) { layouts_[name] = std::move(layout); }

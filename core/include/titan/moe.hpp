@@ -174,7 +174,7 @@ struct RouterLoad {
 // Sums [routers, experts] counts over the ranks that saw different tokens
 // (dp and cp), in place.
 using CountReduction = std::function<void(at::Tensor& counts)>;
-// The trainer's: a sum over dp_cp through the host; nothing without a mesh
+// The trainer's: a sum over dp_cp on the counts' device; nothing without a mesh
 // or with one dp_cp rank. The conformance harness replays it.
 CountReduction sum_over_dp_cp(const DeviceMesh* mesh);
 
@@ -182,7 +182,10 @@ CountReduction sum_over_dp_cp(const DeviceMesh* mesh);
 // backward and before the optimizer (TorchTitan's optimizer pre-step hook):
 // every router's counts, summed over ranks by `reduce` (may be empty on one
 // process), update its expert bias and are reset. Returns each router's load.
-std::vector<RouterLoad> balance_experts(const torch::nn::Module& model, const CountReduction& reduce);
+// `read_loads`: false leaves the loads out (the trainer's steps that do not
+// log: computing them reads each router's counts on the host).
+std::vector<RouterLoad> balance_experts(const torch::nn::Module& model, const CountReduction& reduce,
+                                        bool read_loads = true);
 // The loads as metrics: "moe/<path>/imbalance", "moe/<path>/expert_bias_norm".
 std::map<std::string, double> moe_metrics(const std::vector<RouterLoad>& loads);
 

@@ -33,7 +33,9 @@ namespace titan {
 //     DeviceMesh::splits and TensorLayout::replication / is_first_copy count split dims (ep, efsdp)
 // 11: TpStyle::no_parallel; MoE::forward_rows, find_moe_layers (found through wrappers); swap_module swaps inside a
 //     wrapper's inner layer too; the flattened mesh dim dp_shard_cp_tp (expert parallelism's span)
-// 12: CollectiveEvent::send_rows / recv_rows (an uneven all-to-all's splits); MoEOptions::forced_experts
+// 12: CollectiveEvent::send_rows / recv_rows (an uneven all-to-all's splits); MoEOptions::forced_experts;
+//     DeviceMesh::group_names; CommConfig / DebugConfig fields; clip_grad_norm_on_device; balance_experts'
+//     read_loads; CausalLM::last_position
 constexpr int kPluginAbiVersion = 12;
 
 // The kinds a plugin registers one factory of: name, interface, PluginKind

@@ -155,6 +155,9 @@ CoreConfig read_core_config(const ConfigNode& root) {
   }
   if (c.verify_collectives_interval > 0) c.verify_collectives = true;
 
+  config.debug.count_host_reads = root.child("debug").get<bool>(
+      "count_host_reads", false,
+      "count the host's reads of tensor values per step (metrics.jsonl host_reads; a warning names the sites)");
   config.debug.inject_nonfinite_loss_at_step = root.child("debug").get<int64_t>(
       "inject_nonfinite_loss_at_step", -1, "test hook: treat this step's loss as NaN");
   config.debug.crash_rank = root.child("debug").get<int64_t>(

@@ -6,6 +6,8 @@
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
 
+#include <algorithm>
+
 #include "titan/compat.hpp"
 #include "titan/error.hpp"
 
@@ -35,6 +37,14 @@ at::Tensor CausalLM::run(const at::Tensor& tokens) {
 
 void CausalLM::finalize_gradients() {
   for (auto& finalizer : finalizers_) finalizer();
+}
+
+int64_t CausalLM::last_position(int64_t seq) const {
+  if (seq == 0) return -1;
+  if (!positions_) return seq - 1;
+  const at::Tensor rows = positions(seq).contiguous();
+  const int64_t* first = rows.data_ptr<int64_t>();
+  return *std::max_element(first, first + seq);
 }
 
 at::Tensor CausalLM::positions(int64_t seq) const {

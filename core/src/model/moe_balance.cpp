@@ -28,7 +28,8 @@ void reset_router_buffers(const torch::nn::Module& model, const std::string& mod
   }
 }
 
-std::vector<RouterLoad> balance_experts(const torch::nn::Module& model, const CountReduction& reduce) {
+std::vector<RouterLoad> balance_experts(const torch::nn::Module& model, const CountReduction& reduce,
+                                        bool read_loads) {
   auto routers = find_routers(model);
   std::vector<RouterLoad> loads;
   if (routers.empty()) return loads;
@@ -44,6 +45,7 @@ std::vector<RouterLoad> balance_experts(const torch::nn::Module& model, const Co
     auto& [path, router] = routers[i];
     at::Tensor mine = counts[static_cast<int64_t>(i)].narrow(0, 0, rows[i].size(0));
     router->update_expert_bias(mine);
+    if (!read_loads) continue;
     RouterLoad load;
     load.path = path;
     double mean = mine.mean().item<double>();
@@ -57,9 +59,8 @@ std::vector<RouterLoad> balance_experts(const torch::nn::Module& model, const Co
 CountReduction sum_over_dp_cp(const DeviceMesh* mesh) {
   return [mesh](at::Tensor& counts) {
     if (!mesh || mesh->size("dp_cp") == 1) return;
-    at::Tensor host = counts.to(at::kCPU);
-    mesh->group("dp_cp").all_reduce(host, ReduceOp::sum);
-    counts.copy_(host);
+    // On the counts' device (NCCL on CUDA): integers in fp32 sum exactly.
+    mesh->group("dp_cp").all_reduce(counts, ReduceOp::sum);
   };
 }
 

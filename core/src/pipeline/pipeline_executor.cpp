@@ -119,12 +119,13 @@ void PipelineExecutor::split(Run& run, const Microbatch& batch, int64_t batches)
   run.labels = batch.labels.chunk(microbatches, 0);
   run.scale = 1.0 / static_cast<double>(microbatches * batches);
   run.weight_passes.assign(parts_.size(), 0);
-  run.loss_sum = at::zeros({1}, at::kDouble);
+  // On the batch's device: the loss stays there until a log step reads it.
+  run.loss_sum = at::zeros({1}, batch.inputs.options().dtype(at::kDouble));
 }
 
 at::Tensor PipelineExecutor::forward_backward(CausalLM& /*model*/, const std::vector<Microbatch>& batches,
                                   const LossFn& /*loss*/) {
-  at::Tensor loss_sum = at::zeros({1}, at::kDouble);
+  at::Tensor loss_sum;
   for (size_t b = 0; b < batches.size(); ++b) {
     Run run;
     split(run, batches[b], static_cast<int64_t>(batches.size()));
@@ -132,7 +133,7 @@ at::Tensor PipelineExecutor::forward_backward(CausalLM& /*model*/, const std::ve
     run.shapes = &forward_shapes_;
     run.send_headers = steps_run_ == 0;
     run_actions(run);
-    loss_sum += run.loss_sum;
+    loss_sum = loss_sum.defined() ? loss_sum + run.loss_sum : run.loss_sum;
   }
   ++steps_run_;
   return loss_sum.squeeze(0);
@@ -228,7 +229,7 @@ void PipelineExecutor::run_action(Run& run, const Action& action, size_t positio
       at::Tensor out = part.run(input);
       if (s == last_stage) {
         slot.target = part.loss()(out, run.labels.at(static_cast<size_t>(m))) * run.scale;
-        run.loss_sum += to_host(slot.target.detach(), at::kDouble).reshape({1});
+        run.loss_sum += slot.target.detach().to(at::kDouble).reshape({1});
       } else {
         slot.target = out;
         slot.output = out.detach();

@@ -44,10 +44,15 @@ at::Tensor fp64_norm(const at::Tensor& grad, double norm_type) {
   return at::linalg_vector_norm(at::stack(slices), norm_type);
 }
 
-}  // namespace
+// What both versions share: the checks, each gradient's norm and the
+// gradients grouped for the foreach scale.
+struct LocalNorms {
+  std::map<std::string, std::vector<at::Tensor>> by_device;
+  std::map<std::pair<std::string, int>, std::vector<at::Tensor>> grads_by_kind;
+  bool inf_norm = false;
+};
 
-double clip_grad_norm(const std::vector<at::Tensor>& params, double max_norm, double norm_type,
-                      const NormReduceFn& reduce, const std::vector<double>& weights) {
+LocalNorms local_norms(const std::vector<at::Tensor>& params, double norm_type, const std::vector<double>& weights) {
   if (!weights.empty() && weights.size() != params.size()) {
     throw Error("clip_grad_norm: " + std::to_string(weights.size()) + " weights for " +
                 std::to_string(params.size()) + " parameters");
@@ -55,13 +60,10 @@ double clip_grad_norm(const std::vector<at::Tensor>& params, double max_norm, do
   if (!(norm_type > 0)) {
     throw Error("clip_grad_norm: norm_type must be > 0 or infinity, got " + std::to_string(norm_type));
   }
-  const bool inf_norm = std::isinf(norm_type);
-  at::NoGradGuard no_grad;
-
+  LocalNorms out;
+  out.inf_norm = std::isinf(norm_type);
   // Gradients grouped by device (for the norms) and by device and dtype (for
   // the foreach scale, which wants one dtype per list).
-  std::map<std::string, std::vector<at::Tensor>> norms_by_device;
-  std::map<std::pair<std::string, int>, std::vector<at::Tensor>> grads_by_kind;
   for (size_t index = 0; index < params.size(); ++index) {
     const at::Tensor& param = params[index];
     if (!param.defined()) continue;
@@ -76,14 +78,25 @@ double clip_grad_norm(const std::vector<at::Tensor>& params, double max_norm, do
     at::Tensor norm = on_gpu ? at::linalg_vector_norm(grad, norm_type, c10::nullopt, false, at::kFloat)
                              : fp64_norm(grad, norm_type);
     // A weight w scales |g|^p, i.e. the norm by w^(1/p).
-    if (!weights.empty() && !inf_norm && weights[index] != 1.0) norm = norm * std::pow(weights[index], 1.0 / norm_type);
-    norms_by_device[device].push_back(norm);
-    grads_by_kind[{device, static_cast<int>(grad.scalar_type())}].push_back(grad);
+    if (!weights.empty() && !out.inf_norm && weights[index] != 1.0) {
+      norm = norm * std::pow(weights[index], 1.0 / norm_type);
+    }
+    out.by_device[device].push_back(norm);
+    out.grads_by_kind[{device, static_cast<int>(grad.scalar_type())}].push_back(grad);
   }
+  return out;
+}
 
+}  // namespace
+
+double clip_grad_norm(const std::vector<at::Tensor>& params, double max_norm, double norm_type,
+                      const NormReduceFn& reduce, const std::vector<double>& weights) {
+  at::NoGradGuard no_grad;
+  LocalNorms local = local_norms(params, norm_type, weights);
+  const bool inf_norm = local.inf_norm;
   // This rank's partial: sum of |g|^p, or max |g|.
   double partial = 0;
-  for (auto& [device, norms] : norms_by_device) {
+  for (auto& [device, norms] : local.by_device) {
     at::Tensor stacked = at::stack(norms).to(at::kDouble);
     if (inf_norm) {
       double device_max = host_value<double>(stacked.max());
@@ -98,7 +111,38 @@ double clip_grad_norm(const std::vector<at::Tensor>& params, double max_norm, do
   if (max_norm <= 0 || !std::isfinite(total)) return total;
   const double clip_coef = max_norm / (total + 1e-6);
   if (clip_coef < 1.0) {
-    for (auto& [kind, grads] : grads_by_kind) at::_foreach_mul_(grads, clip_coef);
+    for (auto& [kind, grads] : local.grads_by_kind) at::_foreach_mul_(grads, clip_coef);
+  }
+  return total;
+}
+
+at::Tensor clip_grad_norm_on_device(const std::vector<at::Tensor>& params, double max_norm, double norm_type,
+                                    const NormTensorReduceFn& reduce, const std::vector<double>& weights) {
+  at::NoGradGuard no_grad;
+  LocalNorms local = local_norms(params, norm_type, weights);
+  const bool inf_norm = local.inf_norm;
+  at::Tensor partial;
+  for (auto& [device, norms] : local.by_device) {
+    at::Tensor stacked = at::stack(norms).to(at::kDouble);
+    at::Tensor part = inf_norm ? stacked.max() : stacked.pow(norm_type).sum();
+    if (!partial.defined()) {
+      partial = part;
+    } else {
+      part = part.to(partial.device());
+      // max() of a NaN is NaN, so a NaN on any device survives as on the host.
+      partial = inf_norm ? at::maximum(partial, part) : partial + part;
+    }
+  }
+  if (!partial.defined()) partial = at::zeros({}, at::TensorOptions().dtype(at::kDouble));
+  if (reduce) reduce(partial, inf_norm ? NormReduceOp::max : NormReduceOp::sum);
+  at::Tensor total = inf_norm ? partial : partial.pow(1.0 / norm_type);
+  if (max_norm <= 0) return total;
+  // min(1, max_norm / (norm + 1e-6)): scaling by 1 leaves a gradient as it
+  // was, bit for bit; a non-finite norm leaves them all alone.
+  at::Tensor coef = (max_norm / (total + 1e-6)).clamp_max(1.0);
+  coef = at::where(at::isfinite(total), coef, at::ones_like(coef));
+  for (auto& [kind, grads] : local.grads_by_kind) {
+    at::_foreach_mul_(grads, coef.to(grads.front().device(), grads.front().scalar_type()));
   }
   return total;
 }

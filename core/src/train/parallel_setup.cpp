@@ -45,6 +45,17 @@ ParallelSetup::~ParallelSetup() = default;
 int ParallelSetup::dp_rank() const { return mesh_ ? static_cast<int>(mesh_->coordinate("dp")) : 0; }
 int ParallelSetup::dp_degree() const { return mesh_ ? static_cast<int>(mesh_->size("dp")) : 1; }
 
+ParallelSetup::JobLossTensors ParallelSetup::loss_tensors_over_job(const at::Tensor& local_loss) const {
+  at::Tensor loss = local_loss.detach().to(at::kDouble).reshape({1});
+  if (mesh_ && mesh_->size("pp") > 1) mesh_->group("pp").all_reduce(loss, ReduceOp::sum);
+  at::Tensor largest = loss.clone();
+  if (mesh_ && mesh_->size("dp_cp") > 1) {
+    mesh_->group("dp_cp").all_reduce(loss, ReduceOp::avg);
+    mesh_->group("dp_cp").all_reduce(largest, ReduceOp::max);
+  }
+  return {loss, largest};
+}
+
 ParallelSetup::JobLoss ParallelSetup::loss_stats_over_job(const at::Tensor& local_loss, bool with_max) const {
   at::Tensor loss = to_host(local_loss.detach(), at::kDouble).reshape({1});
   if (mesh_ && mesh_->size("pp") > 1) mesh_->group("pp").all_reduce(loss, ReduceOp::sum);
@@ -57,13 +68,13 @@ ParallelSetup::JobLoss ParallelSetup::loss_stats_over_job(const at::Tensor& loca
   return {average, with_max ? largest.item<double>() : average};
 }
 
-NormReduceFn ParallelSetup::norm_reduce() const {
+NormTensorReduceFn ParallelSetup::norm_reduce() const {
   if (!mesh_) return {};
   DeviceMesh* mesh = mesh_.get();
-  return [mesh](double partial, NormReduceOp op) {
-    at::Tensor value = at::full({1}, partial, at::kDouble);
+  return [mesh](at::Tensor& partial, NormReduceOp op) {
+    at::Tensor value = partial.reshape({1});
     mesh->group("world").all_reduce(value, op == NormReduceOp::max ? ReduceOp::max : ReduceOp::sum);
-    return value.item<double>();
+    partial = value.reshape({});
   };
 }
 

@@ -77,13 +77,33 @@ StepMetrics::~StepMetrics() {
   for (auto* sink : setup_.sinks) sink->flush();
 }
 
-void StepMetrics::record(const StepRecord& record) {
+void read_numbers(StepRecord& record) {
+  if (!record.numbers.defined()) return;
+  at::Tensor host = record.numbers.is_meta() ? at::zeros({3}, at::kDouble) : record.numbers.to(at::kCPU, at::kDouble);
+  const double* values = host.data_ptr<double>();
+  record.loss = values[0];
+  record.max_loss = values[1];
+  record.grad_norm = values[2];
+  record.numbers = at::Tensor();
+}
+
+void StepMetrics::record(StepRecord& record) {
   window_tokens_ += record.tokens;
   window_data_loading_s_ += record.data_loading_s;
   ++window_steps_;
   if (progress_) progress_->step_done(record.step, record.tokens);
-  if (record.step % setup_.config.log_freq == 0) {
+  const bool log_step = record.step % setup_.config.log_freq == 0;
+  if (record.host_reads > 0 && !log_step) {
+    window_host_reads_ += record.host_reads;
+    std::string where;
+    for (const auto& site : record.host_read_sites) where += "\n  " + site;
+    spdlog::warn("step {}: {} host read(s) of tensor values on a step that does not log; on a GPU each waits for "
+                 "the device:{}",
+                 record.step, record.host_reads, where);
+  }
+  if (log_step) {
     if (progress_) progress_->clear();
+    read_numbers(record);
     log(record);
   } else if (progress_) {
     progress_->show();
@@ -112,7 +132,11 @@ void StepMetrics::write(int64_t step, const std::map<std::string, double>& value
 
 void StepMetrics::flush_pending(const StepRecord& last) {
   if (progress_) progress_->clear();
-  if (last.step > last_logged_step_ && window_tokens_ > 0) log(last);
+  if (last.step > last_logged_step_ && window_tokens_ > 0) {
+    StepRecord read = last;
+    read_numbers(read);
+    log(read);
+  }
   for (auto* sink : setup_.sinks) sink->flush();
 }
 
@@ -168,7 +192,12 @@ void StepMetrics::log(const StepRecord& record) {
       {"memory/state(GiB)", record.state_bytes / double(1ull << 30)},
   };
   values.insert(record.extra.begin(), record.extra.end());
+  if (record.host_reads >= 0) {
+    values["host_reads"] = double(window_host_reads_);  // the steps between log steps: 0 is the goal
+    values["host_reads/log_step"] = double(record.host_reads);
+  }
   write(record.step, values);
+  window_host_reads_ = 0;
   window_tokens_ = 0;
   window_steps_ = 0;
   window_data_loading_s_ = 0;

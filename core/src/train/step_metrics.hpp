@@ -2,6 +2,7 @@
 // every MetricsSink; throughput, TFLOPs and MFU over the steps since the
 // last log. The keys are docs/metrics.md's.
 #pragma once
+#include <ATen/core/Tensor.h>
 #include <c10/core/Device.h>
 
 #include <chrono>
@@ -28,7 +29,19 @@ struct StepRecord {
   double data_loading_s = 0;  // seconds this rank waited for the step's batches
   int64_t state_bytes = 0;  // this rank's parameter + gradient + optimizer-state bytes
   std::map<std::string, double> extra;  // model metrics of the step (MoE loads: moe/<router>/imbalance, ...)
+  // debug.count_host_reads: the step's reads of tensor values by the host
+  // (-1: not counted) and where the first few were.
+  int64_t host_reads = -1;
+  // [loss, max_loss, grad_norm] (fp64, on the device) until a log step
+  // reads them into the three fields above (read_numbers): the step itself
+  // never waits for the device.
+  at::Tensor numbers;
+  std::vector<std::string> host_read_sites;
 };
+
+// Fills loss, max_loss and grad_norm from `numbers` (one host read) and
+// drops it; nothing when already read.
+void read_numbers(StepRecord& record);
 
 // What StepMetrics needs to know of the run.
 struct MetricsSetup {
@@ -48,7 +61,7 @@ class StepMetrics {
  public:
   explicit StepMetrics(MetricsSetup setup);
   ~StepMetrics();
-  void record(const StepRecord& record);  // logs when step % log_freq == 0
+  void record(StepRecord& record);  // logs (reading its numbers) when step % log_freq == 0
   // A validation pass at `step`: logged, and a line of metrics.jsonl and the
   // sinks with validation_metrics/loss, /tps and /batches.
   void record_validation(int64_t step, double loss, double tokens_per_sec, int64_t batches);
@@ -70,6 +83,7 @@ class StepMetrics {
   int64_t window_tokens_ = 0, window_steps_ = 0;
   double window_data_loading_s_ = 0;
   int64_t last_logged_step_ = 0;
+  int64_t window_host_reads_ = 0;  // debug.count_host_reads: in the window's steps before its log step
   bool warned_mfu_ = false;
   std::unique_ptr<Progress> progress_;
 };

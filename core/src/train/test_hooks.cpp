@@ -30,8 +30,8 @@ void TestHooks::attach(CausalLM& first_stage) {
   });
 }
 
-double TestHooks::loss_seen(double loss) const {
-  return *step_ == debug_.inject_nonfinite_loss_at_step ? std::nan("") : loss;
+at::Tensor TestHooks::loss_seen(const at::Tensor& loss) const {
+  return *step_ == debug_.inject_nonfinite_loss_at_step ? at::full_like(loss, std::nan("")) : loss;
 }
 
 void TestHooks::before_optimizer() const { test_signal_point("optimizer", *step_); }

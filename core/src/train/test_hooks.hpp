@@ -23,7 +23,7 @@ class TestHooks {
   // Called as each step begins, so the model's hooks know the step.
   void begin_step(int64_t step) { *step_ = step; }
   // debug.inject_nonfinite_loss_at_step: the loss the loop sees.
-  double loss_seen(double loss) const;
+  at::Tensor loss_seen(const at::Tensor& loss) const;
   void before_optimizer() const;
   // debug.crash_rank / crash_at_step: SIGKILL once the step is done.
   void after_step() const;

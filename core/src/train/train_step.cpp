@@ -10,6 +10,8 @@
 #include "merge_metrics.hpp"
 #include "plan/dry_rank.hpp"
 #include "titan/error.hpp"
+#include "titan/grad_clip.hpp"
+#include "titan/host_value.hpp"
 #include "titan/logging.hpp"
 #include "titan/moe.hpp"
 #include "titan/profile_range.hpp"
@@ -20,6 +22,7 @@ StepOutcome TrainingRun::step(int64_t step) {
   const TrainingConfig& training = plan.core.training;
   const bool dry_run = current_dry_rank() != nullptr;
   hooks.begin_step(step);
+  if (host_reads) host_reads->take();  // what ran between steps (logging, checkpoints) is not the step's
   CallSite step_site("step " + std::to_string(step));  // observers see "step 12 / fsdp all_gather layers.3"
 
   const auto loading_start = std::chrono::steady_clock::now();
@@ -33,28 +36,40 @@ StepOutcome TrainingRun::step(int64_t step) {
   at::Tensor local_loss = graphed_ ? graphed_->run(microbatches, forward_backward) : forward_backward(microbatches);
   model->finalize_gradients();
 
-  const ParallelSetup::JobLoss job_loss = parallel->loss_stats_over_job(local_loss, /*with_max=*/true);
-  const double loss = hooks.loss_seen(job_loss.average);
-  const double grad_norm = clip_grad_norm(parameters_, training.max_norm, 2.0, norm_reduce_, norm_weights_);
+  // Nothing below reads a tensor's value on the host except on log steps
+  // (and once a step under on_nonfinite_loss: skip): on a GPU each read
+  // would wait for the device's queue to drain.
+  const bool log_step = step % plan.core.metrics.log_freq == 0 || step == training.steps;
+  const ParallelSetup::JobLossTensors job_loss = parallel->loss_tensors_over_job(local_loss);
+  const at::Tensor loss = hooks.loss_seen(job_loss.average);
+  const at::Tensor grad_norm =
+      clip_grad_norm_on_device(parameters_, training.max_norm, 2.0, norm_reduce_, norm_weights_).reshape({1});
   const double lr = plan.optimizer->base_lr() * plan.lr_schedule->factor(step);
   // MoE load balancing before the optimizer (TorchTitan's pre-step hook):
   // each router's token counts of the step, summed over the ranks that saw
   // other tokens (dp and cp; tp ranks saw the same), move its expert bias.
   const DeviceMesh* mesh = parallel->mesh();
-  const std::vector<RouterLoad> moe_loads = balance_experts(*model, sum_over_dp_cp(mesh));
+  const std::vector<RouterLoad> moe_loads = balance_experts(*model, sum_over_dp_cp(mesh), /*read_loads=*/log_step);
+  // Finite iff both are (ops the dry run's meta tensors have too).
+  const at::Tensor finite = at::isfinite(loss + grad_norm.to(loss.device()));
   StepOutcome outcome;
-  if (std::isfinite(loss) && std::isfinite(grad_norm)) {
+  if (training.on_nonfinite_loss == "skip" && !dry_run && !host_value<bool>(finite.all())) {
+    spdlog::warn("step {}: non-finite loss {} / grad norm {}; optimizer step skipped", step,
+                 host_value<double>(loss.sum()), host_value<double>(grad_norm.sum()));
+    outcome.optimizer_skipped = true;
+  } else {
     hooks.before_optimizer();
     ProfileRange range("optimizer");
+    CallSite site("optimizer");
     optimizer->step(lr);
-  } else if (training.on_nonfinite_loss == "error") {
-    throw Error("step " + std::to_string(step) + ": loss is " + std::to_string(loss) + " and grad norm " +
-                std::to_string(grad_norm) +
-                "; training stopped (checkpoints already saved are kept). Lower optimizer.lr, check the data, or "
-                "set training.on_nonfinite_loss=skip to skip such steps");
-  } else {
-    spdlog::warn("step {}: non-finite loss {} / grad norm {}; optimizer step skipped", step, loss, grad_norm);
-    outcome.optimizer_skipped = true;
+  }
+  if (training.on_nonfinite_loss == "error") {
+    // The first step whose loss or norm was not finite, read on log steps
+    // and before a checkpoint is written (check_nonfinite).
+    if (!first_nonfinite_step_.defined()) first_nonfinite_step_ = at::full({1}, int64_t{-1}, finite.options().dtype(at::kLong));
+    first_nonfinite_step_ = at::where(first_nonfinite_step_ >= 0, first_nonfinite_step_,
+                                      at::where(finite, first_nonfinite_step_, step));
+    if (log_step) check_nonfinite();
   }
   if (plan.core.comm.verify_collectives && world.distributed() && verifier.due(step, step == resumed_step + 1) &&
       !dry_run) {
@@ -62,13 +77,29 @@ StepOutcome TrainingRun::step(int64_t step) {
     verifier.verify(*parallel->mesh(), step);
   }
   const int64_t tokens = training.local_batch_size * training.seq_len * accumulation_;
-  const double max_loss = std::isfinite(loss) ? job_loss.max : loss;  // a test hook's NaN shows in both
   std::map<std::string, double> moe = moe_metrics(moe_loads);
   // Each pipeline stage holds its own routers; rank 0 logs them all.
-  if (moe_metrics_over_pp_) moe = merge_metrics_over(mesh->group("pp"), moe);
-  outcome.record = {step, loss, max_loss, grad_norm, lr, tokens, data_loading_s, state_bytes(), std::move(moe)};
+  if (moe_metrics_over_pp_ && log_step) moe = merge_metrics_over(mesh->group("pp"), moe);
+  outcome.record = {step, 0, 0, 0, lr, tokens, data_loading_s, state_bytes(), std::move(moe)};
+  // [loss, max loss, grad norm]; a test hook's NaN loss shows in both.
+  const at::Tensor max_loss = at::where(at::isfinite(loss), job_loss.max, loss);
+  outcome.record.numbers = at::cat({loss, max_loss, grad_norm.to(loss.device())});
+  if (host_reads) {
+    HostReadCounter::Reads reads = host_reads->take();
+    outcome.record.host_reads = reads.count;
+    outcome.record.host_read_sites = std::move(reads.sites);
+  }
   optimizer->zero_grad();
   return outcome;
+}
+
+void TrainingRun::check_nonfinite() {
+  if (!first_nonfinite_step_.defined() || current_dry_rank()) return;
+  const int64_t bad = host_value<int64_t>(first_nonfinite_step_.sum());
+  if (bad < 0) return;
+  throw Error("step " + std::to_string(bad) + ": the loss or the gradient norm is not finite; training stopped "
+              "(checkpoints already saved are kept, none is written after it). Lower optimizer.lr, check the data, or "
+              "set training.on_nonfinite_loss=skip to skip such steps");
 }
 
 std::vector<Microbatch> TrainingRun::next_microbatches() {

@@ -85,11 +85,11 @@ TrainResult train(RunPlan& plan, const World& world) {
     const bool stopping = stop.requested();
     if (plan.checkpointer->should_save(step, step == core.training.steps) ||
         (stopping && plan.checkpointer->enabled())) {
+      run.check_nonfinite();  // never a checkpoint of a diverged model
       plan.checkpointer->save(step, run.state->capture(step));
     }
     plan.checkpointer->poll();
     result.last_step = step;
-    result.last_loss = record.loss;
     run.hooks.after_step();
     if (stopping) {
       spdlog::warn("received signal {}; stopped cleanly after step {}", stop.signal_number(), step);
@@ -97,7 +97,10 @@ TrainResult train(RunPlan& plan, const World& world) {
       break;
     }
   }
+  run.check_nonfinite();
   run.metrics->flush_pending(record);
+  read_numbers(record);
+  result.last_loss = record.loss;
   if (!core.debug.save_final_model.empty()) {
     save_full_model(*run.model, run.parallel->mesh(), world.rank, core.debug.save_final_model);
   }

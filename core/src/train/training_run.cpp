@@ -133,6 +133,7 @@ TrainingRun::TrainingRun(RunPlan& plan_, const World& world_)
   const std::string data = training.dataset_path.empty() ? training.dataset : resolve_asset(training.dataset_path);
 
   profiler = std::make_unique<StepProfiler>(core.profiling, core.job.dump_folder, world.rank, device.is_cuda());
+  if (core.debug.count_host_reads) host_reads = std::make_unique<HostReadCounter>(device.is_cuda());
   // Before the model: the CPU timeline counts its parameters too.
   memory_snapshot = std::make_unique<MemorySnapshot>(core.profiling, core.job.dump_folder, world.rank, device);
   observers = std::make_unique<ObserverScope>(

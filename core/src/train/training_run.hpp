@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "collective_verifier.hpp"
+#include "host_read_counter.hpp"
 #include "graphed_step.hpp"
 #include "memory_snapshot.hpp"
 #include "memory_metrics.hpp"
@@ -43,6 +44,10 @@ class TrainingRun {
   // accumulation or the pipeline schedule), the loss reduced over the job,
   // gradients clipped, the optimizer and LR stepped.
   StepOutcome step(int64_t step);
+  // on_nonfinite_loss: error: throws naming the first step whose loss or
+  // gradient norm was not finite (one host read). Log steps call it, and
+  // the trainer before it writes a checkpoint and at the end.
+  void check_nonfinite();
 
   // Members in the order they are built; they are torn down in reverse
   // (the model before its groups, the observers after every collective).
@@ -52,6 +57,7 @@ class TrainingRun {
   std::unique_ptr<MemoryMetrics> memory;  // built first: on CPU it counts the allocations from here on
   CollectiveVerifier verifier;  // comm.verify_collectives: each group's sequences across its ranks
   std::unique_ptr<StepProfiler> profiler;  // the profiling section (also sees every collective)
+  std::unique_ptr<HostReadCounter> host_reads;  // debug.count_host_reads
   std::unique_ptr<MemorySnapshot> memory_snapshot;  // profiling.enable_memory_snapshot, and clear OOM errors
   struct ObserverScope;
   std::unique_ptr<ObserverScope> observers;
@@ -77,7 +83,8 @@ class TrainingRun {
   std::unique_ptr<Schedule> accumulation_schedule_;
   std::unique_ptr<GraphedStep> graphed_;  // training.cuda_graph
   std::vector<at::Tensor> parameters_;   // trainable, in the optimizer's order
-  NormReduceFn norm_reduce_;
+  NormTensorReduceFn norm_reduce_;
+  at::Tensor first_nonfinite_step_;  // [1] int64 on the device, -1 while every step was finite
   std::vector<double> norm_weights_;
   int64_t accumulation_ = 1;  // microbatches per step
   c10::ScalarType compute_dtype_ = c10::kFloat;  // the parameters' (the precision plugin's or mixed_precision_param)

@@ -1,0 +1,83 @@
+// One global RecordFunction callback; the counts are atomics and the sites a
+// short list under a mutex, as ops run on autograd's threads too.
+#include "host_read_counter.hpp"
+
+#include <ATen/record_function.h>
+#include <c10/util/Backtrace.h>
+
+#include <atomic>
+#include <cstring>
+#include <mutex>
+#include <sstream>
+
+#include "titan/comm.hpp"
+
+namespace titan {
+
+namespace {
+
+constexpr size_t kSitesKept = 4;
+
+std::atomic<int64_t> reads{0};
+std::atomic<bool> watch_copies{false};  // inputs are captured only then
+std::mutex sites_mutex;
+std::vector<std::string> sites;
+
+// The Titan frames of the current stack, innermost first: which function
+// of ours asked for the value.
+std::string titan_frames() {
+  std::istringstream frames(c10::get_backtrace(/*frames_to_skip=*/3, /*maximum_number_of_frames=*/40));
+  std::string text, line;
+  int kept = 0;
+  while (std::getline(frames, line) && kept < 3) {
+    const auto at = line.find("titan::");
+    if (at == std::string::npos || line.find("HostReadCounter") != std::string::npos) continue;
+    std::string frame = line.substr(at);
+    frame = frame.substr(0, frame.find(" + "));  // drop the offset
+    if (frame.size() > 160) frame = frame.substr(0, 160) + "...";
+    text += (kept++ ? " <- " : "") + frame;
+  }
+  return text.empty() ? "(no Titan frame)" : text;
+}
+
+bool device_to_host_copy(const at::RecordFunction& fn) {
+  if (!watch_copies.load() || std::strcmp(fn.name(), "aten::copy_") != 0) return false;
+  auto inputs = fn.inputs();
+  if (inputs.size() < 2 || !inputs[0].isTensor() || !inputs[1].isTensor()) return false;
+  return inputs[0].toTensor().is_cpu() && inputs[1].toTensor().is_cuda();
+}
+
+void note(const at::RecordFunction& fn) {
+  reads.fetch_add(1);
+  std::lock_guard<std::mutex> lock(sites_mutex);
+  if (sites.size() >= kSitesKept) return;
+  sites.push_back(std::string(fn.name()) + " at '" + CallSite::current() + "' from " + titan_frames());
+}
+
+}  // namespace
+
+HostReadCounter::HostReadCounter(bool cuda) {
+  watch_copies.store(cuda);
+  auto callback = at::RecordFunctionCallback(
+                      [](const at::RecordFunction& fn) -> std::unique_ptr<at::ObserverContext> {
+                        if (std::strcmp(fn.name(), "aten::_local_scalar_dense") == 0 || device_to_host_copy(fn)) {
+                          note(fn);
+                        }
+                        return nullptr;
+                      })
+                      .needsInputs(cuda)
+                      .scopes({at::RecordScope::FUNCTION});
+  handle_ = at::addGlobalCallback(std::move(callback));
+}
+
+HostReadCounter::~HostReadCounter() { at::removeCallback(handle_); }
+
+HostReadCounter::Reads HostReadCounter::take() {
+  Reads taken;
+  taken.count = reads.exchange(0);
+  std::lock_guard<std::mutex> lock(sites_mutex);
+  taken.sites.swap(sites);
+  return taken;
+}
+
+}  // namespace titan
