@@ -55,13 +55,16 @@ DispatchedTokens AllToAllDispatcher::dispatch(const at::Tensor& x, const at::Ten
                 " experts, not divisible by expert_parallel_degree " + std::to_string(ranks));
   }
   const int64_t local = num_experts / ranks;
-  DispatchedTokens sorted = TokenDispatcher::dispatch(x, selected, num_experts, row_scale);
+  DispatchedTokens sorted = sort_by_expert(x, selected, row_scale);
   CallSite site("expert_parallel dispatch " + path_);
 
-  // counts[s * local + l]: the rows rank s has for this rank's expert l.
-  at::Tensor mine = at::tensor(sorted.tokens_per_expert, at::TensorOptions().dtype(at::kLong)).to(x.device());
-  at::Tensor counts = ep_.all_to_all(mine).cpu();
-  const int64_t* count = counts.data_ptr<int64_t>();
+  // This rank's rows per expert, exchanged on the device; both come to the
+  // host together: the layer's one read (the splits must be host numbers).
+  at::Tensor mine = at::bincount(selected.reshape({-1}), {}, num_experts);
+  at::Tensor both = at::cat({mine, ep_.all_to_all(mine)}).cpu();
+  sorted.tokens_per_expert.assign(both.data_ptr<int64_t>(), both.data_ptr<int64_t>() + num_experts);
+  // count[s * local + l]: the rows rank s has for this rank's expert l.
+  const int64_t* count = both.data_ptr<int64_t>() + num_experts;
 
   auto exchange = std::make_shared<Exchange>();
   exchange->send_rows.assign(static_cast<size_t>(ranks), 0);

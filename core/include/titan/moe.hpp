@@ -129,6 +129,12 @@ class TokenDispatcher : public torch::nn::Module {
   // every row has one place, nothing is added concurrently.
   virtual at::Tensor combine(const at::Tensor& expert_output, const DispatchedTokens& dispatched, int64_t tokens,
                              int64_t top_k);
+
+ protected:
+  // dispatch() without the counts: the rows sorted by expert (stably) and
+  // scaled, `tokens_per_expert` left empty, nothing read on the host (a
+  // replacing dispatcher reads its counts together with its peers').
+  static DispatchedTokens sort_by_expert(const at::Tensor& x, const at::Tensor& selected, const at::Tensor& row_scale);
 };
 
 // router -> dispatcher -> experts -> combine (+ shared experts).

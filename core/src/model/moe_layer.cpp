@@ -14,13 +14,19 @@ TokenDispatcher::~TokenDispatcher() = default;
 
 DispatchedTokens TokenDispatcher::dispatch(const at::Tensor& x, const at::Tensor& selected, int64_t num_experts,
                                            const at::Tensor& row_scale) {
+  DispatchedTokens out = sort_by_expert(x, selected, row_scale);
+  // The experts need the group sizes on the host (one read per MoE layer, as TorchTitan's loop).
+  at::Tensor counts = at::bincount(selected.reshape({-1}), {}, num_experts).cpu();
+  out.tokens_per_expert.assign(counts.data_ptr<int64_t>(), counts.data_ptr<int64_t>() + num_experts);
+  return out;
+}
+
+DispatchedTokens TokenDispatcher::sort_by_expert(const at::Tensor& x, const at::Tensor& selected,
+                                                 const at::Tensor& row_scale) {
   const int64_t top_k = selected.size(1);
   at::Tensor flat = selected.reshape({-1});
   DispatchedTokens out;
   out.order = at::argsort(flat, /*stable=*/true);
-  // The experts need the group sizes on the host (one sync, as TorchTitan's loop).
-  at::Tensor counts = at::bincount(flat, {}, num_experts).cpu();
-  out.tokens_per_expert.assign(counts.data_ptr<int64_t>(), counts.data_ptr<int64_t>() + num_experts);
   at::Tensor rows = x.index_select(0, at::div(out.order, top_k, "floor"));
   if (row_scale.defined()) {
     rows = (rows.to(at::kFloat) * row_scale.index_select(0, out.order).unsqueeze(1)).to(x.scalar_type());
