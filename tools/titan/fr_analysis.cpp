@@ -60,11 +60,11 @@ std::string behaviour(const Entry& entry) {
 // what `from` sends `to` must be what `to` receives from `from`.
 bool find_split_mismatch(const std::vector<int>& group_ranks, const std::map<int, const Entry*>& by_rank,
                          std::string& text, std::vector<int>& pair) {
+  const auto index = [&](int rank) {
+    return static_cast<size_t>(std::find(group_ranks.begin(), group_ranks.end(), rank) - group_ranks.begin());
+  };
   for (const auto& [from, sender] : by_rank) {
     for (const auto& [to, receiver] : by_rank) {
-      const auto index = [&](int rank) {
-        return static_cast<size_t>(std::find(group_ranks.begin(), group_ranks.end(), rank) - group_ranks.begin());
-      };
       const size_t i = index(from), j = index(to);
       if (i >= sender->send_rows.size() || j >= receiver->recv_rows.size() || i >= receiver->recv_rows.size() ||
           j >= sender->send_rows.size()) {

@@ -1,5 +1,6 @@
 // clip_grad_norm: per-gradient norms in fp64 on CPU (fp32 on GPU),
-// combined in fp64 with one host sync per device, then one in-place scale.
+// combined in fp64 on the device, then one in-place scale; the host version
+// reads the partial (to reduce it) and the total.
 #include "titan/grad_clip.hpp"
 
 #include <ATen/ATen.h>
@@ -44,15 +45,10 @@ at::Tensor fp64_norm(const at::Tensor& grad, double norm_type) {
   return at::linalg_vector_norm(at::stack(slices), norm_type);
 }
 
-// What both versions share: the checks, each gradient's norm and the
-// gradients grouped for the foreach scale.
-struct LocalNorms {
-  std::map<std::string, std::vector<at::Tensor>> by_device;
-  std::map<std::pair<std::string, int>, std::vector<at::Tensor>> grads_by_kind;
-  bool inf_norm = false;
-};
+}  // namespace
 
-LocalNorms local_norms(const std::vector<at::Tensor>& params, double norm_type, const std::vector<double>& weights) {
+at::Tensor clip_grad_norm_on_device(const std::vector<at::Tensor>& params, double max_norm, double norm_type,
+                                    const NormTensorReduceFn& reduce, const std::vector<double>& weights) {
   if (!weights.empty() && weights.size() != params.size()) {
     throw Error("clip_grad_norm: " + std::to_string(weights.size()) + " weights for " +
                 std::to_string(params.size()) + " parameters");
@@ -60,10 +56,13 @@ LocalNorms local_norms(const std::vector<at::Tensor>& params, double norm_type, 
   if (!(norm_type > 0)) {
     throw Error("clip_grad_norm: norm_type must be > 0 or infinity, got " + std::to_string(norm_type));
   }
-  LocalNorms out;
-  out.inf_norm = std::isinf(norm_type);
+  const bool inf_norm = std::isinf(norm_type);
+  at::NoGradGuard no_grad;
+
   // Gradients grouped by device (for the norms) and by device and dtype (for
   // the foreach scale, which wants one dtype per list).
+  std::map<std::string, std::vector<at::Tensor>> norms_by_device;
+  std::map<std::pair<std::string, int>, std::vector<at::Tensor>> grads_by_kind;
   for (size_t index = 0; index < params.size(); ++index) {
     const at::Tensor& param = params[index];
     if (!param.defined()) continue;
@@ -78,58 +77,20 @@ LocalNorms local_norms(const std::vector<at::Tensor>& params, double norm_type, 
     at::Tensor norm = on_gpu ? at::linalg_vector_norm(grad, norm_type, c10::nullopt, false, at::kFloat)
                              : fp64_norm(grad, norm_type);
     // A weight w scales |g|^p, i.e. the norm by w^(1/p).
-    if (!weights.empty() && !out.inf_norm && weights[index] != 1.0) {
-      norm = norm * std::pow(weights[index], 1.0 / norm_type);
-    }
-    out.by_device[device].push_back(norm);
-    out.grads_by_kind[{device, static_cast<int>(grad.scalar_type())}].push_back(grad);
+    if (!weights.empty() && !inf_norm && weights[index] != 1.0) norm = norm * std::pow(weights[index], 1.0 / norm_type);
+    norms_by_device[device].push_back(norm);
+    grads_by_kind[{device, static_cast<int>(grad.scalar_type())}].push_back(grad);
   }
-  return out;
-}
 
-}  // namespace
-
-double clip_grad_norm(const std::vector<at::Tensor>& params, double max_norm, double norm_type,
-                      const NormReduceFn& reduce, const std::vector<double>& weights) {
-  at::NoGradGuard no_grad;
-  LocalNorms local = local_norms(params, norm_type, weights);
-  const bool inf_norm = local.inf_norm;
-  // This rank's partial: sum of |g|^p, or max |g|.
-  double partial = 0;
-  for (auto& [device, norms] : local.by_device) {
-    at::Tensor stacked = at::stack(norms).to(at::kDouble);
-    if (inf_norm) {
-      double device_max = host_value<double>(stacked.max());
-      partial = std::isnan(device_max) ? device_max : std::max(partial, device_max);  // keep a NaN
-    } else {
-      partial += host_value<double>(stacked.pow(norm_type).sum());
-    }
-  }
-  if (reduce) partial = reduce(partial, inf_norm ? NormReduceOp::max : NormReduceOp::sum);
-  const double total = inf_norm ? partial : std::pow(partial, 1.0 / norm_type);
-
-  if (max_norm <= 0 || !std::isfinite(total)) return total;
-  const double clip_coef = max_norm / (total + 1e-6);
-  if (clip_coef < 1.0) {
-    for (auto& [kind, grads] : local.grads_by_kind) at::_foreach_mul_(grads, clip_coef);
-  }
-  return total;
-}
-
-at::Tensor clip_grad_norm_on_device(const std::vector<at::Tensor>& params, double max_norm, double norm_type,
-                                    const NormTensorReduceFn& reduce, const std::vector<double>& weights) {
-  at::NoGradGuard no_grad;
-  LocalNorms local = local_norms(params, norm_type, weights);
-  const bool inf_norm = local.inf_norm;
+  // This rank's partial: sum of |g|^p, or max |g| (a NaN on any device stays).
   at::Tensor partial;
-  for (auto& [device, norms] : local.by_device) {
+  for (auto& [device, norms] : norms_by_device) {
     at::Tensor stacked = at::stack(norms).to(at::kDouble);
     at::Tensor part = inf_norm ? stacked.max() : stacked.pow(norm_type).sum();
     if (!partial.defined()) {
       partial = part;
     } else {
       part = part.to(partial.device());
-      // max() of a NaN is NaN, so a NaN on any device survives as on the host.
       partial = inf_norm ? at::maximum(partial, part) : partial + part;
     }
   }
@@ -141,10 +102,19 @@ at::Tensor clip_grad_norm_on_device(const std::vector<at::Tensor>& params, doubl
   // was, bit for bit; a non-finite norm leaves them all alone.
   at::Tensor coef = (max_norm / (total + 1e-6)).clamp_max(1.0);
   coef = at::where(at::isfinite(total), coef, at::ones_like(coef));
-  for (auto& [kind, grads] : local.grads_by_kind) {
+  for (auto& [kind, grads] : grads_by_kind) {
     at::_foreach_mul_(grads, coef.to(grads.front().device(), grads.front().scalar_type()));
   }
   return total;
+}
+
+double clip_grad_norm(const std::vector<at::Tensor>& params, double max_norm, double norm_type,
+                      const NormReduceFn& reduce, const std::vector<double>& weights) {
+  NormTensorReduceFn on_host;
+  if (reduce) {
+    on_host = [&reduce](at::Tensor& partial, NormReduceOp op) { partial.fill_(reduce(host_value<double>(partial), op)); };
+  }
+  return host_value<double>(clip_grad_norm_on_device(params, max_norm, norm_type, on_host, weights));
 }
 
 }  // namespace titan

@@ -45,27 +45,21 @@ ParallelSetup::~ParallelSetup() = default;
 int ParallelSetup::dp_rank() const { return mesh_ ? static_cast<int>(mesh_->coordinate("dp")) : 0; }
 int ParallelSetup::dp_degree() const { return mesh_ ? static_cast<int>(mesh_->size("dp")) : 1; }
 
-ParallelSetup::JobLossTensors ParallelSetup::loss_tensors_over_job(const at::Tensor& local_loss) const {
+ParallelSetup::JobLossTensors ParallelSetup::loss_tensors_over_job(const at::Tensor& local_loss,
+                                                                   bool with_max) const {
   at::Tensor loss = local_loss.detach().to(at::kDouble).reshape({1});
-  if (mesh_ && mesh_->size("pp") > 1) mesh_->group("pp").all_reduce(loss, ReduceOp::sum);
-  at::Tensor largest = loss.clone();
-  if (mesh_ && mesh_->size("dp_cp") > 1) {
-    mesh_->group("dp_cp").all_reduce(loss, ReduceOp::avg);
-    mesh_->group("dp_cp").all_reduce(largest, ReduceOp::max);
-  }
-  return {loss, largest};
-}
-
-ParallelSetup::JobLoss ParallelSetup::loss_stats_over_job(const at::Tensor& local_loss, bool with_max) const {
-  at::Tensor loss = to_host(local_loss.detach(), at::kDouble).reshape({1});
   if (mesh_ && mesh_->size("pp") > 1) mesh_->group("pp").all_reduce(loss, ReduceOp::sum);
   at::Tensor largest = loss.clone();
   if (mesh_ && mesh_->size("dp_cp") > 1) {
     mesh_->group("dp_cp").all_reduce(loss, ReduceOp::avg);
     if (with_max) mesh_->group("dp_cp").all_reduce(largest, ReduceOp::max);
   }
-  const double average = loss.item<double>();
-  return {average, with_max ? largest.item<double>() : average};
+  return {loss, with_max ? largest : loss};
+}
+
+ParallelSetup::JobLoss ParallelSetup::loss_stats_over_job(const at::Tensor& local_loss, bool with_max) const {
+  const JobLossTensors job = loss_tensors_over_job(local_loss, with_max);
+  return {host_value<double>(job.average.sum()), host_value<double>(job.max.sum())};
 }
 
 NormTensorReduceFn ParallelSetup::norm_reduce() const {

@@ -41,12 +41,12 @@ class ParallelSetup {
     double average = 0, max = 0;
   };
   JobLoss loss_stats_over_job(const at::Tensor& local_loss, bool with_max) const;
-  // The mean and the largest as fp64 tensors [1] on the loss's device,
-  // nothing read on the host (the training step's; a log step reads them).
+  // The same as fp64 tensors [1] on the loss's device, nothing read on the
+  // host (the training step's; a log step reads them).
   struct JobLossTensors {
     at::Tensor average, max;
   };
-  JobLossTensors loss_tensors_over_job(const at::Tensor& local_loss) const;
+  JobLossTensors loss_tensors_over_job(const at::Tensor& local_loss, bool with_max = true) const;
   // Sums a per-rank partial over the world (max for the inf norm), in place.
   NormTensorReduceFn norm_reduce() const;
   // Per parameter: 1 / the number of ranks holding the same gradient copy.

@@ -42,8 +42,10 @@ StepOutcome TrainingRun::step(int64_t step) {
   const bool log_step = step % plan.core.metrics.log_freq == 0 || step == training.steps;
   const ParallelSetup::JobLossTensors job_loss = parallel->loss_tensors_over_job(local_loss);
   const at::Tensor loss = hooks.loss_seen(job_loss.average);
-  const at::Tensor grad_norm =
-      clip_grad_norm_on_device(parameters_, training.max_norm, 2.0, norm_reduce_, norm_weights_).reshape({1});
+  // On the loss's device, where the step's numbers are kept together.
+  const at::Tensor grad_norm = clip_grad_norm_on_device(parameters_, training.max_norm, 2.0, norm_reduce_, norm_weights_)
+                                   .reshape({1})
+                                   .to(loss.device());
   const double lr = plan.optimizer->base_lr() * plan.lr_schedule->factor(step);
   // MoE load balancing before the optimizer (TorchTitan's pre-step hook):
   // each router's token counts of the step, summed over the ranks that saw
@@ -51,7 +53,7 @@ StepOutcome TrainingRun::step(int64_t step) {
   const DeviceMesh* mesh = parallel->mesh();
   const std::vector<RouterLoad> moe_loads = balance_experts(*model, sum_over_dp_cp(mesh), /*read_loads=*/log_step);
   // Finite iff both are (ops the dry run's meta tensors have too).
-  const at::Tensor finite = at::isfinite(loss + grad_norm.to(loss.device()));
+  const at::Tensor finite = at::isfinite(loss + grad_norm);
   StepOutcome outcome;
   if (training.on_nonfinite_loss == "skip" && !dry_run && !host_value<bool>(finite.all())) {
     spdlog::warn("step {}: non-finite loss {} / grad norm {}; optimizer step skipped", step,
@@ -83,7 +85,7 @@ StepOutcome TrainingRun::step(int64_t step) {
   outcome.record = {step, 0, 0, 0, lr, tokens, data_loading_s, state_bytes(), std::move(moe)};
   // [loss, max loss, grad norm]; a test hook's NaN loss shows in both.
   const at::Tensor max_loss = at::where(at::isfinite(loss), job_loss.max, loss);
-  outcome.record.numbers = at::cat({loss, max_loss, grad_norm.to(loss.device())});
+  outcome.record.numbers = at::cat({loss, max_loss, grad_norm});
   if (host_reads) {
     HostReadCounter::Reads reads = host_reads->take();
     outcome.record.host_reads = reads.count;
