@@ -60,6 +60,17 @@ add_library(titan_pch OBJECT ${CMAKE_BINARY_DIR}/titan_pch_anchor.cpp)
 target_link_libraries(titan_pch PUBLIC titan_build_flags ${TORCH_LIBRARIES})
 target_precompile_headers(titan_pch PRIVATE <torch/torch.h>)
 
+# The large targets compile as unity batches: each batch loads the PCH and
+# instantiates LibTorch's templates once for several files, which roughly
+# quarters their compile time (docs/testing.md). A plugin file that a test
+# mutant swaps stays an object of its own (tests/test_plugins).
+option(TITAN_UNITY_BUILD "Compile core, the CLI, the harness, the plugins and the tests in unity batches" ON)
+function(titan_unity_build target)
+  if(TITAN_UNITY_BUILD)
+    set_target_properties(${target} PROPERTIES UNITY_BUILD ON UNITY_BUILD_BATCH_SIZE 8)
+  endif()
+endfunction()
+
 function(titan_use_pch target)
   # The PCH is built with -fPIC; executables would get -fPIE, which GCC
   # treats as a different setting and silently ignores the PCH.

@@ -6,6 +6,7 @@
 // the debug model trains like the ATen path on the same GPU. Every case is
 // skipped where there is no CUDA device.
 #include "cuda_skip.hpp"
+#include "tensor_support.hpp"
 #include "../integration/equivalence_runs.hpp"
 
 #include <memory>
@@ -55,7 +56,7 @@ at::Tensor randn(at::IntArrayRef shape, at::ScalarType dtype, double scale = 1.0
 at::Tensor on_gpu(const at::Tensor& t) { return t.to(at::kCUDA); }
 at::Tensor gpu_leaf(const at::Tensor& t) { return t.to(at::kCUDA).detach().set_requires_grad(true); }
 
-const char* dtype_name(at::ScalarType dtype) { return dtype == at::kFloat ? "fp32" : "bf16"; }
+using titan::test::dtype_name;
 
 void check_rmsnorm(int64_t rows, int64_t dim, at::ScalarType dtype) {
   at::manual_seed(rows * 131 + dim);

@@ -4,6 +4,7 @@
 // through Gloo, every collective of the Comm gives the right values in fp32
 // and bf16, and a "gloo" runtime refuses CUDA tensors, saying what to set.
 #include "cuda_skip.hpp"
+#include "tensor_support.hpp"
 
 #include <memory>
 #include <string>
@@ -23,7 +24,7 @@ titan::DistRuntime one_process(const std::string& backend) {
   return titan::DistRuntime(titan::World{}, titan::DistTimeouts{}, backend);
 }
 
-const char* dtype_name(at::ScalarType dtype) { return dtype == at::kFloat ? "fp32" : "bf16"; }
+using titan::test::dtype_name;
 
 // Distinct, signed, exactly representable in bf16; [4, 6] so that rows split evenly.
 at::Tensor rows_of(at::ScalarType dtype, at::Device device) {

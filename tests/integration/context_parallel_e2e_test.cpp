@@ -16,7 +16,7 @@ using titan::test::run_single;
 using titan::test::RunOutput;
 
 // 4 heads and 4 kv heads: Ulysses and TP split them over up to 4 ranks.
-const std::string& kSmall = titan::test::kSmallModel;
+using titan::test::kSmallModel;
 
 std::string cp(int degree, const std::string& more = "") {
   return "{name: fsdp}, {name: context_parallel, context_parallel_degree: " + std::to_string(degree) + more + "}";
@@ -28,35 +28,35 @@ const std::string kUnbalanced = ", context_parallel_load_balancer: none";
 
 TEST_CASE("context parallel: CP2 ring attention, both rotations and both load balancers, and Ulysses reproduce the "
           "single process") {
-  RunOutput reference = run_single("cp2_reference", kSmall);
+  RunOutput reference = run_single("cp2_reference", kSmallModel);
   // Every cp rank reads the whole batch (dp = 1) and trains on its piece.
-  check_equivalent(run_ranks("cp2_allgather", 2, 29961, cp(2), kSmall, 1), reference, 1e-5);
-  check_equivalent(run_ranks("cp2_alltoall", 2, 29962, cp(2, kAllToAll), kSmall, 1), reference, 1e-5);
-  check_equivalent(run_ranks("cp2_allgather_unbalanced", 2, 29963, cp(2, kUnbalanced), kSmall, 1), reference, 1e-5);
-  check_equivalent(run_ranks("cp2_alltoall_unbalanced", 2, 29964, cp(2, kAllToAll + kUnbalanced), kSmall, 1),
+  check_equivalent(run_ranks("cp2_allgather", 2, 29961, cp(2), kSmallModel, 1), reference, 1e-5);
+  check_equivalent(run_ranks("cp2_alltoall", 2, 29962, cp(2, kAllToAll), kSmallModel, 1), reference, 1e-5);
+  check_equivalent(run_ranks("cp2_allgather_unbalanced", 2, 29963, cp(2, kUnbalanced), kSmallModel, 1), reference, 1e-5);
+  check_equivalent(run_ranks("cp2_alltoall_unbalanced", 2, 29964, cp(2, kAllToAll + kUnbalanced), kSmallModel, 1),
                    reference, 1e-5);
-  check_equivalent(run_ranks("cp2_ulysses", 2, 29965, cp(2, ", context_parallel_method: ulysses"), kSmall, 1),
+  check_equivalent(run_ranks("cp2_ulysses", 2, 29965, cp(2, ", context_parallel_method: ulysses"), kSmallModel, 1),
                    reference, 1e-5);
 }
 
 TEST_CASE("context parallel: CP4 ring attention with both rotations and both load balancers reproduces the single "
           "process") {
-  RunOutput reference = run_single("cp4_reference", kSmall);
-  check_equivalent(run_ranks("cp4_allgather", 4, 29966, cp(4), kSmall, 1), reference, 1e-5);
-  check_equivalent(run_ranks("cp4_alltoall", 4, 29967, cp(4, kAllToAll), kSmall, 1), reference, 1e-5);
-  check_equivalent(run_ranks("cp4_alltoall_unbalanced", 4, 29968, cp(4, kAllToAll + kUnbalanced), kSmall, 1),
+  RunOutput reference = run_single("cp4_reference", kSmallModel);
+  check_equivalent(run_ranks("cp4_allgather", 4, 29966, cp(4), kSmallModel, 1), reference, 1e-5);
+  check_equivalent(run_ranks("cp4_alltoall", 4, 29967, cp(4, kAllToAll), kSmallModel, 1), reference, 1e-5);
+  check_equivalent(run_ranks("cp4_alltoall_unbalanced", 4, 29968, cp(4, kAllToAll + kUnbalanced), kSmallModel, 1),
                    reference, 1e-5);
-  check_equivalent(run_ranks("cp4_allgather_unbalanced", 4, 29972, cp(4, kUnbalanced), kSmall, 1), reference, 1e-5);
+  check_equivalent(run_ranks("cp4_allgather_unbalanced", 4, 29972, cp(4, kUnbalanced), kSmallModel, 1), reference, 1e-5);
 }
 
 TEST_CASE("context parallel: FSDP2 x CP2 (whose checkpoint resumes in one process), CP2 x TP2 (sequence and loss "
           "parallel), DDP x CP2 and CP2 with full activation checkpointing reproduce the single process") {
-  RunOutput reference = run_single("cp_2d_reference", kSmall);
+  RunOutput reference = run_single("cp_2d_reference", kSmallModel);
   // FSDP shards over dp_shard x cp = 4 ranks; two batches of 4 rows.
   const std::string checkpoints =
       " --set checkpoint.enable=true --set checkpoint.interval=5 --set checkpoint.keep_latest_k=0";
   RunOutput fsdp_cp = run_ranks("fsdp2_cp2", 4, 29969, "{name: fsdp, dp_shard: 2}, {name: context_parallel}",
-                                kSmall + checkpoints, 2);
+                                kSmallModel + checkpoints, 2);
   check_equivalent(fsdp_cp, reference, 1e-5);
   // Its step-5 checkpoint (shards over dp_shard x cp) resumes in one
   // process on the same curve.
@@ -67,7 +67,7 @@ TEST_CASE("context parallel: FSDP2 x CP2 (whose checkpoint resumes in one proces
            fs::copy_options::recursive);
   auto alone = run_command("timeout 300 " + titan::test::titan_binary() + " train " + titan::test::source_dir() +
                            "/configs/llama3_debugmodel.yaml --set training.local_batch_size=8" +
-                           titan::test::common_sets(resumed) + kSmall + checkpoints);
+                           titan::test::common_sets(resumed) + kSmallModel + checkpoints);
   INFO(alone.output);
   REQUIRE(alone.exit_code == 0);
   CHECK(alone.output.find("resumed from checkpoint at step 5") != std::string::npos);
@@ -81,12 +81,12 @@ TEST_CASE("context parallel: FSDP2 x CP2 (whose checkpoint resumes in one proces
   check_equivalent(run_ranks("cp2_tp2", 4, 29970,
                              cp(2, kAllToAll) + ", {name: tensor_parallel, tensor_parallel_degree: 2}, "
                              "{name: loss_parallel}",
-                             kSmall, 1),
+                             kSmallModel, 1),
                    reference, 1e-5);
-  check_equivalent(run_ranks("ddp_cp2", 2, 29971, "{name: ddp}, {name: context_parallel}", kSmall, 1), reference, 1e-5);
+  check_equivalent(run_ranks("ddp_cp2", 2, 29971, "{name: ddp}, {name: context_parallel}", kSmallModel, 1), reference, 1e-5);
   // Activation checkpointing recomputes ring attention (and its exchanges) in backward.
   check_equivalent(run_ranks("cp2_full_ac", 2, 29973, cp(2, kAllToAll) + ", {name: activation_checkpoint, mode: full}",
-                             kSmall, 1),
+                             kSmallModel, 1),
                    reference, 1e-5);
 }
 

@@ -72,7 +72,7 @@ Run train(const fs::path& dump, int ranks, int port, const std::string& plugin, 
   return run;
 }
 
-double relative(double a, double b) { return std::abs(a - b) / std::max(std::abs(b), 1e-12); }
+using titan::test::relative;
 
 // A dump folder whose checkpoint folder holds `source`'s step-10 only.
 fs::path with_step10_of(const fs::path& source, const std::string& name) {

@@ -16,7 +16,7 @@ namespace {
 
 using titan::test::RunOutput;
 
-const std::string kSmall =
+const std::string kDeepseekSmall =
     " --set model.dim=64 --set model.n_layers=2 --set model.n_heads=4 --set model.kv_lora_rank=32"
     " --set model.qk_nope_head_dim=16 --set model.qk_rope_head_dim=8 --set model.v_head_dim=16"
     " --set model.inter_dim=128 --set model.moe_inter_dim=32 --set model.max_seq_len=64"
@@ -26,7 +26,7 @@ const std::string kSmall =
 std::string config() { return titan::test::source_dir() + "/configs/deepseek_v3_debugmodel_fsdp_ep.yaml"; }
 
 // step -> max / mean tokens per expert of the MoE block, as rank 0 logged it.
-std::map<int, double> imbalances(const std::filesystem::path& dump) {
+std::map<int, double> deepseek_imbalances(const std::filesystem::path& dump) {
   std::map<int, double> out;
   std::istringstream lines(titan::test::read_file(dump / "metrics.jsonl"));
   for (std::string line; std::getline(lines, line);) {
@@ -37,22 +37,22 @@ std::map<int, double> imbalances(const std::filesystem::path& dump) {
   return out;
 }
 
-RunOutput run_reference(const std::string& name) {
+RunOutput run_deepseek_reference(const std::string& name) {
   auto dump = titan::test::temp_dir(name);
   auto result = titan::test::run_command("timeout 300 " + titan::test::titan_binary() + " train " + config() +
                                          " --set 'plugins=[]' --set training.local_batch_size=8" +
-                                         titan::test::common_sets(dump) + kSmall);
+                                         titan::test::common_sets(dump) + kDeepseekSmall);
   INFO(result.output);
   REQUIRE(result.exit_code == 0);
   return titan::test::read_run(dump);
 }
 
-RunOutput run_ep(const std::string& name, int ranks, int port, const std::string& extra,
+RunOutput run_deepseek_ep(const std::string& name, int ranks, int port, const std::string& extra,
                  const std::vector<std::string>& logged = {"MoE layers split over ep=2"}) {
-  return titan::test::launch_config(name, ranks, port, "deepseek_v3_debugmodel_fsdp_ep.yaml", kSmall + extra, logged);
+  return titan::test::launch_config(name, ranks, port, "deepseek_v3_debugmodel_fsdp_ep.yaml", kDeepseekSmall + extra, logged);
 }
 
-void check_ep_equivalent(const RunOutput& ep, const RunOutput& reference) {
+void check_deepseek_ep_equivalent(const RunOutput& ep, const RunOutput& reference) {
   REQUIRE(reference.params.contains("layers.1.moe.router.expert_bias"));
   REQUIRE(reference.params.at("layers.1.moe.experts.w1").size(0) == 8);  // gathered whole, all 8 experts
   REQUIRE(reference.params.contains("layers.1.moe.shared_experts.w1.weight"));
@@ -60,7 +60,7 @@ void check_ep_equivalent(const RunOutput& ep, const RunOutput& reference) {
   // The bias moved from zero, so comparing it compares routing.
   CHECK(reference.params.at("layers.1.moe.router.expert_bias").norm().item<double>() > 0);
   titan::test::check_equivalent(ep, reference, 1e-5);
-  const auto expected = imbalances(reference.dump), logged = imbalances(ep.dump);
+  const auto expected = deepseek_imbalances(reference.dump), logged = deepseek_imbalances(ep.dump);
   REQUIRE(expected.size() == 10);
   REQUIRE(logged.size() == expected.size());
   for (const auto& [step, value] : logged) CHECK_MESSAGE(value == expected.at(step), "step ", step);
@@ -70,25 +70,25 @@ void check_ep_equivalent(const RunOutput& ep, const RunOutput& reference) {
 
 TEST_CASE("deepseek_v3 expert parallel: FSDP dp_shard 2 x ep 2 (2 ranks) and dp_shard 4 x ep 2 (4 ranks) reproduce "
           "one process within 1e-5, experts, shared experts and the expert bias included") {
-  RunOutput reference = run_reference("deepseek_v3_ep_reference");
+  RunOutput reference = run_deepseek_reference("deepseek_v3_ep_reference");
   // efsdp = 1: each rank holds 4 whole experts.
-  check_ep_equivalent(run_ep("deepseek_v3_ep_2", 2, 29561,
+  check_deepseek_ep_equivalent(run_deepseek_ep("deepseek_v3_ep_2", 2, 29561,
                              " --set plugins.fsdp.dp_shard=2 --set training.local_batch_size=4"),
                       reference);
   // The shipped layout: efsdp = 2, each rank's 4 experts also sharded over 2 FSDP ranks.
-  check_ep_equivalent(run_ep("deepseek_v3_ep_4", 4, 29563, ""), reference);
+  check_deepseek_ep_equivalent(run_deepseek_ep("deepseek_v3_ep_4", 4, 29563, ""), reference);
 }
 
 TEST_CASE("deepseek_v3 tensor parallel: TP 2 (MLA heads split, the experts' and shared experts' width split) and "
           "FSDP 2 x TP 2 x ep 2 (4 ranks: each tp rank's tokens to the experts, the shared experts whole) reproduce "
           "one process within 1e-5") {
-  RunOutput reference = run_reference("deepseek_v3_tp_reference");
-  check_ep_equivalent(run_ep("deepseek_v3_tp_2", 2, 29587,
+  RunOutput reference = run_deepseek_reference("deepseek_v3_tp_reference");
+  check_deepseek_ep_equivalent(run_deepseek_ep("deepseek_v3_tp_2", 2, 29587,
                              " --set 'plugins=[{name: tensor_parallel, tensor_parallel_degree: 2}]'"
                              " --set training.local_batch_size=8",
                              {"width split over tp"}),
                       reference);
-  check_ep_equivalent(run_ep("deepseek_v3_fsdp_tp_ep", 4, 29589,
+  check_deepseek_ep_equivalent(run_deepseek_ep("deepseek_v3_fsdp_tp_ep", 4, 29589,
                              " --set 'plugins=[{name: fsdp, dp_shard: 2}, {name: tensor_parallel, "
                              "tensor_parallel_degree: 2, enable_sequence_parallel: false}, {name: expert_parallel, "
                              "expert_parallel_degree: 2}]' --set training.local_batch_size=4",
@@ -98,7 +98,7 @@ TEST_CASE("deepseek_v3 tensor parallel: TP 2 (MLA heads split, the experts' and 
   auto async = titan::test::run_command(
       "timeout 120 " + titan::test::titan_binary() + " launch --nproc-per-node 2 --master-port 29591 "
       "--grace-period-s 5 -- " + titan::test::titan_binary() + " train " + config() +
-      titan::test::common_sets(titan::test::temp_dir("deepseek_v3_tp_async")) + kSmall +
+      titan::test::common_sets(titan::test::temp_dir("deepseek_v3_tp_async")) + kDeepseekSmall +
       " --set 'plugins=[{name: tensor_parallel, tensor_parallel_degree: 2, enable_async_tensor_parallel: true}]'");
   CHECK(async.exit_code != 0);
   CHECK_MESSAGE(titan::test::has(async.output, "runs the linear 'layers.0.attention.wkv_a' whole on every rank"),

@@ -34,7 +34,7 @@ class Tmpfs {
   fs::path where_;
 };
 
-std::string train(const fs::path& dump, const fs::path& checkpoints) {
+std::string disk_fault_train(const fs::path& dump, const fs::path& checkpoints) {
   return "timeout 120 " + titan::test::titan_binary() + " train " + titan::test::source_dir() +
          "/configs/llama3_debugmodel.yaml --set model.dim=64 --set model.n_layers=2 --set model.n_heads=4"
          " --set training.seq_len=32 --set training.threads=1 --set training.local_batch_size=4"
@@ -58,7 +58,7 @@ std::vector<std::string> committed(const fs::path& checkpoints) {
 // Each test its own reference folder: ctest runs them in parallel.
 std::string reference_final(const std::string& name) {
   fs::path dump = titan::test::temp_dir(name);
-  auto result = run_command(train(dump, dump / "checkpoint"));
+  auto result = run_command(disk_fault_train(dump, dump / "checkpoint"));
   INFO(result.output);
   REQUIRE(result.exit_code == 0);
   return titan::test::read_file(dump / "final.pt");
@@ -68,14 +68,14 @@ std::string reference_final(const std::string& name) {
 // and the job ends as the uninterrupted one did.
 void check_recovery(const fs::path& dump, const fs::path& checkpoints, const std::string& expected_final) {
   CHECK(committed(checkpoints) == std::vector<std::string>{"step-2"});
-  auto resumed = run_command(train(dump, checkpoints));
+  auto resumed = run_command(disk_fault_train(dump, checkpoints));
   INFO(resumed.output);
   REQUIRE(resumed.exit_code == 0);
   CHECK(resumed.output.find("resumed from checkpoint at step 2") != std::string::npos);
   CHECK(titan::test::read_file(dump / "final.pt") == expected_final);
   // Run again: the step-6 checkpoint already finished the run. It says so and
   // exits 0, with no step and no made-up loss.
-  auto again = run_command(train(dump, checkpoints));
+  auto again = run_command(disk_fault_train(dump, checkpoints));
   INFO(again.output);
   CHECK(again.exit_code == 0);
   CHECK(again.output.find("the checkpoint at step 6 already finished this run (training.steps = 6)") !=
@@ -91,7 +91,7 @@ TEST_CASE("disk faults: a checkpoint folder that fills up stops training with th
   fs::path dump = titan::test::temp_dir("disk_full");
   fs::path checkpoints = dump / "small_disk";
   Tmpfs disk(checkpoints, "5m");  // one checkpoint of this model (~4 MB) fits, two do not
-  auto full = run_command(train(dump, checkpoints));
+  auto full = run_command(disk_fault_train(dump, checkpoints));
   INFO(full.output);
   CHECK(full.exit_code != 0);
   CHECK(full.output.find("checkpoint of step 4 was not committed") != std::string::npos);
@@ -108,12 +108,12 @@ TEST_CASE("disk faults: a checkpoint folder that turns read-only stops training 
   fs::path checkpoints = dump / "disk";
   Tmpfs disk(checkpoints, "64m");
   // Train to step 2 (saved), then the folder turns read-only.
-  auto first = run_command(train(dump, checkpoints) + " --set training.steps=2");
+  auto first = run_command(disk_fault_train(dump, checkpoints) + " --set training.steps=2");
   INFO(first.output);
   REQUIRE(first.exit_code == 0);
   disk.remount("ro");
   // 6 steps from the step-2 checkpoint: it loads, then the step-4 save fails.
-  auto read_only = run_command(train(dump, checkpoints));
+  auto read_only = run_command(disk_fault_train(dump, checkpoints));
   INFO(read_only.output);
   CHECK(read_only.exit_code != 0);
   CHECK(read_only.output.find("resumed from checkpoint at step 2") != std::string::npos);

@@ -103,7 +103,6 @@ inline RunOutput resumed_after_step_3(const std::string& command, const std::fil
   return read_run(dump);
 }
 
-inline double relative(double a, double b) { return std::abs(a - b) / std::max(std::abs(b), 1e-12); }
 
 // Losses and grad norms per step relative to the reference, parameters in
 // the L2 sense per tensor (an element-wise max is dominated by AdamW steps on

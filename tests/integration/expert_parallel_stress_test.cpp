@@ -59,13 +59,13 @@ const std::vector<Layout> kLayouts = {
      "pipeline_parallel_degree: 2, pipeline_parallel_schedule: 1F1B, pipeline_parallel_microbatch_size: 2}"},
 };
 
-std::string train(const Model& model) {
+std::string stress_train(const Model& model) {
   return titan::test::titan_binary() + " train " + titan::test::source_dir() + "/configs/" + model.config;
 }
 
-RunOutput run_reference(const Model& model, const std::string& routing, const std::string& name) {
+RunOutput run_stress_reference(const Model& model, const std::string& routing, const std::string& name) {
   auto dump = titan::test::temp_dir(name);
-  auto result = titan::test::run_command("timeout 300 " + train(model) + " --set 'plugins=[]'"
+  auto result = titan::test::run_command("timeout 300 " + stress_train(model) + " --set 'plugins=[]'"
                                          " --set training.local_batch_size=8" + titan::test::common_sets(dump) +
                                          model.shrink + routing);
   INFO(result.output);
@@ -79,7 +79,7 @@ RunOutput run_layout(const Model& model, const Layout& layout, const std::string
   auto dump = titan::test::temp_dir(name);
   auto result = titan::test::run_command(
       "timeout 300 " + titan::test::titan_binary() + " launch --nproc-per-node " + std::to_string(layout.ranks) +
-      " --master-port " + std::to_string(port) + " --grace-period-s 5 -- " + train(model) +
+      " --master-port " + std::to_string(port) + " --grace-period-s 5 -- " + stress_train(model) +
       " --set 'plugins=[" + layout.plugins + kRecorder + "]' --set training.local_batch_size=" +
       std::to_string(layout.local_batch) + " --set comm.train_timeout_seconds=20" + titan::test::common_sets(dump) +
       model.shrink + routing);
@@ -100,7 +100,7 @@ RunOutput run_layout(const Model& model, const Layout& layout, const std::string
 // expert_parallel_e2e_test); everything else keeps 1e-5.
 void check_layouts(const Model& model, const std::string& routing, const std::vector<Layout>& layouts,
                    const std::string& tag, int port, double gate_tolerance = 1e-5) {
-  RunOutput reference = run_reference(model, routing, model.name + "_" + tag + "_reference");
+  RunOutput reference = run_stress_reference(model, routing, model.name + "_" + tag + "_reference");
   for (const auto& layout : layouts) {
     INFO(model.name, " ", layout.name, routing);
     RunOutput parallel = run_layout(model, layout, routing, model.name + "_" + tag + "_" + layout.name, port);

@@ -16,12 +16,12 @@ using titan::test::read_run;
 using titan::test::relative;
 using titan::test::RunOutput;
 
-const std::string kSmall =
+const std::string kFloat8Model =
     " --set model.dim=64 --set model.n_layers=2 --set model.n_heads=4 --set training.seq_len=32"
     " --set training.threads=1 --set lr_scheduler.warmup_steps=3 --set metrics.log_freq=1";
 
 std::string sets(const std::filesystem::path& dump, int steps) {
-  return kSmall + " --set training.steps=" + std::to_string(steps) + " --set job.dump_folder=" + dump.string() +
+  return kFloat8Model + " --set training.steps=" + std::to_string(steps) + " --set job.dump_folder=" + dump.string() +
          " --set debug.save_final_model=" + (dump / "final.pt").string();
 }
 

@@ -23,7 +23,7 @@ using titan::test::titan_binary;
 const std::string kTorchrun = titan::test::source_dir() + "/.venv/bin/torchrun";
 
 // FSDP (or one process when `ranks` is 1) over a global batch of 4.
-std::string train(const fs::path& dump, int ranks) {
+std::string launched_train(const fs::path& dump, int ranks) {
   return titan_binary() + " train " + titan::test::source_dir() +
          "/configs/llama3_debugmodel.yaml --set model.dim=64 --set model.n_layers=2 --set model.n_heads=4"
          " --set training.seq_len=32 --set training.threads=1 --set lr_scheduler.warmup_steps=2"
@@ -32,7 +32,7 @@ std::string train(const fs::path& dump, int ranks) {
          (ranks > 1 ? " --set 'plugins=[{name: fsdp}]'" : "") + " --set job.dump_folder=" + dump.string();
 }
 
-std::vector<double> losses_of(const fs::path& dump) {
+std::vector<double> launched_losses_of(const fs::path& dump) {
   std::vector<double> losses;
   std::istringstream lines(titan::test::read_file(dump / "metrics.jsonl"));
   for (std::string line; std::getline(lines, line);) losses.push_back(nlohmann::json::parse(line)["loss_metrics/global_avg_loss"].get<double>());
@@ -42,9 +42,9 @@ std::vector<double> losses_of(const fs::path& dump) {
 // The launched run's losses against one process's, within 1e-5 relative.
 void check_single_process_curve(const fs::path& dump, const std::string& name) {
   fs::path reference = titan::test::temp_dir(name + "_reference");
-  auto single = run_command("timeout 120 " + train(reference, 1));
+  auto single = run_command("timeout 120 " + launched_train(reference, 1));
   REQUIRE_MESSAGE(single.exit_code == 0, single.output);
-  std::vector<double> expected = losses_of(reference), got = losses_of(dump);
+  std::vector<double> expected = launched_losses_of(reference), got = launched_losses_of(dump);
   REQUIRE(expected.size() == 4);
   REQUIRE(got.size() == expected.size());
   double worst = 0;
@@ -67,7 +67,7 @@ TEST_CASE("torchrun: PyTorch's torchrun with --rdzv-backend c10d starts FSDP on 
   // The agent hosts the store on a free port it passes as MASTER_PORT.
   auto result = run_command("cd " + dump.string() + " && timeout 120 " + kTorchrun +
                             " --nnodes 1 --nproc_per_node 2 --rdzv-backend c10d --rdzv-endpoint 127.0.0.1:29983"
-                            " --rdzv-id one_host --no-python " + train(dump, 2));
+                            " --rdzv-id one_host --no-python " + launched_train(dump, 2));
   INFO(result.output);
   REQUIRE(result.exit_code == 0);
   CHECK(has(result.output, "joined 2 ranks (torchrun)"));
@@ -92,7 +92,7 @@ TEST_CASE("torchrun: PyTorch's torchrun with --rdzv-backend c10d starts FSDP on 
     commands.push_back("cd " + dump.string() + " && " + kTorchrun +
                        " --nnodes 2 --nproc_per_node 1 --rdzv-backend c10d --rdzv-endpoint " + hosts.address(0) +
                        ":29400 --rdzv-id two_hosts --local-addr " + hosts.address(host) +
-                       (host == 0 ? " --rdzv-conf is_host=1" : "") + " --no-python " + train(dump, 2));
+                       (host == 0 ? " --rdzv-conf is_host=1" : "") + " --no-python " + launched_train(dump, 2));
   }
   auto results = hosts.run_all(commands, 120, titan::test::temp_dir("torchrun_c10d_two_hosts_logs"));
   for (int host = 0; host < 2; ++host) {
@@ -120,7 +120,7 @@ TEST_CASE("torchrun: without --local-addr where the host name is loopback, the j
     commands.push_back("cd " + dump.string() + " && " + kTorchrun +
                        " --nnodes 2 --nproc_per_node 1 --rdzv-backend c10d --rdzv-endpoint " + hosts.address(0) +
                        ":29400 --rdzv-id loopback" + (host == 0 ? " --rdzv-conf is_host=1" : "") + " --no-python " +
-                       train(dump, 2) + " --set comm.init_timeout_seconds=4");
+                       launched_train(dump, 2) + " --set comm.init_timeout_seconds=4");
   }
   auto results = hosts.run_all(commands, 90, titan::test::temp_dir("torchrun_loopback_master_logs"));
   // Which host gets rank 0 is the rendezvous's choice: the rank on the
@@ -153,7 +153,7 @@ TEST_CASE("slurm: an srun-style environment starts FSDP on 2 hosts x 2 tasks, ra
       tasks += "env -u RANK -u WORLD_SIZE -u MASTER_ADDR SLURM_PROCID=" + std::to_string(host * 2 + local) +
                " SLURM_NTASKS=4 SLURM_LOCALID=" + std::to_string(local) +
                " SLURM_NTASKS_PER_NODE='2(x2)' SLURM_NODEID=" + std::to_string(host) +
-               " SLURM_NODELIST='node[0-1]' SLURM_JOB_NODELIST='node[0-1]' MASTER_PORT=29500 " + train(dump, 4) +
+               " SLURM_NODELIST='node[0-1]' SLURM_JOB_NODELIST='node[0-1]' MASTER_PORT=29500 " + launched_train(dump, 4) +
                " & p" + std::to_string(local) + "=$!; ";
     }
     commands.push_back(tasks + "a=0; wait $p0 || a=1; wait $p1 || a=1; exit $a");

@@ -33,7 +33,7 @@ using titan::test::titan_binary;
   }
 
 // A small Llama and a global batch of 4 windows, so a job takes seconds.
-std::string train(const fs::path& dump, int steps, int local_batch, const std::string& plugins,
+std::string multihost_train(const fs::path& dump, int steps, int local_batch, const std::string& plugins,
                   const std::string& extra = "") {
   return titan_binary() + " train " + titan::test::source_dir() +
          "/configs/llama3_debugmodel.yaml --set model.dim=64 --set model.n_layers=2 --set model.n_heads=4"
@@ -56,7 +56,7 @@ std::string on_node(const NetnsHosts& hosts, int node, int nproc, const std::str
          hosts.address(0) + " --master-port 29500 --grace-period-s 5 -- " + command;
 }
 
-std::map<int64_t, double> losses_of(const fs::path& dump) {
+std::map<int64_t, double> multihost_losses_of(const fs::path& dump) {
   std::map<int64_t, double> losses;
   std::istringstream lines(titan::test::read_file(dump / "metrics.jsonl"));
   for (std::string line; std::getline(lines, line);) {
@@ -103,7 +103,7 @@ TwoRuns run_both(const NetnsHosts& hosts, const std::string& name, int nproc,
                          hosts.address(0) + ")";
     CHECK_MESSAGE(has(result.output, chosen), chosen, " not in host ", host, "'s log:\n", result.output);
   }
-  return {losses_of(loopback_dump), losses_of(across_dump)};
+  return {multihost_losses_of(loopback_dump), multihost_losses_of(across_dump)};
 }
 
 }  // namespace
@@ -114,7 +114,7 @@ TEST_CASE("multihost: FSDP on 2 hosts x 1 rank trains the loopback curve, and it
   REQUIRE_HOSTS(hosts);
   const std::string checkpoint = " --set checkpoint.enable=true --set checkpoint.interval=3 --set checkpoint.keep_latest_k=0";
   TwoRuns fsdp = run_both(hosts, "multihost_fsdp", 1, [&](const fs::path& dump) {
-    return train(dump, 6, 2, "{name: fsdp}", checkpoint);
+    return multihost_train(dump, 6, 2, "{name: fsdp}", checkpoint);
   });
   check_same_curve(fsdp.across, fsdp.loopback, 6);
   // Step 3 of the run across hosts, resumed by 2 x 2 ranks that replicate
@@ -123,13 +123,13 @@ TEST_CASE("multihost: FSDP on 2 hosts x 1 rank trains the loopback curve, and it
   fs::create_directories(dump / "checkpoint");
   fs::copy(titan::test::temp_path("multihost_fsdp_across") / "checkpoint/step-3", dump / "checkpoint/step-3",
            fs::copy_options::recursive);
-  std::string command = train(dump, 6, 1, "{name: fsdp, dp_replicate: 2}", checkpoint);
+  std::string command = multihost_train(dump, 6, 1, "{name: fsdp, dp_replicate: 2}", checkpoint);
   auto results = hosts.run_all({on_node(hosts, 0, 2, command), on_node(hosts, 1, 2, command)}, 120,
                                titan::test::temp_dir("multihost_resume_hsdp_logs"));
   REQUIRE_MESSAGE(results[0].exit_code == 0, results[0].output, results[1].output);
   REQUIRE_MESSAGE(results[1].exit_code == 0, results[1].output);
   CHECK_MESSAGE(has(results[0].output, "resumed from checkpoint at step 3"), results[0].output);
-  check_same_curve(losses_of(dump), fsdp.loopback, 3);
+  check_same_curve(multihost_losses_of(dump), fsdp.loopback, 3);
 }
 
 TEST_CASE("multihost: HSDP on 2 hosts x 2 ranks (replicate across hosts, shard within) trains the loopback curve") {
@@ -138,7 +138,7 @@ TEST_CASE("multihost: HSDP on 2 hosts x 2 ranks (replicate across hosts, shard w
   // dp_replicate is the outer mesh dim: ranks {0,1} and {2,3} (one host
   // each) shard together; {0,2} and {1,3} all-reduce across the link.
   TwoRuns hsdp = run_both(hosts, "multihost_hsdp", 2, [](const fs::path& dump) {
-    return train(dump, 4, 1, "{name: fsdp, dp_replicate: 2}");
+    return multihost_train(dump, 4, 1, "{name: fsdp, dp_replicate: 2}");
   });
   check_same_curve(hsdp.across, hsdp.loopback, 4);
 }
@@ -147,7 +147,7 @@ TEST_CASE("multihost: PP with its 2 stages on 2 hosts trains the loopback curve"
   NetnsHosts hosts(2, "pp");
   REQUIRE_HOSTS(hosts);
   TwoRuns pp = run_both(hosts, "multihost_pp", 1, [](const fs::path& dump) {
-    return train(dump, 4, 4,
+    return multihost_train(dump, 4, 4,
                  "{name: pipeline, pipeline_parallel_degree: 2, pipeline_parallel_schedule: 1F1B, "
                  "pipeline_parallel_microbatch_size: 1}");
   });
@@ -170,7 +170,7 @@ TEST_CASE("multihost: a store or a peer that cannot be reached ends the job with
   REQUIRE_MESSAGE(second.exit_code == 0, second.output);
   const int timeout_s = 4;
   fs::path dump = titan::test::temp_dir("multihost_unreachable");
-  std::string command = train(dump, 2, 2, "{name: fsdp}", " --set comm.init_timeout_seconds=" + std::to_string(timeout_s));
+  std::string command = multihost_train(dump, 2, 2, "{name: fsdp}", " --set comm.init_timeout_seconds=" + std::to_string(timeout_s));
   // bash's `time`: wall and CPU seconds of everything the command ran.
   auto timed = [](const std::string& line) {
     return "exec bash -c " + NetnsHosts::quoted("TIMEFORMAT='TIMES cpu %U %S wall %R'; time " + line);
@@ -243,7 +243,7 @@ TEST_CASE("multihost: a rank killed on host 1 restarts both hosts' ranks togethe
           "uninterrupted curve bit for bit") {
   NetnsHosts hosts(2, "restart");
   REQUIRE_HOSTS(hosts);
-  auto job = [](const fs::path& dump) { return train(dump, 6, 2, "{name: fsdp}", kRestartCheckpoints); };
+  auto job = [](const fs::path& dump) { return multihost_train(dump, 6, 2, "{name: fsdp}", kRestartCheckpoints); };
   fs::path straight = titan::test::temp_dir("multihost_restart_straight");
   auto reference = hosts.run_all({restartable(hosts, 0, job(straight), "--max-restarts 1"),
                                   restartable(hosts, 1, job(straight), "--max-restarts 1")},
@@ -271,8 +271,8 @@ TEST_CASE("multihost: a rank killed on host 1 restarts both hosts' ranks togethe
     CHECK(has(result.output, "restarting all 1 rank of this node (attempt 1 of 1)"));
   }
   CHECK(has(results[0].output, "resumed from checkpoint at step 2"));
-  auto expected = losses_of(straight);
-  auto losses = losses_of(dump);  // the restart's lines win
+  auto expected = multihost_losses_of(straight);
+  auto losses = multihost_losses_of(dump);  // the restart's lines win
   REQUIRE(losses.size() == 6);
   for (const auto& [step, loss] : losses) CHECK_MESSAGE(loss == expected.at(step), "step ", step);  // exact
 
@@ -282,7 +282,7 @@ TEST_CASE("multihost: a rank killed on host 1 restarts both hosts' ranks togethe
   // reaches node 0's store again once the cable is back (within
   // --rdzv-timeout-s), and both hosts restart together from step 2.
   fs::path cut = titan::test::temp_dir("multihost_link_down");
-  std::string with_recorder = train(cut, 6, 2, "{name: fsdp}, {name: flight_recorder}",
+  std::string with_recorder = multihost_train(cut, 6, 2, "{name: fsdp}, {name: flight_recorder}",
                                     " --set checkpoint.enable=true --set checkpoint.interval=2"
                                     " --set checkpoint.keep_latest_k=0 --set comm.train_timeout_seconds=4");
   double down_at = -1, up_at = -1;
@@ -316,7 +316,7 @@ TEST_CASE("multihost: a rank killed on host 1 restarts both hosts' ranks togethe
   CHECK(has(link_down[1].output, "the group's other ranks: rank 0 on interface eth0 (10.231.0.1)"));
   for (const auto& result : link_down) CHECK(has(result.output, "joining round 1 with the other 1 node"));
   CHECK(has(link_down[0].output, "resumed from checkpoint at step 2"));
-  auto after_cut = losses_of(cut);
+  auto after_cut = multihost_losses_of(cut);
   REQUIRE(after_cut.size() == 6);
   for (const auto& [step, loss] : after_cut) CHECK_MESSAGE(loss == expected.at(step), "step ", step);  // exact
 }
@@ -328,7 +328,7 @@ TEST_CASE("multihost: a host whose launcher dies mid-run ends the job on the oth
   const double rdzv_timeout_s = 4;
   std::string options = "--max-restarts 1 --rdzv-timeout-s " + std::to_string(rdzv_timeout_s);
   fs::path dump = titan::test::temp_dir("multihost_lost");
-  std::string command = train(dump, 6, 2, "{name: fsdp}", kRestartCheckpoints);
+  std::string command = multihost_train(dump, 6, 2, "{name: fsdp}", kRestartCheckpoints);
   // Host 1: its rank kills itself after step 2 and the shell around it
   // SIGKILLs host 1's launcher before it can reap the rank: the host is
   // gone without a word. Host 0's rank loses its peer, host 0's launcher
@@ -349,7 +349,7 @@ TEST_CASE("multihost: a host whose launcher dies mid-run ends the job on the oth
   // Host 0's launcher dies the same way: it hosted the launchers' store, so
   // host 1's launcher ends the job saying so.
   fs::path dump0 = titan::test::temp_dir("multihost_lost0");
-  std::string command0 = train(dump0, 6, 2, "{name: fsdp}", kRestartCheckpoints);
+  std::string command0 = multihost_train(dump0, 6, 2, "{name: fsdp}", kRestartCheckpoints);
   std::string lost0 = "sh -c '\"$0\" \"$@\" --set debug.crash_rank=0 --set debug.crash_at_step=2; kill -9 $PPID' " + command0;
   auto node0_gone = hosts.run_all({restartable(hosts, 0, lost0, options), restartable(hosts, 1, command0, options)}, 120,
                                   titan::test::temp_dir("multihost_lost0_logs"));
@@ -362,7 +362,7 @@ TEST_CASE("multihost: a host whose launcher dies mid-run ends the job on the oth
   // Both hosts' ranks fail in round 0 and round 1 (--max-restarts 1): both
   // launchers restart once, then end, naming the last failure.
   fs::path always = titan::test::temp_dir("multihost_exhausted");
-  std::string failing = train(always, 6, 2, "{name: fsdp}", " --set debug.crash_rank=1 --set debug.crash_at_step=1");
+  std::string failing = multihost_train(always, 6, 2, "{name: fsdp}", " --set debug.crash_rank=1 --set debug.crash_at_step=1");
   auto exhausted = hosts.run_all({restartable(hosts, 0, failing, options), restartable(hosts, 1, failing, options)},
                                  120, titan::test::temp_dir("multihost_exhausted_logs"));
   INFO("exhausted, host 0:\n", exhausted[0].output, "\nhost 1:\n", exhausted[1].output);

@@ -80,7 +80,7 @@ void write_token_shard(const fs::path& path, int64_t count) {
       .write(reinterpret_cast<const char*>(ids.data()), static_cast<std::streamsize>(ids.size() * sizeof(uint16_t)));
 }
 
-std::vector<nlohmann::json> metrics_of(const fs::path& dump) {
+std::vector<nlohmann::json> reference_metrics_of(const fs::path& dump) {
   std::vector<nlohmann::json> lines;
   std::stringstream text(titan::test::read_file(dump / "metrics.jsonl"));
   for (std::string line; std::getline(text, line);) {
@@ -137,7 +137,7 @@ TEST_SUITE("pytorch reference") {
                                        " --set debug.save_final_model=" + (run / "final.pt").string()));
     REQUIRE_MESSAGE(result.exit_code == 0, result.output);
     REQUIRE_MESSAGE(result.output.find("loaded initial weights: 21 tensors") != std::string::npos, result.output);
-    const auto titan_steps = metrics_of(run);
+    const auto titan_steps = reference_metrics_of(run);
     REQUIRE(titan_steps.size() == static_cast<size_t>(recipe.steps));
 
     result = run_command(in_source_dir(python + " tests/python/llama3_reference.py" +

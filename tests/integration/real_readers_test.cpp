@@ -68,7 +68,7 @@ nlohmann::json report_of(const titan::test::CommandResult& result) {
 }
 
 // The lines of a metrics JSONL file (metrics.jsonl, metrics.rank<r>.jsonl).
-std::vector<nlohmann::json> metrics_of(const fs::path& jsonl) {
+std::vector<nlohmann::json> reader_metrics_of(const fs::path& jsonl) {
   std::vector<nlohmann::json> lines;
   std::stringstream text(titan::test::read_file(jsonl));
   for (std::string line; std::getline(text, line);) {
@@ -142,7 +142,7 @@ TEST_SUITE("real readers") {
     for (size_t rank = 0; rank < ranks.size(); ++rank) {
       CAPTURE(rank);
       size_t scalars = 0;
-      for (const auto& line : metrics_of(ranks[rank].first)) scalars += line.size() - 1;  // all but "step"
+      for (const auto& line : reader_metrics_of(ranks[rank].first)) scalars += line.size() - 1;  // all but "step"
       CHECK(scalars > 3 * 10);  // every training key of 3 steps and the validation keys
       const auto& run = report["runs"][rank];
       CHECK(run["event_files"] == 1);
@@ -182,7 +182,7 @@ TEST_SUITE("real readers") {
     REQUIRE_MESSAGE(result.exit_code == 0, result.output);
     CHECK_MESSAGE(has(result.output, "loaded initial weights: 21 tensors"), result.output);
     CHECK_MESSAGE(!has(result.output, "but the configured model has"), result.output);
-    const auto lines = metrics_of(dir / "run/metrics.jsonl");
+    const auto lines = reader_metrics_of(dir / "run/metrics.jsonl");
     REQUIRE(lines.size() == 2);
     const double titan_loss = lines[0]["loss_metrics/global_avg_loss"];
     CHECK(std::abs(titan_loss - hf_loss) <= 1e-5 * std::abs(hf_loss));
@@ -343,7 +343,7 @@ TEST_SUITE("real readers") {
         " --set job.dump_folder=" + (dir / "from_hf_run").string()));
     REQUIRE_MESSAGE(result.exit_code == 0, result.output);
     CHECK_MESSAGE(has(result.output, "loaded initial weights"), result.output);
-    const auto lines = metrics_of(dir / "from_hf_run/metrics.jsonl");
+    const auto lines = reader_metrics_of(dir / "from_hf_run/metrics.jsonl");
     REQUIRE(lines.size() == 1);
     const double titan_loss = lines[0]["loss_metrics/global_avg_loss"];
     MESSAGE("transformers " << hf_loss << ", Titan " << titan_loss << "; transformers with two experts swapped "
@@ -486,7 +486,7 @@ TEST_SUITE("real readers") {
     CHECK_MESSAGE(has(result.output, "loaded initial weights: " + std::to_string(3 * 7 + 3 + 2 * 8 + 3) + " tensors"),
                   result.output);
     CHECK_MESSAGE(!has(result.output, "but the configured model has"), result.output);
-    const auto lines = metrics_of(dir / "from_hf_run/metrics.jsonl");
+    const auto lines = reader_metrics_of(dir / "from_hf_run/metrics.jsonl");
     REQUIRE(lines.size() == 1);
     const double titan_loss = lines[0]["loss_metrics/global_avg_loss"];
     MESSAGE("transformers " << hf_loss << ", Titan " << titan_loss << "; transformers without the expert bias "

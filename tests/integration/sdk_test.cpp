@@ -72,7 +72,7 @@ titan::test::CommandResult train_example(const std::string& name, const std::str
                      sets);
 }
 
-std::vector<double> losses_of(const fs::path& dump) {
+std::vector<double> sdk_losses_of(const fs::path& dump) {
   std::vector<double> losses;
   std::stringstream text(titan::test::read_file(dump / "metrics.jsonl"));
   for (std::string line; std::getline(text, line);) {
@@ -84,7 +84,7 @@ std::vector<double> losses_of(const fs::path& dump) {
 }
 
 void check_learns(const fs::path& dump, size_t steps) {
-  auto losses = losses_of(dump);
+  auto losses = sdk_losses_of(dump);
   REQUIRE(losses.size() == steps);
   for (double loss : losses) CHECK(std::isfinite(loss));
   CHECK(losses.back() < losses.front());

@@ -18,7 +18,7 @@ using titan::test::run_single;
 using titan::test::RunOutput;
 
 // 4 heads and 4 kv heads: Ulysses and TP split them over up to 4 ranks.
-const std::string& kSmall = titan::test::kSmallModel;
+using titan::test::kSmallModel;
 
 std::string tp(int degree, const std::string& more = "") {
   return "{name: tensor_parallel, tensor_parallel_degree: " + std::to_string(degree) + more + "}";
@@ -48,38 +48,38 @@ void check_share(const RunOutput& run, const RunOutput& reference, double expect
 }  // namespace
 
 TEST_CASE("tensor parallel: TP2 with sequence and loss parallel, and TP2 without SP, reproduce the single process") {
-  RunOutput reference = run_single("tp2_reference", kSmall);
-  RunOutput sp = run_ranks("tp2_sp", 2, 29601, tp(2) + ", " + kLossParallel, kSmall, /*dp=*/1);
+  RunOutput reference = run_single("tp2_reference", kSmallModel);
+  RunOutput sp = run_ranks("tp2_sp", 2, 29601, tp(2) + ", " + kLossParallel, kSmallModel, /*dp=*/1);
   check_equivalent(sp, reference, 1e-5);
   check_share(sp, reference, expected_share(reference, 2, 1), "TP2");
   RunOutput no_sp = run_ranks("tp2_no_sp", 2, 29606, tp(2, ", enable_sequence_parallel: false") + ", " + kLossParallel,
-                              kSmall, 1);
+                              kSmallModel, 1);
   check_equivalent(no_sp, reference, 1e-5);
 }
 
 TEST_CASE("tensor parallel: TP4, and TP2 without loss parallel (logits gathered), reproduce the single process") {
-  RunOutput reference = run_single("tp4_reference", kSmall);
-  RunOutput tp4 = run_ranks("tp4", 4, 29611, tp(4) + ", " + kLossParallel, kSmall, 1);
+  RunOutput reference = run_single("tp4_reference", kSmallModel);
+  RunOutput tp4 = run_ranks("tp4", 4, 29611, tp(4) + ", " + kLossParallel, kSmallModel, 1);
   check_equivalent(tp4, reference, 1e-5);
   check_share(tp4, reference, expected_share(reference, 4, 1), "TP4");
-  RunOutput gathered = run_ranks("tp2_gathered_loss", 2, 29616, tp(2), kSmall, 1);
+  RunOutput gathered = run_ranks("tp2_gathered_loss", 2, 29616, tp(2), kSmallModel, 1);
   check_equivalent(gathered, reference, 1e-5);
 }
 
 TEST_CASE("tensor parallel: FSDP2 x TP2 and HSDP 2 x (FSDP1 x TP2) on 4 ranks reproduce the single process") {
-  RunOutput reference = run_single("fsdp_tp_reference", kSmall);
-  RunOutput fsdp_tp = run_ranks("fsdp2_tp2", 4, 29621, "{name: fsdp}, " + tp(2) + ", " + kLossParallel, kSmall, 2);
+  RunOutput reference = run_single("fsdp_tp_reference", kSmallModel);
+  RunOutput fsdp_tp = run_ranks("fsdp2_tp2", 4, 29621, "{name: fsdp}, " + tp(2) + ", " + kLossParallel, kSmallModel, 2);
   check_equivalent(fsdp_tp, reference, 1e-5);
   check_share(fsdp_tp, reference, 0.25, "FSDP2 x TP2");
   RunOutput hsdp_tp = run_ranks("hsdp_tp2", 4, 29626,
-                                "{name: fsdp, dp_replicate: 2, dp_shard: 1}, " + tp(2) + ", " + kLossParallel, kSmall, 2);
+                                "{name: fsdp, dp_replicate: 2, dp_shard: 1}, " + tp(2) + ", " + kLossParallel, kSmallModel, 2);
   check_equivalent(hsdp_tp, reference, 1e-5);
 }
 
 TEST_CASE("tensor parallel: async TP2 (chunked all-gather / reduce-scatter matmuls) reproduces the single process") {
-  RunOutput reference = run_single("async_tp_reference", kSmall);
+  RunOutput reference = run_single("async_tp_reference", kSmallModel);
   RunOutput async = run_ranks("async_tp2", 2, 29631, tp(2, ", enable_async_tensor_parallel: true") + ", " + kLossParallel,
-                              kSmall, 1);
+                              kSmallModel, 1);
   check_equivalent(async, reference, 1e-5);
 }
 
@@ -133,7 +133,7 @@ TEST_CASE("tensor parallel: invalid degrees are refused with the key, the value 
 TEST_CASE("tensor parallel + dcp: an FSDP4 checkpoint resumes under FSDP2 x TP2 on the same curve; its save loads "
           "bit-exactly under TP4 and one process") {
   const std::string checkpoints =
-      kSmall + " --set checkpoint.enable=true --set checkpoint.interval=5 --set checkpoint.keep_latest_k=0";
+      kSmallModel + " --set checkpoint.enable=true --set checkpoint.interval=5 --set checkpoint.keep_latest_k=0";
   RunOutput fsdp4 = run_ranks("tp_dcp_fsdp4", 4, 29646, "{name: fsdp}", checkpoints);
   // Resume step 5 of the FSDP4 run under FSDP2 x TP2 and train to step 10.
   fs::path resumed_dump = titan::test::temp_dir("tp_dcp_fsdp2_tp2");
@@ -181,7 +181,7 @@ TEST_CASE("tensor parallel: the flight recorder sees every TP collective under i
   auto result = run_command(
       "timeout 120 " + titan::test::titan_binary() + " launch --nproc-per-node 2 --master-port 29661 -- " +
       titan::test::titan_binary() + " train " + titan::test::source_dir() + "/configs/llama3_debugmodel_tp.yaml" +
-      kSmall + " --set model.n_layers=1 --set training.steps=1 --set training.seq_len=32 --set job.dump_folder=" +
+      kSmallModel + " --set model.n_layers=1 --set training.steps=1 --set training.seq_len=32 --set job.dump_folder=" +
       dump.string() + " --set 'plugins=[" + tp(2) + ", " + kLossParallel +
       ", {name: flight_recorder, dump_on_exit: true}]'");
   INFO(result.output);

@@ -64,7 +64,7 @@ titan::test::CommandResult train(const fs::path& dir, const std::string& args = 
                      (dir / "run.yaml").string() + " " + args);
 }
 
-std::vector<nlohmann::json> metrics_of(const fs::path& dir) {
+std::vector<nlohmann::json> train_metrics_of(const fs::path& dir) {
   std::vector<nlohmann::json> lines;
   std::stringstream text(read_file(dir / "out" / "metrics.jsonl"));
   for (std::string line; std::getline(text, line);) {
@@ -73,9 +73,9 @@ std::vector<nlohmann::json> metrics_of(const fs::path& dir) {
   return lines;
 }
 
-std::map<int64_t, double> losses_of(const fs::path& dir) {
+std::map<int64_t, double> train_losses_of(const fs::path& dir) {
   std::map<int64_t, double> losses;
-  for (const auto& line : metrics_of(dir)) {
+  for (const auto& line : train_metrics_of(dir)) {
     // JSON has no NaN: a non-finite loss is written as null.
     losses[line["step"].get<int64_t>()] = line["loss_metrics/global_avg_loss"].is_number() ? line["loss_metrics/global_avg_loss"].get<double>() : std::nan("");
   }
@@ -95,7 +95,7 @@ TEST_SUITE("train") {
     // A peak far below the real one: MFU is capped at 100% with one warning.
     auto result = train(dir, "--set training.steps=40 --set checkpoint.enable=false --set metrics.peak_flops=1");
     REQUIRE_MESSAGE(result.exit_code == 0, result.output);
-    auto lines = metrics_of(dir);
+    auto lines = train_metrics_of(dir);
     REQUIRE(lines.size() == 40);
     size_t warnings = 0;
     for (size_t at = 0; (at = result.output.find("logged as 100%", at)) != std::string::npos; ++at) ++warnings;
@@ -166,7 +166,7 @@ TEST_SUITE("train") {
     REQUIRE_MESSAGE(b2.exit_code == 0, b2.output);
     CHECK_MESSAGE(b2.output.find("host allocator: system") != std::string::npos, b2.output);
     CHECK(b2.output.find("resumed from checkpoint at step 10") != std::string::npos);
-    auto straight_losses = losses_of(straight), resumed_losses = losses_of(resumed);
+    auto straight_losses = train_losses_of(straight), resumed_losses = train_losses_of(resumed);
     REQUIRE(resumed_losses.size() == 10);
     for (int64_t step = 11; step <= 20; ++step) {
       CHECK_MESSAGE(straight_losses[step] == resumed_losses[step], "step ", step);  // exact
@@ -192,7 +192,7 @@ TEST_SUITE("train") {
     result = train(skip, "--set debug.inject_nonfinite_loss_at_step=13 --set training.on_nonfinite_loss=skip");
     CHECK_MESSAGE(result.exit_code == 0, result.output);
     CHECK(result.output.find("step 13: non-finite loss") != std::string::npos);
-    CHECK(losses_of(skip).size() == 20);
+    CHECK(train_losses_of(skip).size() == 20);
   }
 
   TEST_CASE("a precision plugin's dtypes replace training.mixed_precision_* and the run still learns") {
@@ -202,7 +202,7 @@ TEST_SUITE("train") {
     REQUIRE_MESSAGE(result.exit_code == 0, result.output);
     CHECK(result.output.find("precision policy: params BFloat16 / reduce Float") != std::string::npos);
     CHECK(result.output.find("params BFloat16 / reduce Float, reshard") != std::string::npos);  // fsdp got them
-    auto losses = losses_of(dir);
+    auto losses = train_losses_of(dir);
     REQUIRE(losses.size() == 20);
     for (const auto& [step, loss] : losses) CHECK_MESSAGE(std::isfinite(loss), "step ", step);
     // Batches differ step to step: compare the means of the first and last four.
@@ -236,7 +236,7 @@ TEST_SUITE("train") {
     REQUIRE(posix_spawn(&pid, "/bin/sh", nullptr, nullptr, const_cast<char**>(argv), environ) == 0);
     auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
     while (std::chrono::steady_clock::now() < deadline &&
-           (!fs::exists(dir / "out/metrics.jsonl") || metrics_of(dir).size() < 3)) {
+           (!fs::exists(dir / "out/metrics.jsonl") || train_metrics_of(dir).size() < 3)) {
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
     REQUIRE(kill(pid, SIGTERM) == 0);
@@ -246,7 +246,7 @@ TEST_SUITE("train") {
     CHECK(WEXITSTATUS(status) == 0);
     std::string log = read_file(dir / "log.txt");
     CHECK(log.find("received signal 15; stopped cleanly after step") != std::string::npos);
-    int64_t last = metrics_of(dir).back()["step"];
+    int64_t last = train_metrics_of(dir).back()["step"];
     CHECK(last < 100000);
     CHECK(fs::exists(dir / "out/checkpoint" / ("step-" + std::to_string(last)) / "metadata.json"));
   }

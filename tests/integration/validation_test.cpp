@@ -35,7 +35,7 @@ std::vector<Validation> validations(const fs::path& dump) {
 }
 
 // The debug model shrunk to seconds; `extra` adds --set options.
-std::string train(const fs::path& dump, const std::string& extra) {
+std::string train_validated(const fs::path& dump, const std::string& extra) {
   return titan::test::titan_binary() + " train " + titan::test::source_dir() +
          "/configs/llama3_debugmodel.yaml --set model.dim=64 --set model.n_layers=2 --set model.n_heads=4"
          " --set training.seq_len=32 --set training.threads=1 --set training.steps=4 --set checkpoint.enable=false"
@@ -88,7 +88,7 @@ std::string launch(int ranks, int port) {
 TEST_SUITE("validation") {
   TEST_CASE("validation: each pass starts the held-out set afresh and sees the model as trained so far") {
     fs::path frozen = titan::test::temp_dir("validation_frozen") / "out";
-    auto result = titan::test::run_command("timeout 300 " + train(frozen, " --set training.local_batch_size=4"
+    auto result = titan::test::run_command("timeout 300 " + train_validated(frozen, " --set training.local_batch_size=4"
                                                                           " --set validation.steps=3"
                                                                           " --set optimizer.lr=0"));
     REQUIRE_MESSAGE(result.exit_code == 0, result.output);
@@ -102,7 +102,7 @@ TEST_SUITE("validation") {
     CHECK(has(result.output, "validation at step 2: loss"));
 
     fs::path trained = titan::test::temp_dir("validation_trained") / "out";
-    result = titan::test::run_command("timeout 300 " + train(trained, " --set training.local_batch_size=4"
+    result = titan::test::run_command("timeout 300 " + train_validated(trained, " --set training.local_batch_size=4"
                                                                       " --set validation.steps=3"));
     REQUIRE_MESSAGE(result.exit_code == 0, result.output);
     auto moved = validations(trained);
@@ -114,10 +114,10 @@ TEST_SUITE("validation") {
   TEST_CASE("validation: FSDP on 2 ranks gives the single process's validation losses, the whole set once included") {
     fs::path dir = titan::test::temp_dir("validation_fsdp");
     const std::string whole = whole_heldout_set(dir);
-    auto one = titan::test::run_command("timeout 300 " + train(dir / "one", " --set training.local_batch_size=4" + whole));
+    auto one = titan::test::run_command("timeout 300 " + train_validated(dir / "one", " --set training.local_batch_size=4" + whole));
     REQUIRE_MESSAGE(one.exit_code == 0, one.output);
     auto two = titan::test::run_command("timeout 300 " + launch(2, 29993) +
-                                        train(dir / "two", " --set training.local_batch_size=2 --set 'plugins=[{name: fsdp}]'" +
+                                        train_validated(dir / "two", " --set training.local_batch_size=2 --set 'plugins=[{name: fsdp}]'" +
                                                                whole));
     REQUIRE_MESSAGE(two.exit_code == 0, two.output);
     check_same_validations(validations(dir / "one"), validations(dir / "two"));
@@ -127,7 +127,7 @@ TEST_SUITE("validation") {
             "the single process's, the whole set once, the same on every rank") {
     fs::path dir = titan::test::temp_dir("validation_pp");
     const std::string whole = whole_heldout_set(dir);
-    auto one = titan::test::run_command("timeout 300 " + train(dir / "one", " --set training.local_batch_size=4" + whole));
+    auto one = titan::test::run_command("timeout 300 " + train_validated(dir / "one", " --set training.local_batch_size=4" + whole));
     REQUIRE_MESSAGE(one.exit_code == 0, one.output);
     const auto reference = validations(dir / "one");
     struct Pipelined {
@@ -145,7 +145,7 @@ TEST_SUITE("validation") {
                                   run.schedule + ", num_pp_microbatches: 2}" + run.plugins + "]'";
       auto pp = titan::test::run_command(
           "timeout 300 " + launch(run.ranks, run.port) +
-          train(dir / name, " --set training.local_batch_size=" + std::to_string(run.local_batch_size) + plugins +
+          train_validated(dir / name, " --set training.local_batch_size=" + std::to_string(run.local_batch_size) + plugins +
                                 whole));
       REQUIRE_MESSAGE(pp.exit_code == 0, pp.output);
       check_same_validations(reference, validations(dir / name));

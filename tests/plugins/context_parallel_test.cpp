@@ -17,7 +17,7 @@ using titan::test::has;
 // validate() of context_parallel with `options` on the debug model (16
 // heads), the run's parallelizers at `apply_orders` (fsdp's data_parallel
 // unless said otherwise).
-std::string validate(const std::string& options, const std::map<std::string, int64_t>& degrees,
+std::string validate_cp(const std::string& options, const std::map<std::string, int64_t>& degrees,
                      int64_t seq_len = 128,
                      const std::vector<ApplyOrder>& apply_orders = {ApplyOrder::context_parallel,
                                                                     ApplyOrder::data_parallel}) {
@@ -49,39 +49,39 @@ TEST_CASE("context_parallel plugin: context_parallel_degree 2, all-gather rotati
 }
 
 TEST_CASE("context_parallel plugin: context parallelism refuses pipeline_parallel_degree > 1 for now") {
-  std::string cp = validate("{}", {{"cp", 2}, {"pp", 2}}, 128, {});
+  std::string cp = validate_cp("{}", {{"cp", 2}, {"pp", 2}}, 128, {});
   CHECK(has(cp, "context_parallel: context_parallel_degree = 2 with pipeline_parallel_degree = 2 is not "
                 "supported yet"));
-  CHECK(has(validate("{}", {{"cp", 2}, {"pp", 2}}), "use one or the other"));
+  CHECK(has(validate_cp("{}", {{"cp", 2}, {"pp", 2}}), "use one or the other"));
 }
 
 TEST_CASE("context_parallel plugin: cp > 1 needs a data-parallel plugin in the run to average over the sequence "
           "pieces") {
-  std::string alone = validate("{}", {{"cp", 2}}, 128, {ApplyOrder::context_parallel});
+  std::string alone = validate_cp("{}", {{"cp", 2}}, 128, {ApplyOrder::context_parallel});
   CHECK(has(alone, "mesh dim cp=2 needs a data-parallel plugin"));
   CHECK(has(alone, "add {name: fsdp} to plugins"));
-  CHECK(has(validate("{}", {{"cp", 2}, {"tp", 2}}, 128, {ApplyOrder::tensor_parallel, ApplyOrder::context_parallel}),
+  CHECK(has(validate_cp("{}", {{"cp", 2}, {"tp", 2}}, 128, {ApplyOrder::tensor_parallel, ApplyOrder::context_parallel}),
             "mesh dim cp=2 needs a data-parallel plugin"));
-  CHECK(validate("{}", {{"cp", 2}}, 128, {ApplyOrder::data_parallel}) == "<no error>");
+  CHECK(validate_cp("{}", {{"cp", 2}}, 128, {ApplyOrder::data_parallel}) == "<no error>");
   // Nothing to average while cp is 1 or not known yet (-1 without --world-size).
-  CHECK(validate("{}", {{"cp", 1}}, 128, {}) == "<no error>");
-  CHECK(validate("{}", {}, 128, {}) == "<no error>");
+  CHECK(validate_cp("{}", {{"cp", 1}}, 128, {}) == "<no error>");
+  CHECK(validate_cp("{}", {}, 128, {}) == "<no error>");
 }
 
 TEST_CASE("context_parallel plugin: validate() refuses a sequence or a head count the degree does not split, "
           "naming what would work") {
-  CHECK(validate("{}", {{"cp", 2}}, 66) ==
+  CHECK(validate_cp("{}", {{"cp", 2}}, 66) ==
         "context_parallel: training.seq_len = 66 is not divisible by 2 x context_parallel_degree 2 (head-tail "
         "chunks) = 4; use a multiple of 4");
-  CHECK(validate("{context_parallel_load_balancer: none}", {{"cp", 2}}, 66) == "<no error>");
-  CHECK(has(validate("{}", {{"cp", 2}, {"tp", 2}}, 68),
+  CHECK(validate_cp("{context_parallel_load_balancer: none}", {{"cp", 2}}, 66) == "<no error>");
+  CHECK(has(validate_cp("{}", {{"cp", 2}, {"tp", 2}}, 68),
             "x tensor_parallel_degree 2 (sequence parallelism) = 8; use a multiple of 8"));
   // Ulysses gives each cp rank whole heads: 16 heads do not split over 3.
-  CHECK(validate("{context_parallel_method: ulysses}", {{"cp", 3}}, 96) ==
+  CHECK(validate_cp("{context_parallel_method: ulysses}", {{"cp", 3}}, 96) ==
         "context_parallel: Ulysses splits attention heads over context_parallel_degree 3, but model.n_heads = 16 "
         "does not divide; use context_parallel_method: ring or a degree that divides the heads");
-  CHECK(validate("{context_parallel_method: ulysses}", {{"cp", 4}}, 96) == "<no error>");
-  CHECK(validate("{}", {{"cp", 3}}, 96) == "<no error>");  // ring attention keeps every head
+  CHECK(validate_cp("{context_parallel_method: ulysses}", {{"cp", 4}}, 96) == "<no error>");
+  CHECK(validate_cp("{}", {{"cp", 3}}, 96) == "<no error>");  // ring attention keeps every head
 }
 
 TEST_CASE("context_parallel plugin: bad options are refused naming the key and what was expected") {

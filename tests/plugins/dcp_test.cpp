@@ -27,7 +27,7 @@ std::unique_ptr<titan::Checkpointer> dcp(const std::string& options, const fs::p
   return checkpointer;
 }
 
-std::string refusal(const std::string& options) {
+std::string dcp_refusal(const std::string& options) {
   return error_of([&] { dcp(options); });
 }
 
@@ -119,14 +119,14 @@ TEST_CASE("dcp plugin: the folder is under job.dump_folder unless absolute, keep
 }
 
 TEST_CASE("dcp plugin: bad options are refused naming the key and what was expected") {
-  std::string interval = refusal("{interval: 0}");
+  std::string interval = dcp_refusal("{interval: 0}");
   CHECK(has(interval, "run.yaml:1:"));
   CHECK(has(interval, "interval: expected a positive integer"));
-  CHECK(has(refusal("{keep_latest_k: -1}"), "keep_latest_k: expected >= 0"));
-  CHECK(has(refusal("{load_step: -2}"), "load_step: expected -1 or a step number"));
-  CHECK(has(refusal("{async_mode: later}"),
+  CHECK(has(dcp_refusal("{keep_latest_k: -1}"), "keep_latest_k: expected >= 0"));
+  CHECK(has(dcp_refusal("{load_step: -2}"), "load_step: expected -1 or a step number"));
+  CHECK(has(dcp_refusal("{async_mode: later}"),
             "async_mode: expected one of {disabled, async, async_with_pinned_mem}, got \"later\""));
-  CHECK(has(refusal("{export_dtype: fp8}"), "export_dtype: expected one of {float32, bfloat16, float16}, got \"fp8\""));
-  CHECK(has(refusal("{enable: maybe}"), "enable: expected bool, got \"maybe\""));
-  CHECK(has(refusal("{interval: 2.5}"), "interval: expected int, got \"2.5\""));
+  CHECK(has(dcp_refusal("{export_dtype: fp8}"), "export_dtype: expected one of {float32, bfloat16, float16}, got \"fp8\""));
+  CHECK(has(dcp_refusal("{enable: maybe}"), "enable: expected bool, got \"maybe\""));
+  CHECK(has(dcp_refusal("{interval: 2.5}"), "interval: expected int, got \"2.5\""));
 }

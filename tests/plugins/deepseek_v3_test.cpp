@@ -24,7 +24,7 @@ std::unique_ptr<titan::ModelSpec> deepseek_v3(const std::string& options_yaml) {
   return titan::PluginRegistry::instance().create_model("deepseek_v3", context);
 }
 
-std::string refusal(const std::function<void()>& action) {
+std::string deepseek_refusal(const std::function<void()>& action) {
   try {
     action();
   } catch (const std::exception& e) {
@@ -33,8 +33,8 @@ std::string refusal(const std::function<void()>& action) {
   return "";
 }
 
-std::string refusal(const std::string& options_yaml) {
-  return refusal([&] { deepseek_v3(options_yaml); });
+std::string deepseek_refusal(const std::string& options_yaml) {
+  return deepseek_refusal([&] { deepseek_v3(options_yaml); });
 }
 
 using titan::test::has;
@@ -196,24 +196,24 @@ TEST_SUITE("deepseek_v3") {
     CHECK(debug["topk_group"] == 1);
     // TorchTitan's debugmodel and 16B score with a softmax, which HF's DeepSeek-V3 cannot.
     auto softmax = deepseek_v3("  flavor: debugmodel\n");
-    CHECK(has(refusal([&] { softmax->hf_names(); }), "softmax router scores"));
-    CHECK(has(refusal([&] { deepseek_v3("  flavor: 671B\n  num_shared_experts: 0\n")->hf_config_json(); }),
+    CHECK(has(deepseek_refusal([&] { softmax->hf_names(); }), "softmax router scores"));
+    CHECK(has(deepseek_refusal([&] { deepseek_v3("  flavor: 671B\n  num_shared_experts: 0\n")->hf_config_json(); }),
               "without shared experts"));
     // With load balancing off there is no bias to name.
     CHECK(deepseek_v3("  flavor: 671B\n  load_balance_coeff: 0\n")->hf_names().count("layers.3.moe.router.expert_bias") == 0);
   }
 
   TEST_CASE("deepseek_v3 refuses bad options naming the key") {
-    CHECK(has(refusal("  flavor: debugmodel\n  n_dense_layers: 7\n"), "model.n_dense_layers"));
-    CHECK(has(refusal("  flavor: debugmodel\n  qk_rope_head_dim: 7\n"), "must be positive and even"));
-    std::string top_k = refusal("  flavor: debugmodel\n  top_k: 9\n");
+    CHECK(has(deepseek_refusal("  flavor: debugmodel\n  n_dense_layers: 7\n"), "model.n_dense_layers"));
+    CHECK(has(deepseek_refusal("  flavor: debugmodel\n  qk_rope_head_dim: 7\n"), "must be positive and even"));
+    std::string top_k = deepseek_refusal("  flavor: debugmodel\n  top_k: 9\n");
     CHECK(has(top_k, "model.top_k"));
     CHECK(has(top_k, "must be in [1, num_experts = 8], got 9"));
-    CHECK(has(refusal("  flavor: debugmodel\n  moe_inter_dim: -1\n"), "model.moe_inter_dim"));
-    CHECK(has(refusal("  flavor: debugmodel\n  num_limited_groups: 2\n"), "needs num_expert_groups > 0"));
-    CHECK(has(refusal("  flavor: debugmodel\n  score_func: relu\n"), "sigmoid"));
-    CHECK(has(refusal("  flavor: 1T\n"), "671B"));
+    CHECK(has(deepseek_refusal("  flavor: debugmodel\n  moe_inter_dim: -1\n"), "model.moe_inter_dim"));
+    CHECK(has(deepseek_refusal("  flavor: debugmodel\n  num_limited_groups: 2\n"), "needs num_expert_groups > 0"));
+    CHECK(has(deepseek_refusal("  flavor: debugmodel\n  score_func: relu\n"), "sigmoid"));
+    CHECK(has(deepseek_refusal("  flavor: 1T\n"), "671B"));
     // A dense-only model needs no MoE options to be valid.
-    CHECK(refusal("  flavor: debugmodel\n  n_dense_layers: 6\n  num_experts: 0\n").empty());
+    CHECK(deepseek_refusal("  flavor: debugmodel\n  n_dense_layers: 6\n  num_experts: 0\n").empty());
   }
 }

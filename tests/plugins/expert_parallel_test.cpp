@@ -22,7 +22,7 @@ std::unique_ptr<titan::ModelSpec> qwen3(const std::string& model) {
   return titan::PluginRegistry::instance().create_model("qwen3", context);
 }
 
-std::string validate(const std::string& options, const std::map<std::string, int64_t>& degrees,
+std::string validate_ep(const std::string& options, const std::map<std::string, int64_t>& degrees,
                      const std::string& model = moe(8)) {
   auto spec = qwen3(model);
   return error_of([&] { create_parallelizer("expert_parallel", options)->validate({*spec, degrees, 64, {}}); });
@@ -51,20 +51,20 @@ TEST_CASE("expert_parallel plugin: expert_parallel_degree 1 by default (document
 
 TEST_CASE("expert_parallel plugin: validate() refuses a degree dividing neither the experts nor dp_shard x cp, "
           "tensor parallelism, and a dense model, naming the key") {
-  CHECK(validate("{expert_parallel_degree: 2}", {{"dp_shard", 4}, {"cp", 1}, {"tp", 1}}) == "<no error>");
-  CHECK(validate("{expert_parallel_degree: 4}", {{"dp_shard", 2}, {"cp", 2}}) == "<no error>");  // 4 of dp_shard x cp
-  CHECK(validate("{expert_parallel_degree: 2}", {}) == "<no error>");  // degrees unknown yet
-  std::string experts = validate("{expert_parallel_degree: 4}", {{"dp_shard", 4}}, moe(6));
+  CHECK(validate_ep("{expert_parallel_degree: 2}", {{"dp_shard", 4}, {"cp", 1}, {"tp", 1}}) == "<no error>");
+  CHECK(validate_ep("{expert_parallel_degree: 4}", {{"dp_shard", 2}, {"cp", 2}}) == "<no error>");  // 4 of dp_shard x cp
+  CHECK(validate_ep("{expert_parallel_degree: 2}", {}) == "<no error>");  // degrees unknown yet
+  std::string experts = validate_ep("{expert_parallel_degree: 4}", {{"dp_shard", 4}}, moe(6));
   CHECK_MESSAGE(has(experts, "plugins: expert_parallel.expert_parallel_degree = 4 does not divide the 6 routed "
                              "experts of layers.0.moe (model.num_experts)"),
                 experts);
-  std::string ranks = validate("{expert_parallel_degree: 4}", {{"dp_shard", 6}});
+  std::string ranks = validate_ep("{expert_parallel_degree: 4}", {{"dp_shard", 6}});
   CHECK_MESSAGE(has(ranks, "expert_parallel_degree = 4 does not divide data_parallel_shard_degree x "
                            "context_parallel_degree x tensor_parallel_degree = 6 x 1 x 1 = 6"),
                 ranks);
   // ep borrows the tp ranks too (TorchTitan's ep = dp_shard x cp x tp).
-  CHECK(validate("{expert_parallel_degree: 4}", {{"dp_shard", 2}, {"tp", 2}}) == "<no error>");
-  CHECK(has(validate("{expert_parallel_degree: 4}", {{"dp_shard", 3}, {"tp", 2}}), "= 3 x 1 x 2 = 6"));
-  std::string dense = validate("{expert_parallel_degree: 2}", {{"dp_shard", 2}}, "  flavor: debugmodel\n  dim: 64\n  n_layers: 2\n");
+  CHECK(validate_ep("{expert_parallel_degree: 4}", {{"dp_shard", 2}, {"tp", 2}}) == "<no error>");
+  CHECK(has(validate_ep("{expert_parallel_degree: 4}", {{"dp_shard", 3}, {"tp", 2}}), "= 3 x 1 x 2 = 6"));
+  std::string dense = validate_ep("{expert_parallel_degree: 2}", {{"dp_shard", 2}}, "  flavor: debugmodel\n  dim: 64\n  n_layers: 2\n");
   CHECK_MESSAGE(has(dense, "has no MoE layers"), dense);
 }

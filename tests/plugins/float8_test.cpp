@@ -150,7 +150,7 @@ std::unique_ptr<titan::PrecisionPolicy> float8_policy(const std::string& yaml) {
   return titan::PluginRegistry::instance().create_precision("float8", context);
 }
 
-std::string error_of(const std::string& yaml) {
+std::string float8_error_of(const std::string& yaml) {
   try {
     float8_policy(yaml);
   } catch (const std::exception& error) {
@@ -407,16 +407,16 @@ TEST_CASE("float8 plugin: converts the model's linears by path, keeps filter_fqn
 }
 
 TEST_CASE("float8 plugin: unknown recipes and impossible option mixes are refused naming the key, value and choices") {
-  std::string recipe = error_of("recipe_name: blockwise");
+  std::string recipe = float8_error_of("recipe_name: blockwise");
   CHECK(recipe.find("recipe_name") != std::string::npos);
   CHECK(recipe.find("blockwise") != std::string::npos);
   CHECK(recipe.find("rowwise_with_gw_hp") != std::string::npos);
-  std::string gather = error_of("recipe_name: rowwise\nenable_fsdp_float8_all_gather: true");
+  std::string gather = float8_error_of("recipe_name: rowwise\nenable_fsdp_float8_all_gather: true");
   CHECK(gather.find("enable_fsdp_float8_all_gather") != std::string::npos);
   CHECK(gather.find("tensorwise") != std::string::npos);
-  std::string precompute = error_of("precompute_float8_dynamic_scale_for_fsdp: true");
+  std::string precompute = float8_error_of("precompute_float8_dynamic_scale_for_fsdp: true");
   CHECK(precompute.find("set enable_fsdp_float8_all_gather: true") != std::string::npos);
-  CHECK(error_of("recipe_name: tensorwise\nenable_fsdp_float8_all_gather: true\n"
+  CHECK(float8_error_of("recipe_name: tensorwise\nenable_fsdp_float8_all_gather: true\n"
                  "precompute_float8_dynamic_scale_for_fsdp: true").empty());
   CHECK_THROWS_AS(f8::recipe_from_name("delayed"), titan::Error);
 }

@@ -12,6 +12,7 @@
 #include "close_to_reference.hpp"
 #include "cpu_layers.h"
 #include "doctest_torch.hpp"
+#include "tensor_support.hpp"
 #include "fused_ops.h"
 #include "titan/layers.hpp"
 
@@ -44,7 +45,7 @@ void check_fused_path(const at::Tensor &out, const std::string &what) {
   CHECK(made_by_kernel(out));
 }
 
-at::Tensor leaf(const at::Tensor &t) { return t.detach().clone().set_requires_grad(true); }
+using titan::test::leaf;
 
 std::shared_ptr<titan::RMSNorm> make_norm(const at::Tensor &weight, const at::TensorOptions &options) {
   auto norm = std::make_shared<titan::RMSNorm>(weight.size(0), 1e-5, options);

@@ -4,6 +4,7 @@
 // chunked cross-entropy's peak memory is O(tokens x chunk); the plugin
 // wires exactly the CPU kernels asked for on a CPU device.
 #include "doctest_torch.hpp"
+#include "tensor_support.hpp"
 #include "titan/peak_memory.hpp"
 
 #include <c10/core/CPUAllocator.h>
@@ -45,9 +46,9 @@ at::Tensor randn(at::IntArrayRef shape, at::ScalarType dtype, double scale = 1.0
 }
 
 // (autograd input, its detached copy for the emulation)
-at::Tensor leaf(const at::Tensor& t) { return t.detach().clone().set_requires_grad(true); }
+using titan::test::leaf;
 
-const char* dtype_name(at::ScalarType dtype) { return dtype == at::kFloat ? "fp32" : "bf16"; }
+using titan::test::dtype_name;
 
 void check_rmsnorm(int64_t rows, int64_t dim, at::ScalarType dtype) {
   at::manual_seed(rows * 131 + dim);

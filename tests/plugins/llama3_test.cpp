@@ -22,13 +22,13 @@
 
 namespace {
 
-std::unique_ptr<titan::ModelSpec> llama3(const std::string& options_yaml) {
+std::unique_ptr<titan::ModelSpec> llama3_spec(const std::string& options_yaml) {
   titan::PluginContext context;
   context.options = titan::ConfigNode::parse("model:\n" + options_yaml, "run.yaml").child("model");
   return titan::PluginRegistry::instance().create_model("llama3", context);
 }
 
-std::unique_ptr<titan::ModelSpec> flavor(const std::string& name) { return llama3("  flavor: " + name + "\n"); }
+std::unique_ptr<titan::ModelSpec> flavor(const std::string& name) { return llama3_spec("  flavor: " + name + "\n"); }
 
 std::map<std::string, at::Tensor> params_of(titan::CausalLM& model) {
   std::map<std::string, at::Tensor> out;
@@ -132,7 +132,7 @@ void randomize_norms(titan::CausalLM& model) {
 }
 
 void check_matches_reference(const std::string& options, const RefShape& shape) {
-  auto spec = llama3(options);
+  auto spec = llama3_spec(options);
   auto model = spec->build(c10::Device(c10::kCPU));
   model->init_weights(11);
   randomize_norms(*model);
@@ -264,7 +264,7 @@ TEST_CASE("llama3: the forward pass equals a float64 reference (RMSNorm, complex
 
 TEST_CASE("llama3: rotary tables are TorchTitan's frequencies, scaled as in Llama 3.1") {
   auto tables = [](const std::string& options) {
-    auto model = llama3(options)->build(c10::Device(c10::kCPU));
+    auto model = llama3_spec(options)->build(c10::Device(c10::kCPU));
     auto buffers = model->named_buffers();
     return std::pair{buffers["freqs_cos"], buffers["freqs_sin"]};
   };
@@ -294,7 +294,7 @@ TEST_CASE("llama3: init_weights is deterministic per seed and per parameter name
     if (name.find("norm") == std::string::npos) CHECK(!at::equal(value, c[name]));
   }
   // Values do not depend on which other layers exist, nor on the dtype.
-  auto shallow = llama3("  flavor: debugmodel\n  n_layers: 2\n")->build(c10::Device(c10::kCPU));
+  auto shallow = llama3_spec("  flavor: debugmodel\n  n_layers: 2\n")->build(c10::Device(c10::kCPU));
   shallow->to(at::kBFloat16);
   shallow->init_weights(7);
   for (const auto& [name, value] : params_of(*shallow)) {
@@ -305,7 +305,7 @@ TEST_CASE("llama3: init_weights is deterministic per seed and per parameter name
 }
 
 TEST_CASE("llama3: a model built on meta, materialized and initialized equals one built on the CPU") {
-  auto spec = llama3("  flavor: debugmodel\n  n_layers: 2\n");
+  auto spec = llama3_spec("  flavor: debugmodel\n  n_layers: 2\n");
   auto on_cpu = spec->build(c10::Device(c10::kCPU));
   on_cpu->init_weights(4);
   auto from_meta = spec->build(c10::Device(c10::kMeta));
@@ -379,7 +379,7 @@ TEST_CASE("llama3: the TP plan and the Hugging Face names cover every parameter"
 }
 
 TEST_CASE("llama3: every block runs through the wrapper chain, and dropped modules are skipped") {
-  auto model = llama3("  flavor: debugmodel\n  n_layers: 3\n")->build(c10::Device(c10::kCPU));
+  auto model = llama3_spec("  flavor: debugmodel\n  n_layers: 3\n")->build(c10::Device(c10::kCPU));
   model->init_weights(2);
   at::Tensor tokens = at::randint(2048, {1, 8}, at::kLong);
   at::Tensor plain = model->forward(tokens);
@@ -407,7 +407,7 @@ TEST_CASE("llama3: every block runs through the wrapper chain, and dropped modul
 TEST_CASE("llama3: bad options are config errors naming the key") {
   auto message_of = [](const std::string& options) {
     try {
-      llama3(options);
+      llama3_spec(options);
     } catch (const titan::ConfigError& error) {
       return std::string(error.what());
     }

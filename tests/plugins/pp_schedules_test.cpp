@@ -29,7 +29,7 @@ titan::PipelineProgram plan(const std::string& name, int64_t ranks, int64_t micr
   return titan::compile_pipeline(*s, PipelineShape{ranks, ranks * s->stages_per_rank().min, microbatches});
 }
 
-std::string refusal(const std::string& name, const PipelineShape& shape) {
+std::string schedule_refusal(const std::string& name, const PipelineShape& shape) {
   try {
     titan::compile_pipeline(*schedule(name), shape);
   } catch (const titan::Error& error) {
@@ -114,23 +114,23 @@ TEST_SUITE("pp_schedules") {
   }
 
   TEST_CASE("shapes a schedule cannot run are refused naming the key, its value and what works") {
-    std::string few = refusal("1F1B", {4, 4, 2});
+    std::string few = schedule_refusal("1F1B", {4, 4, 2});
     CHECK_MESSAGE(has(few, "num_pp_microbatches = 2"), few);
     CHECK_MESSAGE(has(few, "fewer than pipeline_parallel_schedule 1F1B needs: at least 4"), few);
-    std::string dual = refusal("DualPipeV", {2, 4, 3});
+    std::string dual = schedule_refusal("DualPipeV", {2, 4, 3});
     CHECK_MESSAGE(has(dual, "DualPipeV needs: at least 4"), dual);
-    std::string rounds = refusal("Interleaved1F1B", {2, 4, 5});
+    std::string rounds = schedule_refusal("Interleaved1F1B", {2, 4, 5});
     CHECK_MESSAGE(has(rounds, "num_pp_microbatches = 5"), rounds);
     CHECK_MESSAGE(has(rounds, "use 4 or 6 microbatches"), rounds);
-    std::string single = refusal("GPipe", {2, 4, 4});
+    std::string single = schedule_refusal("GPipe", {2, 4, 4});
     CHECK_MESSAGE(has(single, "GPipe runs exactly 1 stage per rank"), single);
     CHECK_MESSAGE(has(single, "pipeline_parallel_layers_per_stage gives 4 stages on pipeline_parallel_degree = 2"),
                   single);
-    std::string v = refusal("ZBVZeroBubble", {2, 6, 4});
+    std::string v = schedule_refusal("ZBVZeroBubble", {2, 6, 4});
     CHECK_MESSAGE(has(v, "ZBVZeroBubble runs exactly 2 stages per rank"), v);
-    std::string multi = refusal("LoopedBFS", {2, 2, 4});
+    std::string multi = schedule_refusal("LoopedBFS", {2, 2, 4});
     CHECK_MESSAGE(has(multi, "at least 2 stages per rank"), multi);
-    std::string uneven = refusal("Interleaved1F1B", {4, 6, 4});
+    std::string uneven = schedule_refusal("Interleaved1F1B", {4, 6, 4});
     CHECK_MESSAGE(has(uneven, "6 stages, not a multiple of pipeline_parallel_degree = 4"), uneven);
   }
 

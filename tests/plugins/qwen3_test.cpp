@@ -22,7 +22,7 @@ std::unique_ptr<titan::ModelSpec> qwen3(const std::string& options_yaml) {
   return titan::PluginRegistry::instance().create_model("qwen3", context);
 }
 
-std::string refusal(const std::string& options_yaml) {
+std::string qwen3_refusal(const std::string& options_yaml) {
   try {
     qwen3(options_yaml);
   } catch (const std::exception& e) {
@@ -31,7 +31,7 @@ std::string refusal(const std::string& options_yaml) {
   return "";
 }
 
-bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+using titan::test::has;
 
 const char* kSmallMoE =
     "  flavor: debugmodel_moe\n  dim: 32\n  n_layers: 2\n  n_heads: 4\n  n_kv_heads: 2\n  head_dim: 8\n"
@@ -153,11 +153,11 @@ TEST_SUITE("qwen3") {
   }
 
   TEST_CASE("qwen3 refuses bad MoE options naming the key") {
-    std::string message = refusal("  flavor: debugmodel_moe\n  num_experts: 4\n  top_k: 5\n");
+    std::string message = qwen3_refusal("  flavor: debugmodel_moe\n  num_experts: 4\n  top_k: 5\n");
     CHECK(has(message, "model.top_k"));
     CHECK(has(message, "must be in [1, num_experts = 4], got 5"));
-    CHECK(has(refusal("  flavor: 0.6B\n  num_experts: 8\n"), "flavor 0.6B is dense"));
-    CHECK(has(refusal(std::string(kSmallMoE) + "  experts_backend: cutlass\n"), "grouped_mm"));
-    CHECK(has(refusal(std::string(kSmallMoE) + "  load_balance_coeff: -1\n"), "load_balance_coeff"));
+    CHECK(has(qwen3_refusal("  flavor: 0.6B\n  num_experts: 8\n"), "flavor 0.6B is dense"));
+    CHECK(has(qwen3_refusal(std::string(kSmallMoE) + "  experts_backend: cutlass\n"), "grouped_mm"));
+    CHECK(has(qwen3_refusal(std::string(kSmallMoE) + "  load_balance_coeff: -1\n"), "load_balance_coeff"));
   }
 }

@@ -14,7 +14,7 @@ using titan::test::has;
 
 // validate() of tensor_parallel with `options` on the debug model (16 heads,
 // 16 kv heads, FFN 768, vocabulary 2048).
-std::string validate(const std::string& options, const std::map<std::string, int64_t>& degrees,
+std::string validate_tp(const std::string& options, const std::map<std::string, int64_t>& degrees,
                      int64_t seq_len = 128) {
   auto spec = debugmodel();
   return error_of([&] { create_parallelizer("tensor_parallel", options)->validate({*spec, degrees, seq_len, {}}); });
@@ -42,25 +42,25 @@ TEST_CASE("tensor_parallel plugin: tensor_parallel_degree -1, sequence parallel 
 }
 
 TEST_CASE("tensor_parallel plugin: sequence parallelism refuses pipeline_parallel_degree > 1 for now") {
-  std::string sp = validate("{tensor_parallel_degree: 2}", {{"tp", 2}, {"pp", 2}});
+  std::string sp = validate_tp("{tensor_parallel_degree: 2}", {{"tp", 2}, {"pp", 2}});
   CHECK(has(sp, "tensor_parallel: enable_sequence_parallel with pipeline_parallel_degree = 2 is not supported yet"));
   CHECK(has(sp, "set enable_sequence_parallel: false"));
-  CHECK(validate("{tensor_parallel_degree: 2, enable_sequence_parallel: false}", {{"tp", 2}, {"pp", 2}}) ==
+  CHECK(validate_tp("{tensor_parallel_degree: 2, enable_sequence_parallel: false}", {{"tp", 2}, {"pp", 2}}) ==
         "<no error>");
 }
 
 TEST_CASE("tensor_parallel plugin: validate() refuses a degree that does not divide the heads or the sequence, "
           "naming the key and a degree that would work") {
-  CHECK(validate("{}", {{"tp", 2}}) == "<no error>");
-  CHECK(validate("{}", {}) == "<no error>");  // tp -1 without --world-size: nothing to check yet
-  CHECK(validate("{}", {{"tp", 3}}) ==
+  CHECK(validate_tp("{}", {{"tp", 2}}) == "<no error>");
+  CHECK(validate_tp("{}", {}) == "<no error>");  // tp -1 without --world-size: nothing to check yet
+  CHECK(validate_tp("{}", {{"tp", 3}}) ==
         "tensor_parallel: model.n_heads: attention heads = 16 is not divisible by tensor_parallel_degree 3; use a "
         "degree dividing 16 (e.g. 2) or change model.n_heads");
   // Sequence parallelism shards the sequence too: seq_len must split, unless it is off.
-  CHECK(validate("{}", {{"tp", 2}}, 127) ==
+  CHECK(validate_tp("{}", {{"tp", 2}}, 127) ==
         "tensor_parallel: training.seq_len = 127 is not divisible by tensor_parallel_degree 2 with "
         "enable_sequence_parallel on; use a multiple of 2 or set enable_sequence_parallel: false");
-  CHECK(validate("{enable_sequence_parallel: false}", {{"tp", 2}}, 127) == "<no error>");
+  CHECK(validate_tp("{enable_sequence_parallel: false}", {{"tp", 2}}, 127) == "<no error>");
 }
 
 TEST_CASE("tensor_parallel plugin: bad options are refused naming the key and what was expected") {

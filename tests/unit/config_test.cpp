@@ -9,7 +9,7 @@ using titan::ConfigError;
 using titan::ConfigNode;
 
 namespace {
-std::string error_of(const std::function<void()>& action) {
+std::string config_error_of(const std::function<void()>& action) {
   try {
     action();
   } catch (const ConfigError& error) {
@@ -34,20 +34,20 @@ TEST_SUITE("config") {
 
   TEST_CASE("a wrong type names file, line, column, key and expected type") {
     ConfigNode root = ConfigNode::parse("training:\n  steps: twenty\n", "configs/run.yaml");
-    std::string message = error_of([&] { root.child("training").get<int64_t>("steps", 1); });
+    std::string message = config_error_of([&] { root.child("training").get<int64_t>("steps", 1); });
     CHECK(message == "configs/run.yaml:2:10: training.steps: expected int, got \"twenty\"");
-    CHECK(error_of([&] { root.child("training").get<bool>("steps", false); }).find("expected bool") !=
+    CHECK(config_error_of([&] { root.child("training").get<bool>("steps", false); }).find("expected bool") !=
           std::string::npos);
   }
 
   TEST_CASE("an int does not silently accept a float") {
     ConfigNode root = ConfigNode::parse("steps: 1.5\n", "a.yaml");
-    CHECK(error_of([&] { root.get<int64_t>("steps", 1); }).find("expected int, got \"1.5\"") != std::string::npos);
+    CHECK(config_error_of([&] { root.get<int64_t>("steps", 1); }).find("expected int, got \"1.5\"") != std::string::npos);
   }
 
   TEST_CASE("choice lists the allowed values and suggests the closest") {
     ConfigNode root = ConfigNode::parse("fsdp:\n  reshard_after_forward: alway\n", "b.yaml");
-    std::string message = error_of(
+    std::string message = config_error_of(
         [&] { root.child("fsdp").choice("reshard_after_forward", "default", {"default", "always", "never"}); });
     CHECK(message.find("b.yaml:2:26: fsdp.reshard_after_forward: expected one of {default, always, never}, got "
                        "\"alway\"") == 0);
@@ -67,9 +67,9 @@ TEST_SUITE("config") {
     CHECK((fsdp.choice("absent", Reshard::never, table) == Reshard::never));
     CHECK(fsdp.dump().find("absent: never") != std::string::npos);  // the default written back by its name
     CHECK(fsdp.documented().front().doc == "{default, always, never, true, false}");
-    CHECK(error_of([&] { fsdp.choice("c", Reshard::by_default, table); }) ==
+    CHECK(config_error_of([&] { fsdp.choice("c", Reshard::by_default, table); }) ==
           "k.yaml:3:4: c: expected one of {default, always, never, true, false}, got \"sometimes\"");
-    CHECK(error_of([&] { fsdp.choice("d", Reshard::by_default, table); }).find("did you mean \"always\"") !=
+    CHECK(config_error_of([&] { fsdp.choice("d", Reshard::by_default, table); }).find("did you mean \"always\"") !=
           std::string::npos);
     // A default missing from the table is the plugin's bug, not the user's.
     CHECK_THROWS_AS(fsdp.choice("e", Reshard::never, {{"always", Reshard::always}}), titan::Error);
@@ -81,11 +81,11 @@ TEST_SUITE("config") {
     CHECK(mesh.degree("rest", 1, "ranks") == -1);
     CHECK(mesh.degree("absent", -1, "ranks") == -1);
     CHECK(mesh.degree("tp", 1, "replicas", titan::Degree::at_least_one) == 2);
-    CHECK(error_of([&] { mesh.degree("zero", 1, "ranks"); }) ==
+    CHECK(config_error_of([&] { mesh.degree("zero", 1, "ranks"); }) ==
           "j.yaml:3:7: zero: expected a degree >= 1 or -1 (-1: the rest of the world), got 0");
-    CHECK(error_of([&] { mesh.degree("low", 1, "ranks"); }).find("low: expected a degree >= 1 or -1") !=
+    CHECK(config_error_of([&] { mesh.degree("low", 1, "ranks"); }).find("low: expected a degree >= 1 or -1") !=
           std::string::npos);
-    CHECK(error_of([&] { mesh.degree("rest", 1, "replicas", titan::Degree::at_least_one); }) ==
+    CHECK(config_error_of([&] { mesh.degree("rest", 1, "replicas", titan::Degree::at_least_one); }) ==
           "j.yaml:2:7: rest: expected a degree >= 1, got -1");
   }
 
@@ -94,18 +94,18 @@ TEST_SUITE("config") {
     ConfigNode optimizer = ConfigNode::parse("beta: 1.5\nlr: -0.001\neps: .nan\nbig: .inf\nok: 0.25\n", "l.yaml");
     CHECK(optimizer.number("ok", 0.5, NumberRange::half_open(0, 1)) == doctest::Approx(0.25));
     CHECK(optimizer.number("absent", 0.5, NumberRange::closed(0, 1), "a doc") == doctest::Approx(0.5));
-    CHECK(error_of([&] { optimizer.number("beta", 0.9, NumberRange::half_open(0, 1)); }) ==
+    CHECK(config_error_of([&] { optimizer.number("beta", 0.9, NumberRange::half_open(0, 1)); }) ==
           "l.yaml:1:7: beta: expected a number in [0, 1), got 1.5");
-    CHECK(error_of([&] { optimizer.number("ok", 1.0, NumberRange::closed(0.5, 1)); }) ==
+    CHECK(config_error_of([&] { optimizer.number("ok", 1.0, NumberRange::closed(0.5, 1)); }) ==
           "l.yaml:5:5: ok: expected a number in [0.5, 1], got 0.25");
-    CHECK(error_of([&] { optimizer.number("lr", 0.1, NumberRange::at_least(0)); }) ==
+    CHECK(config_error_of([&] { optimizer.number("lr", 0.1, NumberRange::at_least(0)); }) ==
           "l.yaml:2:5: lr: expected a finite number >= 0, got -0.001");
-    CHECK(error_of([&] { optimizer.number("ok", 1.0, NumberRange::above(0.25)); }).find(
+    CHECK(config_error_of([&] { optimizer.number("ok", 1.0, NumberRange::above(0.25)); }).find(
               "ok: expected a finite number > 0.25, got 0.25") != std::string::npos);
     // NaN and infinity are outside every range, even an unbounded one.
-    CHECK(error_of([&] { optimizer.number("eps", 1e-8, NumberRange::at_least(0)); }).find(
+    CHECK(config_error_of([&] { optimizer.number("eps", 1e-8, NumberRange::at_least(0)); }).find(
               "eps: expected a finite number >= 0, got ") != std::string::npos);
-    CHECK(error_of([&] { optimizer.number("big", 1.0, NumberRange::above(0)); }).find(
+    CHECK(config_error_of([&] { optimizer.number("big", 1.0, NumberRange::above(0)); }).find(
               "big: expected a finite number > 0, got inf") != std::string::npos);
   }
 
@@ -113,25 +113,25 @@ TEST_SUITE("config") {
     ConfigNode root = ConfigNode::parse("training:\n  stpes: 3\n  seq_len: 8\n", "c.yaml");
     root.child("training").get<int64_t>("steps", 1);
     root.child("training").get<int64_t>("seq_len", 1);
-    std::string message = error_of([&] { root.check_unknown_keys(); });
+    std::string message = config_error_of([&] { root.check_unknown_keys(); });
     CHECK(message.find("c.yaml:2:3: training.stpes: unknown key; did you mean 'steps'?") == 0);
   }
 
   TEST_CASE("an unknown section is reported at the root") {
     ConfigNode root = ConfigNode::parse("trainig:\n  steps: 3\n", "d.yaml");
     titan::read_core_config(root);
-    std::string message = error_of([&] { root.check_unknown_keys(); });
+    std::string message = config_error_of([&] { root.check_unknown_keys(); });
     CHECK(message.find("d.yaml:1:1: trainig: unknown key; did you mean 'training'?") == 0);
   }
 
   TEST_CASE("malformed YAML is a syntax error with its position") {
-    std::string message = error_of([] { ConfigNode::parse("training:\n  steps: [1, 2\n", "e.yaml"); });
+    std::string message = config_error_of([] { ConfigNode::parse("training:\n  steps: [1, 2\n", "e.yaml"); });
     CHECK(message.find("e.yaml:") == 0);
     CHECK(message.find("YAML syntax error") != std::string::npos);
   }
 
   TEST_CASE("a missing file is a clear error") {
-    CHECK(error_of([] { ConfigNode::load_file("/nonexistent/run.yaml"); }).find("cannot be read") !=
+    CHECK(config_error_of([] { ConfigNode::load_file("/nonexistent/run.yaml"); }).find("cannot be read") !=
           std::string::npos);
   }
 
@@ -153,18 +153,18 @@ TEST_SUITE("config") {
   TEST_CASE("an overridden bad value is attributed to --set") {
     ConfigNode root = ConfigNode::parse("training:\n  steps: 3\n", "g.yaml");
     root.apply_override("training.steps=abc");
-    CHECK(error_of([&] { root.child("training").get<int64_t>("steps", 0); }) ==
+    CHECK(config_error_of([&] { root.child("training").get<int64_t>("steps", 0); }) ==
           "--set training.steps: training.steps: expected int, got \"abc\"");
-    CHECK(error_of([&] { root.apply_override("training.steps"); }).find("expected key.path=value") !=
+    CHECK(config_error_of([&] { root.apply_override("training.steps"); }).find("expected key.path=value") !=
           std::string::npos);
     ConfigNode with_list = ConfigNode::parse("plugins:\n  - name: ddp\n", "i.yaml");
-    CHECK(error_of([&] { with_list.apply_override("plugins.fsdp.x=1"); }) ==
+    CHECK(config_error_of([&] { with_list.apply_override("plugins.fsdp.x=1"); }) ==
           "--set plugins.fsdp.x=1: 'plugins' has no element named or numbered 'fsdp'");
   }
 
   TEST_CASE("core config validates values") {
     auto bad = [](const std::string& yaml) {
-      return error_of([&] { titan::read_core_config(ConfigNode::parse(yaml, "h.yaml")); });
+      return config_error_of([&] { titan::read_core_config(ConfigNode::parse(yaml, "h.yaml")); });
     };
     CHECK(bad("training:\n  local_batch_size: 0\n").find("training.local_batch_size: expected a positive") !=
           std::string::npos);

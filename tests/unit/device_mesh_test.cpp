@@ -19,7 +19,7 @@ using titan::resolve_mesh_degrees;
 
 namespace {
 
-std::string error_of(const std::vector<MeshDimRequest>& requests, int world_size) {
+std::string mesh_error_of(const std::vector<MeshDimRequest>& requests, int world_size) {
   try {
     resolve_mesh_degrees(requests, world_size);
   } catch (const titan::Error& error) {
@@ -55,29 +55,29 @@ TEST_SUITE("device_mesh") {
   }
 
   TEST_CASE("resolve_mesh_degrees: degrees that do not multiply to the world size name the requests and the size") {
-    std::string message = error_of({{"dp_shard", 2}, {"tp", 2}}, 8);
+    std::string message = mesh_error_of({{"dp_shard", 2}, {"tp", 2}}, 8);
     CHECK_MESSAGE(contains(message, "dp_shard=2, tp=2"), message);
     CHECK_MESSAGE(contains(message, "multiply to 4"), message);
     CHECK_MESSAGE(contains(message, "world size is 8"), message);
-    message = error_of({}, 2);
+    message = mesh_error_of({}, 2);
     CHECK_MESSAGE(contains(message, "multiply to 1"), message);
     CHECK_MESSAGE(contains(message, "world size is 2"), message);
-    message = error_of({{"tp", 3}, {"dp_shard", -1}}, 8);
+    message = mesh_error_of({{"tp", 3}, {"dp_shard", -1}}, 8);
     CHECK_MESSAGE(contains(message, "world size 8 is not divisible"), message);
     CHECK_MESSAGE(contains(message, "dp_shard=-1"), message);
   }
 
   TEST_CASE("resolve_mesh_degrees: two -1 dims or an unknown dim or a bad degree or disagreeing plugins are errors") {
-    std::string message = error_of({{"dp_shard", -1}, {"tp", -1}}, 8);
+    std::string message = mesh_error_of({{"dp_shard", -1}, {"tp", -1}}, 8);
     CHECK_MESSAGE(contains(message, "both dp_shard and tp are -1"), message);
-    message = error_of({{"dpshard", 2}}, 2);
+    message = mesh_error_of({{"dpshard", 2}}, 2);
     CHECK_MESSAGE(contains(message, "'dpshard'"), message);
     CHECK_MESSAGE(contains(message, "known dims: pp, dp_replicate, dp_shard, cp, tp"), message);
-    message = error_of({{"tp", 0}}, 2);
+    message = mesh_error_of({{"tp", 0}}, 2);
     CHECK_MESSAGE(contains(message, "tp degree 0 is invalid"), message);
-    message = error_of({{"tp", -2}}, 2);
+    message = mesh_error_of({{"tp", -2}}, 2);
     CHECK_MESSAGE(contains(message, "tp degree -2 is invalid"), message);
-    message = error_of({{"tp", 2}, {"tp", 4}}, 8);
+    message = mesh_error_of({{"tp", 2}, {"tp", 4}}, 8);
     CHECK_MESSAGE(contains(message, "disagree on mesh dim tp: 2 vs 4"), message);
   }
 

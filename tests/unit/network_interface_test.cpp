@@ -37,7 +37,7 @@ NetworkFacts two_nic_host(bool eth1_up = true) {
   return facts;
 }
 
-std::string error_of(const std::string& ifname, const std::string& master, const NetworkFacts& facts) {
+std::string interface_error_of(const std::string& ifname, const std::string& master, const NetworkFacts& facts) {
   try {
     choose_gloo_network(ifname, master, 29500, facts);
   } catch (const titan::Error& error) {
@@ -72,7 +72,7 @@ TEST_CASE("network interface: a loopback MASTER_ADDR gives loopback, any other n
   }
   NetworkFacts odd = two_nic_host();
   odd.route = [](const std::string& master, int) { return RouteToMaster{master, "127.0.0.1"}; };
-  std::string error = error_of("", "10.0.0.1", odd);
+  std::string error = interface_error_of("", "10.0.0.1", odd);
   CHECK_MESSAGE(contains(error, "MASTER_ADDR 10.0.0.1 is not a loopback address but is reached through lo"), error);
   CHECK(contains(error, "GLOO_SOCKET_IFNAME"));
 }
@@ -92,16 +92,16 @@ TEST_CASE("network interface: GLOO_SOCKET_IFNAME's interfaces are used in order,
 }
 
 TEST_CASE("network interface: unknown, down or empty interface lists and unroutable masters are refused by name") {
-  std::string error = error_of("eth7", "10.0.0.1", two_nic_host());
+  std::string error = interface_error_of("eth7", "10.0.0.1", two_nic_host());
   CHECK_MESSAGE(contains(error, "GLOO_SOCKET_IFNAME names interface 'eth7', which this host does not have"), error);
   CHECK(contains(error, "eth0 (10.0.0.5)"));  // what there is instead
-  error = error_of("eth0,eth1", "10.0.0.1", two_nic_host(false));
+  error = interface_error_of("eth0,eth1", "10.0.0.1", two_nic_host(false));
   CHECK_MESSAGE(contains(error, "'eth1' (192.168.1.7), which is down"), error);
-  error = error_of(",", "10.0.0.1", two_nic_host());
+  error = interface_error_of(",", "10.0.0.1", two_nic_host());
   CHECK_MESSAGE(contains(error, "GLOO_SOCKET_IFNAME=',' names no interface"), error);
-  error = error_of("", "8.8.8.8", two_nic_host());
+  error = interface_error_of("", "8.8.8.8", two_nic_host());
   CHECK_MESSAGE(contains(error, "no route from this host to MASTER_ADDR 8.8.8.8"), error);
-  error = error_of("", "172.16.0.1", two_nic_host());
+  error = interface_error_of("", "172.16.0.1", two_nic_host());
   CHECK_MESSAGE(contains(error, "leaves from 172.16.0.9, which no interface of this host holds"), error);
 }
 
@@ -113,6 +113,6 @@ TEST_CASE("network interface: this machine's loopback is listed and routes to it
   RouteToMaster route = facts.route("127.0.0.1", 29500);
   CHECK(route.source_address == "127.0.0.1");
   CHECK(choose_gloo_network("", "127.0.0.1", 29500, facts).endpoints.at(0).address == "127.0.0.1");
-  std::string error = error_of("", "no-such-host.invalid", facts);
+  std::string error = interface_error_of("", "no-such-host.invalid", facts);
   CHECK_MESSAGE(contains(error, "MASTER_ADDR no-such-host.invalid does not resolve"), error);
 }

@@ -36,7 +36,7 @@ std::string bytes_of(std::initializer_list<int> values) {
 
 // The message of the titan::Error `action` throws ("" if none).
 template <class F>
-std::string error_of(F action) {
+std::string safetensors_error_of(F action) {
   try {
     action();
   } catch (const titan::Error& error) {
@@ -51,7 +51,7 @@ bool contains(const std::string& text, const std::string& part) { return text.fi
 std::string one_tensor_error(const fs::path& dir, const std::string& name, const std::string& entry,
                              const std::string& data = std::string(8, '\0')) {
   std::string path = write_raw(dir / (name + ".safetensors"), "{\"w\":" + entry + "}", data);
-  return error_of([&] { st::File file(path); });
+  return safetensors_error_of([&] { st::File file(path); });
 }
 
 }  // namespace
@@ -105,7 +105,7 @@ TEST_SUITE("safetensors") {
     CHECK(file.read("empty").sizes() == at::IntArrayRef({0, 3}));
     CHECK(file.read("i16").equal(at::tensor({-1234}, at::kShort)));
     CHECK(file.info("bf16").begin == 16);
-    CHECK(contains(error_of([&] { file.read("nope"); }), path));
+    CHECK(contains(safetensors_error_of([&] { file.read("nope"); }), path));
   }
 
   TEST_CASE(
@@ -178,16 +178,16 @@ TEST_SUITE("safetensors") {
     std::string path = (dir / "w.safetensors").string();
     {
       st::Writer writer(path, {{"x", at::kFloat, {2}}, {"y", at::kLong, {1}}});
-      CHECK(contains(error_of([&] { writer.add("y", at::zeros({1}, at::kLong)); }), "expected 'x'"));
-      CHECK(contains(error_of([&] { writer.add("x", at::zeros({3})); }), "header says F32 [2]"));
+      CHECK(contains(safetensors_error_of([&] { writer.add("y", at::zeros({1}, at::kLong)); }), "expected 'x'"));
+      CHECK(contains(safetensors_error_of([&] { writer.add("x", at::zeros({3})); }), "header says F32 [2]"));
       writer.add("x", at::ones({2}));
-      CHECK(contains(error_of([&] { writer.finish(); }), "after 1 of 2"));
+      CHECK(contains(safetensors_error_of([&] { writer.finish(); }), "after 1 of 2"));
     }
     CHECK_FALSE(fs::exists(path));
     CHECK_FALSE(fs::exists(path + ".partial"));
-    CHECK(contains(error_of([&] { st::Writer(path, {{"a", at::kFloat, {1}}, {"a", at::kFloat, {1}}}); }),
+    CHECK(contains(safetensors_error_of([&] { st::Writer(path, {{"a", at::kFloat, {1}}, {"a", at::kFloat, {1}}}); }),
                    "repeated"));
-    CHECK(contains(error_of([&] { st::save_file(path, {{"c", at::zeros({1}, at::kComplexFloat)}}); }),
+    CHECK(contains(safetensors_error_of([&] { st::save_file(path, {{"c", at::zeros({1}, at::kComplexFloat)}}); }),
                    "no dtype"));
   }
 
@@ -203,7 +203,7 @@ TEST_SUITE("safetensors") {
     auto raw_error = [&](const std::string& name, const std::string& bytes) {
       std::string path = (dir / name).string();
       std::ofstream(path, std::ios::binary) << bytes;
-      return error_of([&] { st::File file(path); });
+      return safetensors_error_of([&] { st::File file(path); });
     };
     std::vector<Case> cases = {
         {"short", raw_error("short.safetensors", "abc"), "too short"},
@@ -233,20 +233,20 @@ TEST_SUITE("safetensors") {
     };
     std::string two = R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)";
     cases.push_back({"overlap",
-                     error_of([&] {
+                     safetensors_error_of([&] {
                        st::File f(write_raw(dir / "overlap.safetensors",
                                             two + R"("b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})",
                                             std::string(12, '\0')));
                      }),
                      "overlap"});
     cases.push_back({"hole",
-                     error_of([&] {
+                     safetensors_error_of([&] {
                        st::File f(write_raw(dir / "hole.safetensors",
                                             two + R"("b":{"dtype":"F32","shape":[1],"data_offsets":[12,16]}})",
                                             std::string(16, '\0')));
                      }),
                      "belong to no tensor"});
-    cases.push_back({"missing file", error_of([&] { st::File f((dir / "absent.safetensors").string()); }),
+    cases.push_back({"missing file", safetensors_error_of([&] { st::File f((dir / "absent.safetensors").string()); }),
                      "cannot open"});
     for (const auto& c : cases) {
       CAPTURE(c.what);
@@ -257,7 +257,7 @@ TEST_SUITE("safetensors") {
     std::string bools = write_raw(dir / "bool.safetensors",
                                   R"({"b":{"dtype":"BOOL","shape":[2],"data_offsets":[0,2]}})", bytes_of({1, 2}));
     st::File file(bools);
-    CHECK(contains(error_of([&] { file.read("b"); }), "neither 0 nor 1"));
+    CHECK(contains(safetensors_error_of([&] { file.read("b"); }), "neither 0 nor 1"));
   }
 
   TEST_CASE("Hugging Face folders: one file, shards named by model.safetensors.index.json, and their errors") {
@@ -279,29 +279,29 @@ TEST_SUITE("safetensors") {
     CHECK(shards.names() == std::vector<std::string>{"a", "b"});  // the index decides
     CHECK(shards.read("b").equal(at::full({3}, 2.0)));
     CHECK(contains(shards.file_of("a"), "model-00001-of-00002.safetensors"));
-    CHECK(contains(error_of([&] { shards.info("c"); }), "has no tensor 'c'"));
+    CHECK(contains(safetensors_error_of([&] { shards.info("c"); }), "has no tensor 'c'"));
 
     titan::test::write_file(sharded / "model.safetensors.index.json",
                             R"({"weight_map": {"a": "model-00002-of-00002.safetensors"}})");
-    CHECK(contains(error_of([&] { st::Folder f(sharded.string()); }), "which has no such tensor"));
+    CHECK(contains(safetensors_error_of([&] { st::Folder f(sharded.string()); }), "which has no such tensor"));
     titan::test::write_file(sharded / "model.safetensors.index.json", R"({"weight_map": {"a": "gone.safetensors"}})");
-    CHECK(contains(error_of([&] { st::Folder f(sharded.string()); }), "gone.safetensors"));
+    CHECK(contains(safetensors_error_of([&] { st::Folder f(sharded.string()); }), "gone.safetensors"));
     for (const char* outside : {"../model-00001-of-00002.safetensors", "/tmp/x.safetensors", "sub/x.safetensors"}) {
       titan::test::write_file(sharded / "model.safetensors.index.json",
                               std::string(R"({"weight_map": {"a": ")") + outside + R"("}})");
-      CHECK_MESSAGE(contains(error_of([&] { st::Folder f(sharded.string()); }), "must be a file name in the folder"),
+      CHECK_MESSAGE(contains(safetensors_error_of([&] { st::Folder f(sharded.string()); }), "must be a file name in the folder"),
                     outside);
     }
     titan::test::write_file(sharded / "model.safetensors.index.json", R"({"weights": {}})");
-    CHECK(contains(error_of([&] { st::Folder f(sharded.string()); }), "no \"weight_map\""));
+    CHECK(contains(safetensors_error_of([&] { st::Folder f(sharded.string()); }), "no \"weight_map\""));
 
     fs::path twice = titan::test::temp_dir("safetensors_hf_twice");
     st::save_file((twice / "x.safetensors").string(), {{"a", at::ones({1})}});
     st::save_file((twice / "y.safetensors").string(), {{"a", at::ones({1})}});
-    CHECK(contains(error_of([&] { st::Folder f(twice.string()); }), "is in both"));
+    CHECK(contains(safetensors_error_of([&] { st::Folder f(twice.string()); }), "is in both"));
 
     fs::path empty = titan::test::temp_dir("safetensors_hf_empty");
     CHECK_FALSE(st::is_hf_folder(empty.string()));
-    CHECK(contains(error_of([&] { st::Folder f(empty.string()); }), "no *.safetensors"));
+    CHECK(contains(safetensors_error_of([&] { st::Folder f(empty.string()); }), "no *.safetensors"));
   }
 }

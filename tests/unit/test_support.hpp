@@ -3,7 +3,9 @@
 #pragma once
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -40,6 +42,9 @@ inline void write_file(const std::filesystem::path& path, const std::string& tex
 
 // Whether `text` holds `part` (a message, a command's output).
 inline bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+// |a - b| / |b|, with |b| kept off zero.
+inline double relative(double a, double b) { return std::abs(a - b) / std::max(std::abs(b), 1e-12); }
 
 inline std::string read_file(const std::filesystem::path& path) {
   std::ifstream in(path);

@@ -17,4 +17,7 @@ struct CheckResult {
 
 using CheckResults = std::vector<CheckResult>;
 
+// An error's first line: what a one-line report row quotes of it.
+inline std::string first_line(const std::string& text) { return text.substr(0, text.find('\n')); }
+
 }  // namespace titan::conformance

@@ -54,7 +54,6 @@ std::unique_ptr<Checkpointer> create(const std::string& plugin, const ConfigNode
   return PluginRegistry::instance().create_checkpointer(info.name, context);
 }
 
-std::string first_line(const std::string& text) { return text.substr(0, text.find('\n')); }
 
 CheckResult result_row(const std::string& name, bool passed, double measured, const std::string& detail) {
   return {name, passed, false, measured, 0, detail};

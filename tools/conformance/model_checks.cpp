@@ -34,7 +34,7 @@ ModelLimits read_limits(const ConfigNode& declaration) {
   return out;
 }
 
-CheckResult row(const std::string& name, double measured, double limit, const std::string& detail) {
+CheckResult model_row(const std::string& name, double measured, double limit, const std::string& detail) {
   return {"model." + name, measured <= limit, false, measured, limit, detail};
 }
 
@@ -48,7 +48,7 @@ CheckResult meta_build(const TrainingFixture& fixture, const ModelLimits& limits
   for (const auto& tensor : model->parameters()) on_cpu += tensor.device().is_meta() ? 0 : 1;
   std::string detail = "peak CPU bytes while building on meta";
   if (on_cpu) detail += "; " + std::to_string(on_cpu) + " parameters are not on meta";
-  return row("meta_build", on_cpu ? INFINITY : static_cast<double>(peak), limits.meta_bytes, detail);
+  return model_row("meta_build", on_cpu ? INFINITY : static_cast<double>(peak), limits.meta_bytes, detail);
 }
 
 CheckResult forward_shape(CausalLM& model, const TrainingFixture& fixture) {
@@ -60,7 +60,7 @@ CheckResult forward_shape(CausalLM& model, const TrainingFixture& fixture) {
   }
   std::vector<int64_t> expected = {fixture.batch, fixture.seq_len, fixture.spec->vocab_size()};
   bool ok = logits.sizes().vec() == expected;
-  return row("forward_shape", ok ? 0 : 1, 0,
+  return model_row("forward_shape", ok ? 0 : 1, 0,
              "logits " + c10::str(logits.sizes()) + ", expected [batch, seq, vocab] = " + c10::str(expected));
 }
 
@@ -70,7 +70,7 @@ void init_seeds(const TrainingFixture& fixture, const Values& first, CheckResult
   Values again = parameter_values(*build_single_process(fixture));
   double worst = 0;
   for (const auto& [name, tensor] : first) worst = std::max(worst, (tensor - again.at(name)).abs().max().item<double>());
-  rows.push_back(row("init_deterministic", worst, 0, "max |difference| between two inits with seed " +
+  rows.push_back(model_row("init_deterministic", worst, 0, "max |difference| between two inits with seed " +
                                                          std::to_string(fixture.seed)));
   Values other = parameter_values(*build_single_process(fixture, fixture.seed + 1));
   int same = 0;
@@ -79,7 +79,7 @@ void init_seeds(const TrainingFixture& fixture, const Values& first, CheckResult
     bool constant = tensor.numel() < 2 || (tensor == tensor.flatten()[0]).all().item<bool>();
     if (!constant && tensor.equal(other.at(name)) && same++ == 0) first_same = name;
   }
-  rows.push_back(row("init_seed_changes_values", same, 0,
+  rows.push_back(model_row("init_seed_changes_values", same, 0,
                      same ? "unchanged by another seed: " + first_same : "every non-constant parameter changes"));
 }
 
@@ -99,7 +99,7 @@ CheckResult init_independent(CausalLM& model, const Values& first, uint64_t seed
     double diff = (values - first.at(it->key()).to(at::kFloat)).abs().max().item<double>();
     if (diff > worst || worst_name.empty()) worst = diff, worst_name = it->key();
   }
-  return row("init_order_independent", worst, 0,
+  return model_row("init_order_independent", worst, 0,
              "max |init_parameter alone, reverse order - init_weights|, worst " + worst_name);
 }
 
@@ -107,7 +107,7 @@ CheckResult num_params(CausalLM& model, const TrainingFixture& fixture) {
   int64_t counted = 0;
   for (const auto& tensor : model.parameters()) counted += tensor.numel();
   int64_t declared = fixture.spec->num_params();
-  return row("num_params", std::abs(static_cast<double>(declared - counted)), 0,
+  return model_row("num_params", std::abs(static_cast<double>(declared - counted)), 0,
              "num_params() " + std::to_string(declared) + ", parameters hold " + std::to_string(counted));
 }
 
@@ -127,10 +127,10 @@ void fresh_backward(CausalLM& model, const TrainingFixture& fixture, const Model
                                                                : "";
     if (!problem.empty() && bad++ == 0) first_bad = item.key() + ": " + problem;
   }
-  rows.push_back(row("gradients_finite", bad, 0, bad ? first_bad : "every trainable parameter has a finite gradient"));
+  rows.push_back(model_row("gradients_finite", bad, 0, bad ? first_bad : "every trainable parameter has a finite gradient"));
   double uniform = std::log(static_cast<double>(fixture.spec->vocab_size()));
   double value = loss.item<double>();
-  rows.push_back(row("initial_loss", std::isfinite(value) ? std::abs(value - uniform) / uniform : INFINITY,
+  rows.push_back(model_row("initial_loss", std::isfinite(value) ? std::abs(value - uniform) / uniform : INFINITY,
                      limits.initial_loss,
                      "fresh loss " + std::to_string(value) + " vs ln(vocab) " + std::to_string(uniform)));
 }
@@ -149,7 +149,7 @@ CheckResult learns(const TrainingFixture& fixture, const ModelLimits& limits) {
     sgd_step(params, limits.learn_lr);
   }
   double ratio = std::isfinite(last) && first > 0 ? last / first : INFINITY;
-  return row("learns", ratio, limits.learn_ratio,
+  return model_row("learns", ratio, limits.learn_ratio,
              "loss " + std::to_string(first) + " -> " + std::to_string(last) + " after " +
                  std::to_string(limits.learn_steps) + " SGD steps (lr " + std::to_string(limits.learn_lr) +
                  ") on one batch");

@@ -96,7 +96,7 @@ std::string suffix(int world_size, const std::string& variant) {
   return "@" + std::to_string(world_size) + (variant.empty() ? "" : ":" + variant);
 }
 
-CheckResult row(const std::string& name, const std::string& where, double measured, double limit,
+CheckResult parallelizer_row(const std::string& name, const std::string& where, double measured, double limit,
                 const std::string& detail) {
   return {"parallelizer." + name + where, measured <= limit, false, measured, limit, detail};
 }
@@ -156,7 +156,7 @@ CheckResult sharding(CausalLM& model, const DeviceMesh& mesh, const Parallelizer
     if (!problem.empty() && bad++ == 0) first = name + ": " + problem;
   }
   std::string what = declared.shards_over.empty() ? "whole on every rank" : "sharded as declared";
-  return row("sharding", suffix(mesh.world_size(), declared.variant), bad, 0, bad ? first : "every parameter " + what);
+  return parallelizer_row("sharding", suffix(mesh.world_size(), declared.variant), bad, 0, bad ? first : "every parameter " + what);
 }
 
 // After the step's gradient finalization, a gradient sits on every
@@ -173,7 +173,7 @@ CheckResult gradients(CausalLM& model, const std::string& where) {
     else if (param.grad().device() != param.device()) problem = "gradient on another device";
     if (!problem.empty() && bad++ == 0) first = item.key() + ": " + problem;
   }
-  return row("gradients", where, bad, 0, bad ? first : "every gradient matches its parameter");
+  return parallelizer_row("gradients", where, bad, 0, bad ? first : "every gradient matches its parameter");
 }
 
 // The plugin's mesh, this rank's layout of each parameter and the reference:
@@ -201,8 +201,8 @@ void compare_parameters(CausalLM& model, const DeviceMesh& mesh, const Reference
     if (apart > spread || spread_name.empty()) spread = apart, spread_name = item.key();
   }
   const std::string w = suffix(mesh.world_size(), declared.variant);
-  rows.push_back(row("params", w, worst, declared.params_tolerance, "max |param - reference|, worst " + worst_name));
-  rows.push_back(row("replicas_agree", w, spread, 0, "ranks' whole parameters differ by at most this, worst " + spread_name));
+  rows.push_back(parallelizer_row("params", w, worst, declared.params_tolerance, "max |param - reference|, worst " + worst_name));
+  rows.push_back(parallelizer_row("replicas_agree", w, spread, 0, "ranks' whole parameters differ by at most this, worst " + spread_name));
 }
 
 // The largest |expert bias - reference| of any router after a step's load
@@ -277,13 +277,13 @@ void train_on_mesh(CausalLM& model, const DeviceMesh& mesh, const TrainingFixtur
     sgd_step(params, fixture.lr);
   }
   std::string steps = std::to_string(fixture.steps) + " SGD steps on " + mesh.describe();
-  rows.push_back(row("loss", where, loss_diff, declared.loss_tolerance, "max relative loss difference, " + steps));
-  rows.push_back(row("grad_norm", where, norm_diff, declared.grad_norm_tolerance, "max relative grad-norm difference"));
+  rows.push_back(parallelizer_row("loss", where, loss_diff, declared.loss_tolerance, "max relative loss difference, " + steps));
+  rows.push_back(parallelizer_row("grad_norm", where, norm_diff, declared.grad_norm_tolerance, "max relative grad-norm difference"));
   if (!reference.expert_biases.back().empty()) {
     at::Tensor worst = at::full({1}, bias_diff, at::kDouble);
     world_group.all_reduce(worst, ReduceOp::max);
     const double most = worst.item<double>();
-    rows.push_back(row("expert_bias", where, most, declared.expert_bias_tolerance,
+    rows.push_back(parallelizer_row("expert_bias", where, most, declared.expert_bias_tolerance,
                        "max |expert bias - reference| over routers, steps and ranks after the load balancing" +
                            (most > 0 && most == bias_diff ? ", worst " + bias_worst : std::string())));
   }
@@ -300,7 +300,7 @@ CheckResult activation_memory(CausalLM& model, const TrainingFixture& fixture, c
     return static_cast<double>(bytes);
   };
   double with = retained(model), without = retained(*plain);
-  return row("activation_memory", where, with / without, limit,
+  return parallelizer_row("activation_memory", where, with / without, limit,
              "bytes a forward leaves for backward / without the plugin (" + std::to_string(static_cast<int64_t>(with)) +
                  " / " + std::to_string(static_cast<int64_t>(without)) + " B)");
 }
@@ -349,7 +349,7 @@ CheckResults parallelizer_worker(const WorkerArgs& args) {
   for (const auto& [name, tensor] : reference.params) whole += tensor.numel() * tensor.element_size();
   double ratio = static_cast<double>(peak) / static_cast<double>(whole);
   if (!declared.shards_over.empty() && world.world_size > 1) {
-    rows.push_back(row("memory", where, ratio, declared.memory_limit,
+    rows.push_back(parallelizer_row("memory", where, ratio, declared.memory_limit,
                        "peak CPU bytes while building, parallelizing and initializing / whole model (" +
                            std::to_string(whole) + " B)"));
   }

@@ -26,14 +26,13 @@ std::vector<int64_t> positive_list(const ConfigNode& section, const std::string&
   return values;
 }
 
-bool names_a_key(const std::string& message) {
+bool names_a_schedule_key(const std::string& message) {
   for (const char* key : {kPipelineDegreeKey, kLayersPerStageKey, kMicrobatchesKey, kMicrobatchSizeKey}) {
     if (message.find(key) != std::string::npos) return true;
   }
   return false;
 }
 
-std::string first_line(const std::string& text) { return text.substr(0, text.find('\n')); }
 
 // A deadlock message lists each blocked rank on its own line; a report row is one line.
 std::string one_line(std::string text) {
@@ -70,7 +69,7 @@ CheckResults check_pipeline_schedule(const std::string& plugin, const std::strin
           try {
             validate_pipeline_shape(*schedule, shape);
           } catch (const Error& error) {
-            if (!names_a_key(error.what()) && unnamed++ == 0) {
+            if (!names_a_schedule_key(error.what()) && unnamed++ == 0) {
               unnamed_example = name + " (" + shape.to_string() + "): " + first_line(error.what());
             }
             continue;

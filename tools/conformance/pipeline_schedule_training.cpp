@@ -163,7 +163,6 @@ CheckResults pipeline_training_worker(const WorkerArgs& args) {
   return {compare(row_name(schedule, training), training, read_trace(dump), read_trace(reference))};
 }
 
-std::string first_line(const std::string& text) { return text.substr(0, text.find('\n')); }
 
 }  // namespace
 

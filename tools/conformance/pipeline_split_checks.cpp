@@ -66,7 +66,7 @@ std::string describe(const Stages& stages) {
   return out;
 }
 
-bool names_a_key(const std::string& message) {
+bool names_a_split_key(const std::string& message) {
   return message.find("pipeline_parallel_") != std::string::npos ||
          message.find("module_fqns_per_model_part") != std::string::npos;
 }
@@ -128,7 +128,7 @@ CheckResults check_pipeline_splitter(const std::string& plugin, const ConfigNode
     } catch (const std::exception& error) {
       // A split the model cannot take is refused naming the option to change.
       const std::string message = error.what();
-      const bool named = names_a_key(message);
+      const bool named = names_a_split_key(message);
       rows.push_back({"pipeline_splitter.split" + where, false, named, 0, 0,
                       (named ? "refuses " : "refuses without naming an option: ") + std::to_string(count) +
                           " stages: " + message.substr(0, message.find('\n'))});

@@ -19,7 +19,7 @@ namespace titan::conformance {
 
 namespace {
 
-CheckResult row(const std::string& name, double measured, double limit, const std::string& detail) {
+CheckResult precision_row(const std::string& name, double measured, double limit, const std::string& detail) {
   return {"precision." + name, measured <= limit, false, measured, limit, detail};
 }
 
@@ -98,14 +98,14 @@ CheckResults check_precision(const std::string& plugin, const ConfigNode& declar
     auto policy = PluginRegistry::instance().create_precision(name, context);
     c10::ScalarType param = policy->param_dtype(), reduce = policy->reduce_dtype();
     bool supported = trainer_supports_dtype(param) && trainer_supports_dtype(reduce);
-    results.push_back(row("dtypes" + suffix, supported ? 0 : 1, 0,
+    results.push_back(precision_row("dtypes" + suffix, supported ? 0 : 1, 0,
                           std::string("param ") + c10::toString(param) + ", reduce " + c10::toString(reduce) +
                               " (the trainer supports Float and BFloat16)"));
     if (!supported) continue;
     double tolerance = policy->loss_tolerance();
     std::string trace;
     double worst = losses_under_policy(fixture, *policy, reference, trace);
-    results.push_back(row("loss" + suffix, worst, std::isfinite(tolerance) && tolerance >= 0 ? tolerance : -1,
+    results.push_back(precision_row("loss" + suffix, worst, std::isfinite(tolerance) && tolerance >= 0 ? tolerance : -1,
                           "max relative loss difference to float32 over " + std::to_string(fixture.steps) +
                               " SGD steps vs the policy's loss_tolerance(): " + trace));
   }

@@ -37,7 +37,7 @@ ScheduleDeclaration read_declaration(const ConfigNode& declaration, const Traini
   return out;
 }
 
-CheckResult row(const std::string& name, double measured, double limit, const std::string& detail) {
+CheckResult schedule_row(const std::string& name, double measured, double limit, const std::string& detail) {
   return {"schedule." + name, measured <= limit, false, measured, limit, detail};
 }
 
@@ -96,7 +96,7 @@ CheckResults check_schedule(const std::string& plugin, const ConfigNode& declara
   bool scalar = loss.defined() && loss.dim() == 0 && !loss.requires_grad();
   double value = loss.defined() ? loss.item<double>() : NAN;
   double loss_diff = std::isfinite(value) ? relative_difference(value, reference_loss.item<double>()) : INFINITY;
-  results.push_back(row("loss", scalar ? loss_diff : INFINITY, declared.loss_tolerance,
+  results.push_back(schedule_row("loss", scalar ? loss_diff : INFINITY, declared.loss_tolerance,
                         scalar ? "loss " + std::to_string(value) + " vs whole batch " +
                                      std::to_string(reference_loss.item<double>()) + ", " + split
                                : "step() must return a detached 0-dim tensor"));
@@ -108,14 +108,14 @@ CheckResults check_schedule(const std::string& plugin, const ConfigNode& declara
     double diff = found == grads.end() ? INFINITY : (found->second - grad).abs().max().item<double>();
     if (diff > worst || worst_name.empty()) worst = diff, worst_name = name;
   }
-  results.push_back(row("grads", worst / std::max(scale, 1e-12), declared.grads_tolerance,
+  results.push_back(schedule_row("grads", worst / std::max(scale, 1e-12), declared.grads_tolerance,
                         "max |grad - whole-batch grad| / max |whole-batch grad|, worst " + worst_name));
   int wrong = 0;
   for (size_t i = 0; i < sync_seen.size(); ++i) wrong += sync_seen[i] != (i + 1 == sync_seen.size());
   if (sync_seen.size() != microbatches.size()) wrong += 1;
   std::string pattern;
   for (bool on : sync_seen) pattern += on ? '1' : '0';
-  results.push_back(row("gradient_sync", wrong, 0,
+  results.push_back(schedule_row("gradient_sync", wrong, 0,
                         "gradient_sync() during each microbatch's backward: " + pattern + " (expected only the last on)"));
   return results;
 }

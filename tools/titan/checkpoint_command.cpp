@@ -14,7 +14,7 @@ namespace titan::cli {
 
 namespace {
 
-const char* kUsage =
+const char* kCheckpointUsage =
     "usage: titan checkpoint export CKPT_STEP_DIR --format safetensors --out DIR\n"
     "                               [--dtype bfloat16|float32] [--max-shard-bytes N]\n"
     "       titan checkpoint import HF_DIR --config CONFIG.yaml --out CKPT_STEP_DIR [--set key=value ...]\n"
@@ -46,11 +46,11 @@ Parsed parse(const Args& args, const std::vector<std::string>& known) {
       flag = arg.substr(0, equals);
       value = arg.substr(equals + 1);
     } else {
-      if (i + 1 >= args.size()) throw Error(arg + " needs a value\n" + kUsage);
+      if (i + 1 >= args.size()) throw Error(arg + " needs a value\n" + kCheckpointUsage);
       value = args[++i];
     }
     if (std::find(known.begin(), known.end(), flag) == known.end()) {
-      throw Error("unknown option '" + flag + "'\n" + kUsage);
+      throw Error("unknown option '" + flag + "'\n" + kCheckpointUsage);
     }
     if (flag == "--set") {
       parsed.sets.push_back(value);
@@ -63,12 +63,12 @@ Parsed parse(const Args& args, const std::vector<std::string>& known) {
 
 std::string required(const Parsed& parsed, const std::string& flag) {
   auto found = parsed.flags.find(flag);
-  if (found == parsed.flags.end() || found->second.empty()) throw Error(flag + " is required\n" + kUsage);
+  if (found == parsed.flags.end() || found->second.empty()) throw Error(flag + " is required\n" + kCheckpointUsage);
   return found->second;
 }
 
 std::string single_positional(const Parsed& parsed, const std::string& what) {
-  if (parsed.positional.size() != 1) throw Error("expected one " + what + "\n" + kUsage);
+  if (parsed.positional.size() != 1) throw Error("expected one " + what + "\n" + kCheckpointUsage);
   return parsed.positional[0];
 }
 
@@ -111,13 +111,13 @@ int run_import(const Args& args) {
 
 int checkpoint_command(const Args& args) {
   if (args.empty() || wants_help(args)) {
-    std::cout << kUsage;
+    std::cout << kCheckpointUsage;
     return args.empty() ? 2 : 0;
   }
   Args rest(args.begin() + 1, args.end());
   if (args[0] == "export") return run_export(rest);
   if (args[0] == "import") return run_import(rest);
-  throw Error("unknown checkpoint command '" + args[0] + "'\n" + kUsage);
+  throw Error("unknown checkpoint command '" + args[0] + "'\n" + kCheckpointUsage);
 }
 
 }  // namespace titan::cli

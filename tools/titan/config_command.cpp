@@ -13,7 +13,7 @@
 namespace titan::cli {
 
 namespace {
-const char* kUsage =
+const char* kConfigUsage =
     "usage: titan config check CONFIG [--set key.path=value ...] [--world-size N] [--print]\n"
     "  Validates CONFIG: YAML syntax, every key and type, plugins and their options, and\n"
     "  the parallelism against the model (heads, FFN width, vocabulary, sequence length).\n"
@@ -23,10 +23,10 @@ const char* kUsage =
 
 int config_command(const Args& args) {
   if (args.empty() || wants_help(args)) {
-    std::cout << kUsage;
+    std::cout << kConfigUsage;
     return args.empty() ? 2 : 0;
   }
-  if (args[0] != "check") throw Error("unknown config command '" + args[0] + "'\n" + kUsage);
+  if (args[0] != "check") throw Error("unknown config command '" + args[0] + "'\n" + kConfigUsage);
   Args rest(args.begin() + 1, args.end());
   bool print = false;
   rest.erase(std::remove_if(rest.begin(), rest.end(), [&](const std::string& arg) {
@@ -37,7 +37,7 @@ int config_command(const Args& args) {
   int world_size = 0;  // unknown
   for (size_t i = 0; i < rest.size(); ++i) {
     if (rest[i] != "--world-size") continue;
-    if (i + 1 == rest.size()) throw Error("--world-size needs a number of ranks\n" + std::string(kUsage));
+    if (i + 1 == rest.size()) throw Error("--world-size needs a number of ranks\n" + std::string(kConfigUsage));
     try {
       world_size = std::stoi(rest[i + 1]);
     } catch (const std::exception&) {
@@ -47,7 +47,7 @@ int config_command(const Args& args) {
     rest.erase(rest.begin() + static_cast<long>(i), rest.begin() + static_cast<long>(i) + 2);
     break;
   }
-  RunArgs run = parse_run_args(rest, kUsage);
+  RunArgs run = parse_run_args(rest, kConfigUsage);
   init_logging(0, run.log_level.empty() ? "warn" : run.log_level);
   ConfigNode config = ConfigNode::load_file(run.config_path);
   for (const auto& assignment : run.overrides) config.apply_override(assignment);

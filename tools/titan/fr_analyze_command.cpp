@@ -10,7 +10,7 @@ namespace titan::cli {
 
 namespace {
 
-const char* kUsage =
+const char* kFrAnalyzeUsage =
     "usage: titan fr-analyze DIR [--json]\n"
     "  Reads every rank's flight recorder dump (DIR/flight_recorder/rank_*.json, or DIR/rank_*.json)\n"
     "  and reports the first divergence: ranks without a dump (dead), ranks that never entered a\n"
@@ -24,7 +24,7 @@ const char* kUsage =
 
 int fr_analyze_command(const Args& args) {
   if (wants_help(args)) {
-    std::cout << kUsage;
+    std::cout << kFrAnalyzeUsage;
     return 0;
   }
   std::string dir;
@@ -33,14 +33,14 @@ int fr_analyze_command(const Args& args) {
     if (arg == "--json") {
       json = true;
     } else if (!arg.empty() && arg[0] == '-') {
-      throw Error("fr-analyze: unknown option '" + arg + "'\n" + kUsage);
+      throw Error("fr-analyze: unknown option '" + arg + "'\n" + kFrAnalyzeUsage);
     } else if (dir.empty()) {
       dir = arg;
     } else {
-      throw Error("fr-analyze: one folder expected, got '" + dir + "' and '" + arg + "'\n" + kUsage);
+      throw Error("fr-analyze: one folder expected, got '" + dir + "' and '" + arg + "'\n" + kFrAnalyzeUsage);
     }
   }
-  if (dir.empty()) throw Error(std::string("fr-analyze: no folder given\n") + kUsage);
+  if (dir.empty()) throw Error(std::string("fr-analyze: no folder given\n") + kFrAnalyzeUsage);
   fr::Analysis analysis = fr::analyze(fr::load_dumps(dir));
   std::cout << (json ? fr::render_json(analysis) : fr::render_text(analysis));
   return 0;

@@ -15,7 +15,7 @@ namespace titan::cli {
 
 namespace {
 
-const char* kUsage = R"(usage: titan launch --nproc-per-node N [options] [--] PROGRAM [ARGS...]
+const char* kLaunchUsage = R"(usage: titan launch --nproc-per-node N [options] [--] PROGRAM [ARGS...]
 
 Starts N ranks of PROGRAM on this machine and supervises them, like
   torchrun --nproc_per_node N --no_python PROGRAM ARGS...
@@ -175,11 +175,11 @@ int launch_command(const Args& args) {
   try {
     options = parse_launch_args(args);
   } catch (const UsageError& error) {
-    std::cerr << "titan launch: " << error.what() << "\n\n" << kUsage;
+    std::cerr << "titan launch: " << error.what() << "\n\n" << kLaunchUsage;
     return 2;
   }
   if (!options) {
-    std::cout << kUsage;
+    std::cout << kLaunchUsage;
     return 0;
   }
   std::cout.flush();

@@ -14,7 +14,7 @@ const char* version();
 
 namespace {
 
-const char* kUsage = R"(titan: LLM pre-training in C++ on LibTorch
+const char* kMainUsage = R"(titan: LLM pre-training in C++ on LibTorch
 
 usage: titan <command> [options]
        titan --version                 Titan, LibTorch and CUDA versions; whether a GPU is here
@@ -42,7 +42,7 @@ commands:
 
 int dispatch(const titan::cli::Args& args) {
   if (args.empty() || args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
-    std::cout << kUsage;
+    std::cout << kMainUsage;
     return args.empty() ? 2 : 0;
   }
   if (args[0] == "--version") {
@@ -62,7 +62,7 @@ int dispatch(const titan::cli::Args& args) {
   if (command == "pp-schedule") return titan::cli::pp_schedule_command(rest);
   if (command == "report") return titan::cli::report_command(rest);
   if (command == "plan") return titan::cli::plan_command(rest);
-  std::cerr << "titan: unknown command '" << command << "'\n\n" << kUsage;
+  std::cerr << "titan: unknown command '" << command << "'\n\n" << kMainUsage;
   return 2;
 }
 

@@ -21,7 +21,7 @@ namespace titan::cli {
 
 namespace {
 
-const char* kUsage =
+const char* kPlanUsage =
     "usage: titan plan CONFIG --world-size N [--set key.path=value ...] [--steps S] [--every-rank]\n"
     "                  [--serial] [--device D] [--json]\n"
     "       titan plan --model NAME --flavor F --gpus N --device D --seq-len S --global-batch-tokens T ...\n"
@@ -157,7 +157,7 @@ nlohmann::json to_json(const std::string& config_path, const DryRunReport& repor
 std::string take_value(Args& args, const std::string& flag) {
   for (size_t i = 0; i < args.size(); ++i) {
     if (args[i] != flag) continue;
-    if (i + 1 == args.size()) throw Error(flag + " needs a value\n" + std::string(kUsage));
+    if (i + 1 == args.size()) throw Error(flag + " needs a value\n" + std::string(kPlanUsage));
     std::string value = args[i + 1];
     args.erase(args.begin() + static_cast<long>(i), args.begin() + static_cast<long>(i) + 2);
     return value;
@@ -187,7 +187,7 @@ int positive(const std::string& flag, const std::string& text) {
 int plan_command(const Args& args) {
   if (std::find(args.begin(), args.end(), "--model") != args.end()) return plan_search_command(args);
   if (args.empty() || wants_help(args)) {
-    std::cout << kUsage;
+    std::cout << kPlanUsage;
     return args.empty() ? 2 : 0;
   }
   Args rest = args;
@@ -198,13 +198,13 @@ int plan_command(const Args& args) {
   std::optional<DeviceSpec> device;
   if (!device_name.empty()) device = find_device(device_name);
   const std::string world_text = take_value(rest, "--world-size");
-  if (world_text.empty()) throw Error("titan plan CONFIG needs --world-size N (the ranks to simulate)\n" + std::string(kUsage));
+  if (world_text.empty()) throw Error("titan plan CONFIG needs --world-size N (the ranks to simulate)\n" + std::string(kPlanUsage));
   DryRunOptions options;
   options.every_rank = every_rank;
   options.serial = serial;
   options.world_size = positive("--world-size", world_text);
   if (const std::string steps = take_value(rest, "--steps"); !steps.empty()) options.steps = positive("--steps", steps);
-  RunArgs run = parse_run_args(rest, kUsage);
+  RunArgs run = parse_run_args(rest, kPlanUsage);
   init_logging(0, run.log_level.empty() ? "error" : run.log_level);
   ConfigNode config = ConfigNode::load_file(run.config_path);
   for (const auto& assignment : run.overrides) config.apply_override(assignment);

@@ -20,7 +20,7 @@ namespace titan::cli {
 
 namespace {
 
-const char* kUsage =
+const char* kPlanSearchUsage =
     "usage: titan plan --model NAME --flavor F --gpus N --device D --seq-len S --global-batch-tokens T\n"
     "                  [--top K] [--margin M] [--layout dim=degree,...] [--tokenizer PATH] [--json]\n"
     "  Searches the layouts of model NAME (a model plugin) on N devices of kind D: every\n"
@@ -73,7 +73,7 @@ Options parse(const Args& args) {
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& flag = args[i];
     auto value = [&]() -> std::string {
-      if (i + 1 >= args.size()) throw Error(flag + " needs a value\n" + kUsage);
+      if (i + 1 >= args.size()) throw Error(flag + " needs a value\n" + kPlanSearchUsage);
       return args[++i];
     };
     if (flag == "--model") request.model = value();
@@ -94,7 +94,7 @@ Options parse(const Args& args) {
         throw Error("--margin: expected a share of the device's memory such as 0.9, got '" + text + "'");
       }
     } else {
-      throw Error("unknown option '" + flag + "'\n" + kUsage);
+      throw Error("unknown option '" + flag + "'\n" + kPlanSearchUsage);
     }
   }
   std::vector<std::string> missing;
@@ -104,7 +104,7 @@ Options parse(const Args& args) {
   if (request.device.empty()) missing.push_back("--device (one of " + c10::Join(", ", known_device_names()) + ")");
   if (request.seq_len == 0) missing.push_back("--seq-len");
   if (request.global_batch_tokens == 0) missing.push_back("--global-batch-tokens");
-  if (!missing.empty()) throw Error("missing " + c10::Join(", ", missing) + "\n" + kUsage);
+  if (!missing.empty()) throw Error("missing " + c10::Join(", ", missing) + "\n" + kPlanSearchUsage);
   return options;
 }
 
@@ -165,7 +165,7 @@ void print_table(const SearchResult& result) {
 
 int plan_search_command(const Args& args) {
   if (wants_help(args)) {
-    std::cout << kUsage;
+    std::cout << kPlanSearchUsage;
     return 0;
   }
   Options options = parse(args);

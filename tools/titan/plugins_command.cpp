@@ -12,7 +12,7 @@ namespace titan::cli {
 
 namespace {
 
-const char* kUsage =
+const char* kPluginsUsage =
     "usage: titan plugins list\n"
     "       titan plugins inspect NAME|PATH.so\n"
     "  Search path: job.plugin_path, TITAN_PLUGIN_PATH, the plugins beside the running libtitan_core (an\n"
@@ -72,7 +72,7 @@ void inspect(const std::string& name) {
 
 int plugins_command(const Args& args) {
   if (args.empty() || wants_help(args)) {
-    std::cout << kUsage;
+    std::cout << kPluginsUsage;
     return args.empty() ? 2 : 0;
   }
   auto& registry = PluginRegistry::instance();
@@ -95,11 +95,11 @@ int plugins_command(const Args& args) {
     return failures ? 1 : 0;
   }
   if (args[0] == "inspect") {
-    if (args.size() != 2) throw Error(std::string("plugins inspect needs one plugin name\n") + kUsage);
+    if (args.size() != 2) throw Error(std::string("plugins inspect needs one plugin name\n") + kPluginsUsage);
     inspect(args[1]);
     return 0;
   }
-  throw Error("unknown plugins command '" + args[0] + "'\n" + kUsage);
+  throw Error("unknown plugins command '" + args[0] + "'\n" + kPluginsUsage);
 }
 
 }  // namespace titan::cli

@@ -15,7 +15,7 @@ namespace titan::cli {
 
 namespace {
 
-const char* kUsage =
+const char* kPpScheduleUsage =
     "usage: titan pp-schedule --schedule NAME --stages S --microbatches M [--ranks PP] [--svg FILE] [--comm]\n"
     "       titan pp-schedule --csv FILE [--stages S] [--microbatches M] [--ranks PP] [--svg FILE] [--comm]\n"
     "  Builds the schedule's per-rank action lists, runs the static check (matched sends, no deadlock,\n"
@@ -49,7 +49,7 @@ Options parse(const Args& args) {
   Options options;
   for (size_t i = 0; i < args.size(); ++i) {
     auto value = [&]() -> std::string {
-      if (i + 1 >= args.size()) throw Error(args[i] + " needs a value\n" + kUsage);
+      if (i + 1 >= args.size()) throw Error(args[i] + " needs a value\n" + kPpScheduleUsage);
       return args[++i];
     };
     const std::string& flag = args[i];
@@ -61,10 +61,10 @@ Options parse(const Args& args) {
     else if (flag == "--microbatches") options.microbatches = positive(flag, value());
     else if (flag == "--ranks") options.ranks = positive(flag, value());
     else if (flag == "--comm") options.comm = true;
-    else throw Error("unknown option '" + flag + "'\n" + kUsage);
+    else throw Error("unknown option '" + flag + "'\n" + kPpScheduleUsage);
   }
   if (options.schedule.empty() == options.csv.empty()) {
-    throw Error(std::string("give one of --schedule NAME or --csv FILE\n") + kUsage);
+    throw Error(std::string("give one of --schedule NAME or --csv FILE\n") + kPpScheduleUsage);
   }
   return options;
 }
@@ -83,8 +83,8 @@ PipelineProgram plan_from(const Options& options) {
   PluginContext context;
   context.options = ConfigNode::parse("{}", "<pp-schedule>");
   auto schedule = registry.create_pipeline_schedule(options.schedule, context);
-  if (!options.microbatches) throw Error(std::string("--microbatches is required with --schedule\n") + kUsage);
-  if (!options.stages && !options.ranks) throw Error(std::string("give --stages (or --ranks)\n") + kUsage);
+  if (!options.microbatches) throw Error(std::string("--microbatches is required with --schedule\n") + kPpScheduleUsage);
+  if (!options.stages && !options.ranks) throw Error(std::string("give --stages (or --ranks)\n") + kPpScheduleUsage);
   const int64_t least = schedule->stages_per_rank().min;
   PipelineShape shape;
   shape.microbatches = *options.microbatches;
@@ -144,7 +144,7 @@ std::string timeline_svg(const PipelineProgram& plan) {
 
 int pp_schedule_command(const Args& args) {
   if (args.empty() || wants_help(args)) {
-    std::cout << kUsage;
+    std::cout << kPpScheduleUsage;
     return args.empty() ? 2 : 0;
   }
   const Options options = parse(args);

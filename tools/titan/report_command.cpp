@@ -13,7 +13,7 @@ namespace titan::cli {
 
 namespace {
 
-const char* kUsage =
+const char* kReportUsage =
     "usage: titan report RUN_DIR [--output FILE]\n"
     "  Writes one self-contained HTML page (no scripts, nothing fetched; default RUN_DIR/report.html)\n"
     "  about the run in RUN_DIR (a `titan train` job.dump_folder): its summary, charts over steps of\n"
@@ -26,24 +26,24 @@ const char* kUsage =
 
 int report_command(const Args& args) {
   if (wants_help(args)) {
-    std::cout << kUsage;
+    std::cout << kReportUsage;
     return 0;
   }
   std::string run_dir, output;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& arg = args[i];
     if (arg == "--output" || arg == "-o") {
-      if (i + 1 >= args.size()) throw Error("report: " + arg + " needs a file name\n" + kUsage);
+      if (i + 1 >= args.size()) throw Error("report: " + arg + " needs a file name\n" + kReportUsage);
       output = args[++i];
     } else if (!arg.empty() && arg[0] == '-') {
-      throw Error("report: unknown option '" + arg + "'\n" + kUsage);
+      throw Error("report: unknown option '" + arg + "'\n" + kReportUsage);
     } else if (run_dir.empty()) {
       run_dir = arg;
     } else {
-      throw Error("report: one run folder expected, got '" + run_dir + "' and '" + arg + "'\n" + kUsage);
+      throw Error("report: one run folder expected, got '" + run_dir + "' and '" + arg + "'\n" + kReportUsage);
     }
   }
-  if (run_dir.empty()) throw Error(std::string("report: no run folder given\n") + kUsage);
+  if (run_dir.empty()) throw Error(std::string("report: no run folder given\n") + kReportUsage);
   if (output.empty()) output = (std::filesystem::path(run_dir) / "report.html").string();
 
   report::Report page = report::build_report(report::read_run_folder(run_dir));

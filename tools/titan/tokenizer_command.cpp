@@ -15,7 +15,7 @@
 namespace titan::cli {
 
 namespace {
-const char* kUsage =
+const char* kTokenizerUsage =
     "usage: titan tokenizer train CORPUS... --out FILE [--vocab-size N] [--max-bytes N]\n"
     "       titan tokenizer encode TOKENIZER FILE...\n"
     "  train: CORPUS is a dataset path (.jsonl, .jsonl.gz, .txt) or 'stories' (the built-in corpus);\n"
@@ -24,7 +24,7 @@ const char* kUsage =
     "          the ids of its whole text (no BOS/EOS) separated by spaces.\n";
 
 int encode_command(const Args& args) {
-  if (args.size() < 3) throw Error(std::string("a tokenizer and at least one file are required\n") + kUsage);
+  if (args.size() < 3) throw Error(std::string("a tokenizer and at least one file are required\n") + kTokenizerUsage);
   auto tokenizer = load_tokenizer(args[1]);
   for (size_t i = 2; i < args.size(); ++i) {
     std::ifstream in(args[i], std::ios::binary);
@@ -44,17 +44,17 @@ int encode_command(const Args& args) {
 
 int tokenizer_command(const Args& args) {
   if (args.empty() || wants_help(args)) {
-    std::cout << kUsage;
+    std::cout << kTokenizerUsage;
     return args.empty() ? 2 : 0;
   }
   if (args[0] == "encode") return encode_command(args);
-  if (args[0] != "train") throw Error("unknown tokenizer command '" + args[0] + "'\n" + kUsage);
+  if (args[0] != "train") throw Error("unknown tokenizer command '" + args[0] + "'\n" + kTokenizerUsage);
   std::vector<std::string> corpora;
   std::string out;
   BpeTrainingOptions options;
   for (size_t i = 1; i < args.size(); ++i) {
     auto value = [&]() -> std::string {
-      if (i + 1 >= args.size()) throw Error(args[i] + " needs a value\n" + kUsage);
+      if (i + 1 >= args.size()) throw Error(args[i] + " needs a value\n" + kTokenizerUsage);
       return args[++i];
     };
     if (args[i] == "--out") {
@@ -64,12 +64,12 @@ int tokenizer_command(const Args& args) {
     } else if (args[i] == "--max-bytes") {
       options.max_bytes = std::stoll(value());
     } else if (args[i].rfind("--", 0) == 0) {
-      throw Error("unknown option '" + args[i] + "'\n" + kUsage);
+      throw Error("unknown option '" + args[i] + "'\n" + kTokenizerUsage);
     } else {
       corpora.push_back(args[i]);
     }
   }
-  if (corpora.empty() || out.empty()) throw Error(std::string("a corpus and --out are required\n") + kUsage);
+  if (corpora.empty() || out.empty()) throw Error(std::string("a corpus and --out are required\n") + kTokenizerUsage);
   init_logging(0);
   std::vector<std::string> documents;
   int64_t bytes = 0;

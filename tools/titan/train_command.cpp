@@ -9,17 +9,17 @@
 namespace titan::cli {
 
 namespace {
-const char* kUsage =
+const char* kTrainUsage =
     "usage: titan train CONFIG [--set key.path=value ...] [--log-level trace|debug|info|warn|error]\n"
     "  Trains as CONFIG says; --set overrides any key (e.g. --set training.steps=20).\n";
 }
 
 int train_command(const Args& args) {
   if (wants_help(args)) {
-    std::cout << kUsage;
+    std::cout << kTrainUsage;
     return 0;
   }
-  RunArgs run = parse_run_args(args, kUsage);
+  RunArgs run = parse_run_args(args, kTrainUsage);
   World world = detect_world();
   init_logging(world.rank, run.log_level);
   ConfigNode config = ConfigNode::load_file(run.config_path);

@@ -18,7 +18,7 @@ using nlohmann::json;
 
 constexpr const char* kIndexName = "model.safetensors.index.json";
 
-[[noreturn]] void fail(const std::string& where, const std::string& message) {
+[[noreturn]] void fail_folder(const std::string& where, const std::string& message) {
   throw Error("Hugging Face folder '" + where + "': " + message);
 }
 
@@ -69,7 +69,7 @@ bool is_hf_folder(const std::string& dir) {
 
 Folder::Folder(const std::string& dir) : dir_(dir) {
   std::error_code error;
-  if (!fs::is_directory(dir, error)) fail(dir, "no such folder");
+  if (!fs::is_directory(dir, error)) fail_folder(dir, "no such folder");
   fs::path index = fs::path(dir) / kIndexName;
   if (fs::exists(index, error)) {
     std::map<std::string, size_t> file_index;
@@ -77,7 +77,7 @@ Folder::Folder(const std::string& dir) : dir_(dir) {
       auto [slot, added] = file_index.emplace(file, files_.size());
       if (added) files_.emplace_back((fs::path(dir) / file).string());
       if (!files_[slot->second].contains(tensor)) {
-        fail(dir,
+        fail_folder(dir,
              std::string(kIndexName) + " puts tensor '" + tensor + "' in '" + file + "', which has no such tensor");
       }
       owner_[tensor] = slot->second;
@@ -89,11 +89,11 @@ Folder::Folder(const std::string& dir) : dir_(dir) {
     for (const auto& [tensor, info] : files_.back().tensors()) {
       auto [slot, added] = owner_.emplace(tensor, files_.size() - 1);
       if (!added) {
-        fail(dir, "tensor '" + tensor + "' is in both '" + files_[slot->second].path() + "' and '" + path + "'");
+        fail_folder(dir, "tensor '" + tensor + "' is in both '" + files_[slot->second].path() + "' and '" + path + "'");
       }
     }
   }
-  if (files_.empty()) fail(dir, std::string("no *.safetensors files and no ") + kIndexName);
+  if (files_.empty()) fail_folder(dir, std::string("no *.safetensors files and no ") + kIndexName);
 }
 
 std::vector<std::string> Folder::names() const {
@@ -104,7 +104,7 @@ std::vector<std::string> Folder::names() const {
 
 const File& Folder::file_for(const std::string& name) const {
   auto found = owner_.find(name);
-  if (found == owner_.end()) fail(dir_, "has no tensor '" + name + "'");
+  if (found == owner_.end()) fail_folder(dir_, "has no tensor '" + name + "'");
   return files_[found->second];
 }
 

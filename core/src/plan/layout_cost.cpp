@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 
 #include "titan/pipeline_program.hpp"
 #include "titan/registry.hpp"
@@ -144,6 +145,12 @@ double edge_params(const ParamSplit& split, const PipelineFacts& pipeline, size_
 double gathered_bytes(const Layout& layout) { return layout.float8 && layout.mesh.tp == 1 ? 1 : kBf16; }
 
 }  // namespace
+
+std::string gib(double bytes) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%.1f GiB", bytes / (1024.0 * 1024 * 1024));
+  return text;
+}
 
 PipelineFacts no_pipeline(int64_t layers) {
   PipelineFacts facts;

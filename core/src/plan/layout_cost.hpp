@@ -12,6 +12,9 @@
 
 namespace titan {
 
+// Bytes as the planner's tables print them ("12.3 GiB").
+std::string gib(double bytes);
+
 // What a pipeline schedule's own action lists say of a shape, for a model
 // of `layers` blocks split by the pipeline plugin's rule.
 struct PipelineFacts {

@@ -38,11 +38,6 @@ std::vector<int64_t> divisors(int64_t n) {
   return found;
 }
 
-std::string gib(double bytes) {
-  char text[32];
-  std::snprintf(text, sizeof(text), "%.1f GiB", bytes / (1024.0 * 1024 * 1024));
-  return text;
-}
 
 // Compiling a schedule for a shape is the slow part; shapes repeat.
 class PipelineCache {

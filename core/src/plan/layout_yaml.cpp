@@ -10,6 +10,8 @@
 #include "titan/run_plan.hpp"
 #include "titan/tokenizer.hpp"
 
+#include "layout_cost.hpp"
+
 namespace titan {
 
 namespace {
@@ -19,8 +21,6 @@ std::string fixed(double value, int digits) {
   std::snprintf(text, sizeof(text), "%.*f", digits, value);
   return text;
 }
-
-std::string gib(double bytes) { return fixed(bytes / (1024.0 * 1024 * 1024), 1) + " GiB"; }
 
 std::string launch_line(const DeviceSpec& device, int64_t devices) {
   const int64_t per_node = std::min(devices, device.devices_per_node);
