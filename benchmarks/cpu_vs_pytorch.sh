@@ -5,8 +5,9 @@
 # tokens, trained STEPS steps by `titan train` and by the PyTorch reference
 # (tests/python/llama3_reference.py), the two alternated REPEATS times.
 # Titan runs twice, on its ATen path and with its fused CPU kernels
-# (fused_kernels plugin + fused AdamW); PyTorch twice, AdamW foreach and
-# fused. Prints tokens/s of each run after WARMUP steps, each Titan step time
+# (fused_kernels plugin + fused AdamW); PyTorch three times: eager with AdamW
+# foreach and fused, and with each Transformer block under torch.compile
+# (Inductor's CPU code, fused AdamW), TorchTitan's compile.enable. Prints tokens/s of each run after WARMUP steps, each Titan step time
 # as a fraction of PyTorch's (median over the repeats), every last loss with
 # its relative difference to PyTorch's, and the versions.
 #
@@ -86,11 +87,12 @@ EOF
 
 # Four sides, alternated each repeat: Titan's ATen path (the config as it
 # is), Titan with its CPU kernels (the fused_kernels plugin: RMSNorm, RoPE,
-# SwiGLU, attention, linear + cross-entropy; AdamW's one-pass kernel), and
-# PyTorch eager with AdamW foreach (the reference's default) and fused.
+# SwiGLU, attention, linear + cross-entropy; AdamW's one-pass kernel),
+# PyTorch eager with AdamW foreach (the reference's default) and fused, and
+# PyTorch with compiled blocks (the compile happens in the warm-up steps).
 fused_kernels=(--set 'plugins=[{name: fused_kernels}]' --set optimizer.implementation=fused)
 declare -A tps loss
-sides=(titan titan_fused torch torch_fused)
+sides=(titan titan_fused torch torch_fused torch_compiled)
 for ((r = 1; r <= repeats; ++r)); do
   for side in "${sides[@]}"; do
     case $side in
@@ -103,11 +105,12 @@ for ((r = 1; r <= repeats; ++r)); do
           --set job.dump_folder="$dump" --log-level warn >"$work/${side}_$r.log" 2>&1 ||
           { cat "$work/${side}_$r.log" >&2; exit 1; }
         read -r rate last < <(titan_rate "$dump/metrics.jsonl") ;;
-      torch | torch_fused)
-        adamw=foreach
-        [[ $side == torch_fused ]] && adamw=fused
+      torch | torch_fused | torch_compiled)
+        adamw=(--adamw foreach)
+        [[ $side == torch_fused ]] && adamw=(--adamw fused)
+        [[ $side == torch_compiled ]] && adamw=(--adamw fused --compile-blocks)
         "$python" tests/python/llama3_reference.py --hf "$work/hf" --tokens "$work/tokens.u16" --steps "$steps" \
-          --timing-warmup "$warmup" --adamw $adamw "${reference_hyper[@]}" >"$work/${side}_$r.json" \
+          --timing-warmup "$warmup" "${adamw[@]}" "${reference_hyper[@]}" >"$work/${side}_$r.json" \
           2>"$work/${side}_$r.log" || { cat "$work/${side}_$r.log" >&2; exit 1; }
         read -r rate last < <(reference_rate "$work/${side}_$r.json") ;;
     esac
@@ -117,24 +120,37 @@ for ((r = 1; r <= repeats; ++r)); do
   echo "repeat $r/$repeats: $(for side in "${sides[@]}"; do printf '%s %s  ' "$side" "$(echo ${tps[$side]} | awk '{print $NF}')"; done)" >&2
 done
 
-"$python" - "$steps" "$warmup" "$threads" "${tps[titan]}" "${tps[titan_fused]}" "${tps[torch]}" "${tps[torch_fused]}" \
-  "${loss[titan]}" "${loss[titan_fused]}" "${loss[torch]}" "${loss[torch_fused]}" <<'EOF'
+# The CPU: vendor and model, and the widest vector ISA LibTorch's kernels
+# can use on it (MKL and oneDNN pick their code paths by it).
+cpu_model=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')
+cpu_vendor=$(grep -m1 'vendor_id' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')
+cpu_flags=$(grep -m1 '^flags' /proc/cpuinfo)
+isa=AVX2
+[[ $cpu_flags == *" avx512f "* ]] && isa=AVX-512
+[[ $cpu_flags == *" amx_tile "* ]] && isa="AVX-512 + AMX"
+cpu="$cpu_vendor $cpu_model, $isa, $(nproc) cores"
+
+"$python" - "$steps" "$warmup" "$threads" "$cpu" "${tps[titan]}" "${tps[titan_fused]}" "${tps[torch]}" \
+  "${tps[torch_fused]}" "${tps[torch_compiled]}" "${loss[titan]}" "${loss[titan_fused]}" "${loss[torch]}" \
+  "${loss[torch_fused]}" "${loss[torch_compiled]}" <<'EOF'
 import statistics, sys
-steps, warmup, threads = sys.argv[1:4]
-titan, fused, torch_, torch_fused = ([float(x) for x in arg.split()] for arg in sys.argv[4:8])
-losses = dict(zip(["titan", "titan fused", "pytorch", "pytorch fused AdamW"], map(float, sys.argv[8:12])))
-print(f"\nllama3 debugmodel, batch 8 x seq 128, fp32, CPU, {threads} threads, {steps} steps "
+steps, warmup, threads, cpu = sys.argv[1:5]
+titan, fused, torch_, torch_fused, compiled = ([float(x) for x in arg.split()] for arg in sys.argv[5:10])
+losses = dict(zip(["titan", "titan fused", "pytorch", "pytorch fused AdamW", "pytorch compiled blocks"],
+                  map(float, sys.argv[10:15])))
+print(f"\nllama3 debugmodel, batch 8 x seq 128, fp32, CPU ({cpu}), {threads} threads, {steps} steps "
       f"({warmup} warm-up left out), {len(titan)} alternated repeats: tokens/s, and step time as a "
-      f"fraction of PyTorch eager's\n")
-print("| repeat | titan | titan fused | pytorch eager | pytorch eager, fused AdamW | titan step / pytorch's "
-      "| titan fused step / pytorch's | titan fused step / pytorch fused AdamW's |\n|---|---|---|---|---|---|---|---|")
-rows = list(zip(titan, fused, torch_, torch_fused))
-for i, (a, f, b, bf) in enumerate(rows, 1):
-    print(f"| {i} | {a:.0f} | {f:.0f} | {b:.0f} | {bf:.0f} | {b / a:.3f} | {b / f:.3f} | {bf / f:.3f} |")
+      f"fraction of PyTorch's\n")
+print("| repeat | titan | titan fused | pytorch eager | pytorch eager, fused AdamW | pytorch compiled blocks "
+      "| titan step / pytorch eager's | titan fused step / pytorch fused AdamW's "
+      "| titan fused step / pytorch compiled's |\n|---|---|---|---|---|---|---|---|---|")
+rows = list(zip(titan, fused, torch_, torch_fused, compiled))
+for i, (a, f, b, bf, c) in enumerate(rows, 1):
+    print(f"| {i} | {a:.0f} | {f:.0f} | {b:.0f} | {bf:.0f} | {c:.0f} | {b / a:.3f} | {bf / f:.3f} | {c / f:.3f} |")
 median = statistics.median
 print(f"| median | {median(titan):.0f} | {median(fused):.0f} | {median(torch_):.0f} | {median(torch_fused):.0f} | "
-      f"{median(b / a for a, f, b, bf in rows):.3f} | {median(b / f for a, f, b, bf in rows):.3f} | "
-      f"{median(bf / f for a, f, b, bf in rows):.3f} |")
+      f"{median(compiled):.0f} | {median(r[2] / r[0] for r in rows):.3f} | {median(r[3] / r[1] for r in rows):.3f} | "
+      f"{median(r[4] / r[1] for r in rows):.3f} |")
 reference = losses["pytorch"]
 print("\nlast loss: " + ", ".join(f"{name} {value:.9g} (relative to pytorch {abs(value - reference) / abs(reference):.1e})"
                                   for name, value in losses.items()))
@@ -142,4 +158,4 @@ EOF
 echo
 "$titan" --version | head -2
 "$python" -c 'import platform, torch; print(f"PyTorch {torch.__version__} (Python {platform.python_version()})")'
-echo "CPU: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//') ($(nproc) cores)"
+echo "CPU: $cpu"

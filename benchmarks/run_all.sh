@@ -124,6 +124,8 @@ if ! skipped cpu_vs_pytorch; then
     "$(cell cpu_vs_pytorch median 3)" "$(cell cpu_vs_pytorch median 4)"
   row cpu_vs_pytorch "tokens/s: Titan (fused CPU kernels, fused AdamW) vs PyTorch eager, fused AdamW" \
     "$(cell cpu_vs_pytorch median 3)" "$(cell cpu_vs_pytorch median 5)"
+  row cpu_vs_pytorch "tokens/s: Titan (fused CPU kernels, fused AdamW) vs PyTorch with compiled blocks, fused AdamW" \
+    "$(cell cpu_vs_pytorch median 3)" "$(cell cpu_vs_pytorch median 6)"
 fi
 if ! skipped float8_loss_gap; then
   run float8_loss_gap "$root/benchmarks/float8_loss_gap.sh" 40 "$build"

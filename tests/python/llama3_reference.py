@@ -171,6 +171,8 @@ def main():
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--adamw", choices=["foreach", "fused"], default="foreach",
                    help="torch.optim.AdamW's implementation (fused: its one-pass kernel)")
+    p.add_argument("--compile-blocks", action="store_true",
+                   help="torch.compile each Transformer block, as TorchTitan's compile.enable does")
     p.add_argument("--timing-warmup", type=int, default=0, help="steps left out of tokens_per_sec")
     p.add_argument("--titan-final", help="Titan's debug.save_final_model file, to compare the final parameters")
     args = p.parse_args()
@@ -183,6 +185,9 @@ def main():
     model = Llama3(config)
     model.load_state_dict(hf_to_reference(hf, config), strict=True)
     model.train()
+    if args.compile_blocks:
+        for layer in model.layers:
+            layer.compile()
 
     params = list(model.parameters())
     optimizer = torch.optim.AdamW(params, lr=args.lr, betas=(args.beta1, args.beta2), eps=args.eps,
