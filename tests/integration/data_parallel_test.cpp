@@ -10,6 +10,7 @@
 namespace {
 
 using titan::test::check_equivalent;
+using titan::test::kSmallModel;
 using titan::test::relative;
 using titan::test::run_command;
 using titan::test::run_ranks;
@@ -20,9 +21,9 @@ using titan::test::RunOutput;
 
 TEST_CASE("data parallel: FSDP on 2 ranks reproduces the single process, with half the state per rank; every rank "
           "saves its metrics with metrics.save_for_all_ranks; prefetch off gives the same run") {
-  RunOutput reference = run_single("dp_fsdp2_reference");
+  RunOutput reference = run_single("dp_fsdp2_reference", kSmallModel);
   RunOutput fsdp = run_ranks("dp_fsdp2", 2, 29811, "{name: fsdp}",
-                             " --set metrics.save_for_all_ranks=true --set metrics.enable_tensorboard=true");
+                             kSmallModel + " --set metrics.save_for_all_ranks=true --set metrics.enable_tensorboard=true");
   check_equivalent(fsdp, reference, 1e-5);
   // Rank 0 holds the most rows; uneven splits pad nothing into the state.
   double share = fsdp.state_bytes.back() / reference.state_bytes.back();
@@ -50,7 +51,7 @@ TEST_CASE("data parallel: FSDP on 2 ranks reproduces the single process, with ha
   }
   CHECK(!std::filesystem::exists(fsdp.dump / "metrics.rank0.jsonl"));
   // Without prefetch each block is gathered only when it runs: the same numbers.
-  RunOutput no_prefetch = run_ranks("dp_fsdp2_no_prefetch", 2, 29816, "{name: fsdp, prefetch: false}");
+  RunOutput no_prefetch = run_ranks("dp_fsdp2_no_prefetch", 2, 29816, "{name: fsdp, prefetch: false}", kSmallModel);
   check_equivalent(no_prefetch, reference, 1e-5);
   for (const char* rank : {"rank_0", "rank_1"}) {
     CHECK_MESSAGE(!std::filesystem::is_empty(fsdp.dump / "tb" / rank), rank);
@@ -58,30 +59,30 @@ TEST_CASE("data parallel: FSDP on 2 ranks reproduces the single process, with ha
 }
 
 TEST_CASE("data parallel: FSDP on 4 ranks (reshard never) reproduces the single process, with a quarter of the state") {
-  RunOutput reference = run_single("dp_fsdp4_reference");
-  RunOutput fsdp = run_ranks("dp_fsdp4", 4, 29821, "{name: fsdp, reshard_after_forward: never}");
+  RunOutput reference = run_single("dp_fsdp4_reference", kSmallModel);
+  RunOutput fsdp = run_ranks("dp_fsdp4", 4, 29821, "{name: fsdp, reshard_after_forward: never}", kSmallModel);
   check_equivalent(fsdp, reference, 1e-5);
   double share = fsdp.state_bytes.back() / reference.state_bytes.back();
   CHECK(share == doctest::Approx(0.25).epsilon(0.05));
 }
 
 TEST_CASE("data parallel: HSDP 2x2 reproduces the single process") {
-  RunOutput reference = run_single("dp_hsdp_reference");
-  RunOutput hsdp = run_ranks("dp_hsdp", 4, 29831, "{name: fsdp, dp_replicate: 2}");
+  RunOutput reference = run_single("dp_hsdp_reference", kSmallModel);
+  RunOutput hsdp = run_ranks("dp_hsdp", 4, 29831, "{name: fsdp, dp_replicate: 2}", kSmallModel);
   check_equivalent(hsdp, reference, 1e-5);
   double share = hsdp.state_bytes.back() / reference.state_bytes.back();
   CHECK(share == doctest::Approx(0.5).epsilon(0.05));
 }
 
 TEST_CASE("data parallel: DDP on 2 ranks reproduces the single process, gradient accumulation included") {
-  RunOutput reference = run_single("dp_ddp_reference", " --set training.global_batch_size=16");
-  RunOutput ddp = run_ranks("dp_ddp", 2, 29841, "{name: ddp, bucket_cap_mb: 0.5}", " --set training.global_batch_size=16");
+  RunOutput reference = run_single("dp_ddp_reference", kSmallModel + " --set training.global_batch_size=16");
+  RunOutput ddp = run_ranks("dp_ddp", 2, 29841, "{name: ddp, bucket_cap_mb: 0.5}", kSmallModel + " --set training.global_batch_size=16");
   check_equivalent(ddp, reference, 1e-5);
 }
 
 TEST_CASE("data parallel: FSDP with bf16 parameters / fp32 reduce stays within 1e-2 of the fp32 loss curve") {
-  RunOutput fp32 = run_ranks("dp_bf16_reference", 2, 29851, "{name: fsdp}");
-  RunOutput bf16 = run_ranks("dp_bf16", 2, 29856, "{name: fsdp}", " --set training.mixed_precision_param=bfloat16");
+  RunOutput fp32 = run_ranks("dp_bf16_reference", 2, 29851, "{name: fsdp}", kSmallModel);
+  RunOutput bf16 = run_ranks("dp_bf16", 2, 29856, "{name: fsdp}", kSmallModel + " --set training.mixed_precision_param=bfloat16");
   double worst = 0;
   for (size_t i = 0; i < fp32.losses.size(); ++i) worst = std::max(worst, relative(bf16.losses[i], fp32.losses[i]));
   MESSAGE("bf16 vs fp32 loss: max relative difference " << worst);
