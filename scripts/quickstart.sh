@@ -3,7 +3,7 @@
 # the built-in corpus (CPU). Extra arguments go to `titan train`.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-bash "$root/scripts/setup.sh"
+bash "$root/scripts/setup.sh" --training-only
 # Only what a training run needs: the CLI, core and the plugins.
 TITAN_BUILD_TARGETS="titan titan_all_plugins" bash "$root/scripts/build.sh" "$root/build"
 cd "$root"

@@ -4,16 +4,28 @@
 # the project-local Python environment .venv/ (git-ignored). The build finds
 # it through `.venv/bin/python -c 'import torch.utils; ...cmake_prefix_path'`
 # (scripts/build.sh). Choices and measured costs: docs/testing.md "Setup".
+# `--training-only` (scripts/quickstart.sh) leaves out what only the tests
+# use: clang for the fuzz targets, Chromium, and the Python readers.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
+tests=1
+case ${1:-} in
+  --training-only) tests=0 ;;
+  "") ;;
+  *) echo "usage: scripts/setup.sh [--training-only]" >&2; exit 2 ;;
+esac
 packages=(
   build-essential cmake ninja-build ccache git python3 python3-venv
   libgloo-dev libopenblas0-pthread  # Gloo's headers (LibTorch's c10d headers include them; the wheel has none)
   libyaml-cpp-dev libspdlog-dev libfmt-dev nlohmann-json3-dev doctest-dev
   libboost-dev libboost-filesystem-dev libpcre2-dev zlib1g-dev libsentencepiece-dev
-  clang libclang-rt-14-dev  # the fuzz targets (tests/fuzz): clang 14 with libFuzzer and the sanitizer runtimes
-  chromium fonts-dejavu-core  # headless Chromium opens `titan report`'s page in its test (docs/testing.md "Setup")
 )
+if ((tests)); then
+  packages+=(
+    clang libclang-rt-14-dev  # the fuzz targets (tests/fuzz): clang 14 with libFuzzer and the sanitizer runtimes
+    chromium fonts-dejavu-core  # headless Chromium opens `titan report`'s page in its test (docs/testing.md "Setup")
+  )
+fi
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -55,6 +67,7 @@ fi
 # transformers' LlamaForCausalLM, tokenizers, safetensors. Pinned, with
 # their ordinary dependencies and no extras: 57 MB of wheels, about 15 s,
 # 280 MB more in .venv (docs/testing.md "Setup").
+((tests)) || exit 0
 readers=(transformers==5.24.0 tokenizers==0.23.3 safetensors==0.8.0 tensorboard==2.21.0)
 if ! "$venv/bin/python" - "${readers[@]}" >/dev/null 2>&1 <<'EOF'
 import sys

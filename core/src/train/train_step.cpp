@@ -82,7 +82,12 @@ StepOutcome TrainingRun::step(int64_t step) {
   std::map<std::string, double> moe = moe_metrics(moe_loads);
   // Each pipeline stage holds its own routers; rank 0 logs them all.
   if (moe_metrics_over_pp_ && log_step) moe = merge_metrics_over(mesh->group("pp"), moe);
-  outcome.record = {step, 0, 0, 0, lr, tokens, data_loading_s, state_bytes(), std::move(moe)};
+  outcome.record.step = step;
+  outcome.record.lr = lr;
+  outcome.record.tokens = tokens;
+  outcome.record.data_loading_s = data_loading_s;
+  outcome.record.state_bytes = state_bytes();
+  outcome.record.extra = std::move(moe);
   // [loss, max loss, grad norm]; a test hook's NaN loss shows in both.
   const at::Tensor max_loss = at::where(at::isfinite(loss), job_loss.max, loss);
   outcome.record.numbers = at::cat({loss, max_loss, grad_norm});
