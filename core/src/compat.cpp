@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 
+#include <ATen/autocast_mode.h>
 #include <ATen/native/Resize.h>
 #include <c10/core/CPUAllocator.h>
 #include <c10/core/alignment.h>
@@ -257,6 +258,22 @@ bool is_out_of_memory(const std::exception& error) {
   // "DefaultCPUAllocator: can't allocate memory: you tried to allocate N bytes".
   const auto* c10_error = dynamic_cast<const c10::Error*>(&error);
   return c10_error && c10_error->msg().find("DefaultCPUAllocator: can't allocate memory") != std::string::npos;
+}
+
+AutocastScope::AutocastScope(c10::DeviceType device_type, c10::ScalarType dtype)
+    : device_type_(device_type),
+      was_enabled_(at::autocast::is_autocast_enabled(device_type)),
+      previous_dtype_(at::autocast::get_autocast_dtype(device_type)) {
+  at::autocast::set_autocast_dtype(device_type, dtype);
+  at::autocast::set_autocast_enabled(device_type, true);
+  at::autocast::increment_nesting();
+}
+
+AutocastScope::~AutocastScope() {
+  // The outermost scope drops the weights' casts it cached.
+  if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
+  at::autocast::set_autocast_enabled(device_type_, was_enabled_);
+  at::autocast::set_autocast_dtype(device_type_, previous_dtype_);
 }
 
 }  // namespace titan::compat

@@ -43,6 +43,24 @@ void resize_storage_bytes(const at::Tensor& tensor, size_t bytes);
 // stop. Call only once `param` has its final device, dtype and shape.
 std::shared_ptr<void> on_gradient_accumulated(const at::Tensor& param, std::function<void()> ready);
 
+// Autocast on `device_type` to `dtype` while it lives (matmuls and
+// attention in `dtype`, reductions and the loss in float32, as
+// torch.autocast does), the previous state restored and the cast weights
+// dropped at the end. Forward passes only: autograd's backward follows the
+// dtypes the forward chose.
+class AutocastScope {
+ public:
+  AutocastScope(c10::DeviceType device_type, c10::ScalarType dtype);
+  ~AutocastScope();
+  AutocastScope(const AutocastScope&) = delete;
+  AutocastScope& operator=(const AutocastScope&) = delete;
+
+ private:
+  c10::DeviceType device_type_;
+  bool was_enabled_;
+  c10::ScalarType previous_dtype_;
+};
+
 // True when this LibTorch was built with CUDA and a device is present.
 bool cuda_available();
 // What `titan --version` says of CUDA: compiled in or not (CUDA and NCCL

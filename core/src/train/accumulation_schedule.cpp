@@ -3,6 +3,7 @@
 
 #include <torch/torch.h>
 
+#include "titan/compat.hpp"
 #include "titan/profile_range.hpp"
 
 namespace titan {
@@ -17,6 +18,8 @@ at::Tensor AccumulationSchedule::forward_backward(CausalLM& model, const std::ve
     at::Tensor value;
     {
       ProfileRange range("forward");
+      std::optional<compat::AutocastScope> autocast;
+      if (autocast_) autocast.emplace(autocast_->first, autocast_->second);
       at::Tensor logits = model.run(microbatch.inputs);
       value = loss(logits, microbatch.labels) * scale;
     }

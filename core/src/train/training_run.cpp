@@ -195,7 +195,8 @@ void TrainingRun::build_optimizer_and_schedule() {
   norm_weights_ = parallel->norm_weights(*model, names);
   optimizer = plan.optimizer->build(named);
 
-  accumulation_schedule_ = std::make_unique<AccumulationSchedule>();
+  accumulation_schedule_ = autocast_dtype_ ? std::make_unique<AccumulationSchedule>(device.type(), *autocast_dtype_)
+                                           : std::make_unique<AccumulationSchedule>();
   schedule_ = pipeline ? pipeline.get() : plan.schedule ? plan.schedule.get() : accumulation_schedule_.get();
   const TrainingConfig& training = plan.core.training;
   if (training.cuda_graph) {
@@ -230,11 +231,18 @@ void TrainingRun::build_model() {
   const ParallelizeContext context = parallelize_context(plan, parallel->mesh(), device);
   compute_dtype_ = context.param_dtype;
   if (plan.parallelizers.empty() && !plan.precision && compute_dtype_ != c10::kFloat) {
-    // The parallelizers (fsdp) gather parameters in that dtype; with none
-    // the weights and activations stay float32 (TorchTitan would autocast).
-    spdlog::warn("training.mixed_precision_param={} takes effect through a parallelizer: with none the run "
-                 "computes in float32. On one device add the fsdp plugin (dp_shard: -1), as TorchTitan applies "
-                 "FSDP2 on one rank", plan.core.training.mixed_precision_param);
+    // The parallelizers (fsdp) gather parameters in that dtype. With none
+    // the weights stay float32 and the forward autocasts, as TorchTitan
+    // does without FSDP; a pipeline's stages have no autocast yet.
+    if (plan.pipeline || !(device.is_cpu() || device.is_cuda())) {
+      spdlog::warn("training.mixed_precision_param={} takes effect through a parallelizer: a pipeline (or a dry "
+                   "run) with none computes in float32. Add the fsdp plugin (dp_shard: -1)",
+                   plan.core.training.mixed_precision_param);
+    } else {
+      autocast_dtype_ = compute_dtype_;
+      spdlog::info("training.mixed_precision_param={}: float32 weights, the forward under autocast",
+                   plan.core.training.mixed_precision_param);
+    }
     compute_dtype_ = c10::kFloat;
   }
   CausalLM* first_stage = nullptr;

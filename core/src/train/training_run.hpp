@@ -4,6 +4,7 @@
 // trainer.cpp's loop adds metrics, checkpoints and the stop conditions.
 #pragma once
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -87,6 +88,8 @@ class TrainingRun {
   at::Tensor first_nonfinite_step_;  // [1] int64 on the device, -1 while every step was finite
   std::vector<double> norm_weights_;
   int64_t accumulation_ = 1;  // microbatches per step
+  // training.mixed_precision_param where no parallelizer applies it: the forward autocasts to it.
+  std::optional<c10::ScalarType> autocast_dtype_;
   c10::ScalarType compute_dtype_ = c10::kFloat;  // the parameters' (the precision plugin's or mixed_precision_param)
   bool moe_metrics_over_pp_ = false;  // the MoE metrics of every pipeline stage are merged each step
 };
