@@ -7,9 +7,10 @@
 # Titan runs twice, on its ATen path and with its fused CPU kernels
 # (fused_kernels plugin + fused AdamW); PyTorch three times: eager with AdamW
 # foreach and fused, and with each Transformer block under torch.compile
-# (Inductor's CPU code, fused AdamW), TorchTitan's compile.enable. Prints tokens/s of each run after WARMUP steps, each Titan step time
-# as a fraction of PyTorch's (median over the repeats), every last loss with
-# its relative difference to PyTorch's, and the versions.
+# (Inductor's CPU code, fused AdamW), TorchTitan's compile.enable. Prints
+# tokens/s of each run after WARMUP steps, Titan's step times as fractions
+# of PyTorch's (median over the repeats), every last loss with its relative
+# difference to PyTorch's, the versions and the CPU.
 #
 # Usage: benchmarks/cpu_vs_pytorch.sh [steps (20)] [repeats (3)] [threads (2)]
 # Env: TITAN_BINARY (default build/bin/titan; build-release/bin/titan for
@@ -85,7 +86,7 @@ print(f"{result['tokens_per_sec']:.1f} {result['steps'][-1]['loss']!r}")
 EOF
 }
 
-# Four sides, alternated each repeat: Titan's ATen path (the config as it
+# Five sides, alternated each repeat: Titan's ATen path (the config as it
 # is), Titan with its CPU kernels (the fused_kernels plugin: RMSNorm, RoPE,
 # SwiGLU, attention, linear + cross-entropy; AdamW's one-pass kernel),
 # PyTorch eager with AdamW foreach (the reference's default) and fused, and

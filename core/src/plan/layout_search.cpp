@@ -6,7 +6,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
 #include <limits>
 #include <map>
 #include <tuple>
@@ -37,7 +36,6 @@ std::vector<int64_t> divisors(int64_t n) {
   }
   return found;
 }
-
 
 // Compiling a schedule for a shape is the slow part; shapes repeat.
 class PipelineCache {
