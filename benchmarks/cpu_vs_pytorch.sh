@@ -121,15 +121,9 @@ for ((r = 1; r <= repeats; ++r)); do
   echo "repeat $r/$repeats: $(for side in "${sides[@]}"; do printf '%s %s  ' "$side" "$(echo ${tps[$side]} | awk '{print $NF}')"; done)" >&2
 done
 
-# The CPU: vendor and model, and the widest vector ISA LibTorch's kernels
-# can use on it (MKL and oneDNN pick their code paths by it).
-cpu_model=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')
-cpu_vendor=$(grep -m1 'vendor_id' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')
-cpu_flags=$(grep -m1 '^flags' /proc/cpuinfo)
-isa=AVX2
-[[ $cpu_flags == *" avx512f "* ]] && isa=AVX-512
-[[ $cpu_flags == *" amx_tile "* ]] && isa="AVX-512 + AMX"
-cpu="$cpu_vendor $cpu_model, $isa, $(nproc) cores"
+# The CPU: vendor, model and vector ISA (benchmarks/cpu_name.sh).
+source "$root/benchmarks/cpu_name.sh"
+cpu=$(cpu_name)
 
 "$python" - "$steps" "$warmup" "$threads" "$cpu" "${tps[titan]}" "${tps[titan_fused]}" "${tps[torch]}" \
   "${tps[torch_fused]}" "${tps[torch_compiled]}" "${loss[titan]}" "${loss[titan_fused]}" "${loss[torch]}" \

@@ -18,7 +18,7 @@ out=${TITAN_BENCH_OUT:-$(mktemp -d -t titan-bench-XXXXXX)}
 mkdir -p "$out"
 cd "$root"  # the benchmarks read assets/ and configs/ from here
 bin=$build/bin
-for tool in titan titan_bench_overhead titan_bench_pipeline titan_bench_moe; do
+for tool in titan titan_bench_overhead titan_bench_pipeline titan_bench_moe titan_bench_host_step; do
   [[ -x $bin/$tool ]] || { echo "run_all: $bin/$tool not found; build first (scripts/build.sh)" >&2; exit 2; }
 done
 
@@ -116,6 +116,16 @@ if ! skipped moe; then
     "$(cell moe "flavor debugmodel_moe (64 x 256 x 768, top 8)" 4)" \
     "$(cell moe "flavor debugmodel_moe (64 x 256 x 768, top 8)" 3)"
 fi
+if ! skipped host_step; then
+  run host_step env TITAN_BENCH="$bin/titan_bench_host_step" "$root/benchmarks/host_step.sh" 20 3
+  row host_step "host µs/step: Titan vs PyTorch eager (1B on meta, batch 8 x seq 2048)" \
+    "$(cell host_step "meta, 1B, batch 8 x seq 2048" 2)" "$(cell host_step "meta, 1B, batch 8 x seq 2048" 3)"
+  row host_step "host µs/step: Titan vs PyTorch eager (CPU, dim 64 x 2 layers, batch 1 x seq 8)" \
+    "$(cell host_step "CPU, dim 64 x 2 layers, batch 1 x seq 8" 2)" "$(cell host_step "CPU, dim 64 x 2 layers, batch 1 x seq 8" 3)"
+  row host_step "ATen ops/step: Titan vs PyTorch eager (CPU, dim 64 x 2 layers)" \
+    "$(cell host_step "CPU, dim 64 x 2 layers, batch 1 x seq 8" 5)" "$(cell host_step "CPU, dim 64 x 2 layers, batch 1 x seq 8" 6)"
+fi
+
 if ! skipped cpu_vs_pytorch; then
   run cpu_vs_pytorch env TITAN_BINARY="$bin/titan" "$root/benchmarks/cpu_vs_pytorch.sh" 20 2 2
   row cpu_vs_pytorch "tokens/s: Titan (ATen path) vs PyTorch eager (debug model, CPU, 2 threads)" \

@@ -133,19 +133,29 @@ void AdamW::apply_foreach(const std::vector<Update>& updates, double lr) const {
   }
 }
 
-void AdamW::apply_fused(const std::vector<Update>& updates, double lr) const {
+void AdamW::apply_fused(const std::vector<Update>& updates, double lr) {
   const auto& o = options_;
   // One kernel call per group. The kernel reads the already advanced step
-  // counts, on the parameters' device.
+  // counts on the parameters' device: advanced there by one foreach add
+  // (as torch.optim does), not copied from the host per parameter.
   for (const auto& group : by_device_and_dtype(updates)) {
-    std::vector<at::Tensor> params, grads, exp_avgs, exp_avg_sqs, steps;
+    std::vector<at::Tensor> params, grads, exp_avgs, exp_avg_sqs, steps, advancing;
     for (const Update* update : group) {
-      params.push_back(update->state->param);
+      ParamState& state = *update->state;
+      params.push_back(state.param);
       grads.push_back(update->grad);
-      exp_avgs.push_back(update->state->exp_avg);
-      exp_avg_sqs.push_back(update->state->exp_avg_sq);
-      steps.push_back(update->state->step.to(update->state->param.device(), at::kFloat));
+      exp_avgs.push_back(state.exp_avg);
+      exp_avg_sqs.push_back(state.exp_avg_sq);
+      const double t = *state.step.data_ptr<double>();
+      if (state.device_step.defined() && state.device_step_holds == t - 1) {
+        advancing.push_back(state.device_step);
+      } else {  // the first fused step, or a count loaded from a checkpoint
+        state.device_step = at::full({}, t, state.param.options().dtype(at::kFloat));
+      }
+      state.device_step_holds = t;
+      steps.push_back(state.device_step);
     }
+    if (!advancing.empty()) at::_foreach_add_(advancing, 1.0);
     at::_fused_adamw_(params, grads, exp_avgs, exp_avg_sqs, /*max_exp_avg_sqs=*/{}, steps, lr, o.beta1, o.beta2,
                       o.weight_decay, o.eps, /*amsgrad=*/false, /*maximize=*/false);
   }

@@ -37,6 +37,11 @@ class AdamW : public Optimizer {
     at::Tensor exp_avg;     // first moment, like param
     at::Tensor exp_avg_sq;  // second moment, like param
     at::Tensor step;        // 0-dim float64 on CPU: steps taken by this parameter
+    // fused: the kernel's copy of `step` (0-dim float32 on the parameter's
+    // device), advanced on the device; `device_step_holds` is the count it
+    // holds, so a step loaded from a checkpoint is copied over once.
+    at::Tensor device_step;
+    double device_step_holds = -1;
   };
   // One parameter's update with its bias-corrected scalars already known.
   struct Update {
@@ -47,7 +52,7 @@ class AdamW : public Optimizer {
   };
   void apply_for_loop(const std::vector<Update>& updates, double lr) const;
   void apply_foreach(const std::vector<Update>& updates, double lr) const;
-  void apply_fused(const std::vector<Update>& updates, double lr) const;
+  void apply_fused(const std::vector<Update>& updates, double lr);
 
   AdamWOptions options_;
   std::vector<ParamState> states_;

@@ -122,6 +122,15 @@ TEST_CASE("titan plan: full activation checkpointing on one process: peak memory
   CHECK(recompute / (flops - recompute) == doctest::Approx(1.0 / 3.0).epsilon(0.05));
 }
 
+TEST_CASE("titan plan: a run with the fused AdamW is planned (its kernel has a shape on meta), its state counted") {
+  const auto dump = titan::test::temp_dir("plan_fused_adamw");
+  const nlohmann::json plan = dry_run(1, config_path("llama3_debugmodel.yaml"),
+                                      small_run_sets(dump) + " --set optimizer.implementation=fused");
+  const auto& rank = plan["ranks"][0];
+  // Two moments like the parameters, and a step count per parameter.
+  CHECK(rank["optimizer_bytes"].get<int64_t>() > 2 * rank["parameter_bytes"].get<int64_t>());
+}
+
 namespace {
 
 // The dry run at 2 ranks of FSDP plus a broken test plugin: its exit status

@@ -208,6 +208,16 @@ TEST_CASE("AdamW's fused implementation (ATen's _fused_adamw_) agrees with forea
   CHECK(max_abs_diff(first->state_tensors().at("x.exp_avg_sq"), second->state_tensors().at("x.exp_avg_sq")) < 1e-6);
   CHECK(second->state_tensors().at("y.step").item<double>() == 4);
   CHECK_FALSE(torch::equal(a1, make_param({6, 5}, 8)));  // it did move
+
+  // A count loaded in place (a checkpoint) reaches the fused kernel's
+  // device copy of it: the next update uses step 101's bias corrections.
+  for (auto* optimizer : {first.get(), second.get()}) optimizer->state_tensors().at("x.step").fill_(100);
+  a1.mutable_grad() = make_grad(a1, 6);
+  b1.mutable_grad() = make_grad(b1, 6);
+  first->step(0.05);
+  second->step(0.05);
+  CHECK(max_abs_diff(a1, b1) < 1e-6);
+  CHECK(second->state_tensors().at("x.step").item<double>() == 101);
 }
 
 TEST_CASE("AdamW allocates its state eagerly: zeros shaped like each parameter, a 0-dim CPU step") {

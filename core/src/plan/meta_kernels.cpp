@@ -38,6 +38,26 @@ at::Tensor embedding_dense_backward_meta(const at::Tensor& grad_output, const at
   return at::empty({num_weights.expect_int(), grad_output.size(-1)}, grad_output.options());
 }
 
+// The fused AdamW updates in place and returns nothing: on meta there is
+// nothing to update, only the call to accept (a run with
+// optimizer.implementation: fused is planned like any other).
+void fused_adamw_meta(at::TensorList /*params*/, at::TensorList /*grads*/, at::TensorList /*exp_avgs*/,
+                      at::TensorList /*exp_avg_sqs*/, at::TensorList /*max_exp_avg_sqs*/, at::TensorList /*steps*/,
+                      double /*lr*/, double /*beta1*/, double /*beta2*/, double /*weight_decay*/, double /*eps*/,
+                      bool /*amsgrad*/, bool /*maximize*/, const std::optional<at::Tensor>& /*grad_scale*/,
+                      const std::optional<at::Tensor>& /*found_inf*/) {}
+
+// Gradient clipping's norms on the GPU path: one 0-dim norm per tensor.
+std::vector<at::Tensor> foreach_norm_meta(at::TensorList tensors, const at::Scalar& /*ord*/,
+                                          std::optional<at::ScalarType> dtype) {
+  std::vector<at::Tensor> norms;
+  norms.reserve(tensors.size());
+  for (const at::Tensor& tensor : tensors) {
+    norms.push_back(at::empty({}, tensor.options().dtype(dtype.value_or(tensor.scalar_type()))));
+  }
+  return norms;
+}
+
 void count(double flops) {
   if (DryRank* rank = current_dry_rank()) rank->tally.add_flops(flops);
 }
@@ -116,6 +136,8 @@ void install_counting_matmuls() {
 
 TORCH_LIBRARY_IMPL(aten, Meta, m) {
   m.impl("index_select", index_select_meta);
+  m.impl("_fused_adamw_", fused_adamw_meta);
+  m.impl("_foreach_norm.Scalar", foreach_norm_meta);
   m.impl("where.self", where_meta);
   m.impl("where.self_out", where_out_meta);
   m.impl("embedding_dense_backward", embedding_dense_backward_meta);

@@ -1,4 +1,4 @@
-// clip_grad_norm: per-gradient norms in fp64 on CPU (fp32 on GPU),
+// clip_grad_norm: per-gradient norms in fp64 on CPU (fp32 foreach on GPU),
 // combined in fp64 on the device, then one in-place scale; the host version
 // reads the partial (to reduce it) and the total.
 #include "titan/grad_clip.hpp"
@@ -32,9 +32,9 @@ std::string device_text(const at::Device& device) {
 // (512 KiB in fp64, in cache) cost one pass instead.
 at::Tensor fp64_norm(const at::Tensor& grad, double norm_type) {
   constexpr int64_t kSlice = int64_t{1} << 16;
+  const int64_t count = grad.numel();
+  if (count <= kSlice) return at::linalg_vector_norm(grad, norm_type, c10::nullopt, false, at::kDouble);
   const at::Tensor flat = grad.reshape({-1});
-  const int64_t count = flat.numel();
-  if (count <= kSlice) return at::linalg_vector_norm(flat, norm_type, c10::nullopt, false, at::kDouble);
   std::vector<at::Tensor> slices;
   slices.reserve(static_cast<size_t>((count + kSlice - 1) / kSlice));
   for (int64_t begin = 0; begin < count; begin += kSlice) {
@@ -59,27 +59,43 @@ at::Tensor clip_grad_norm_on_device(const std::vector<at::Tensor>& params, doubl
   const bool inf_norm = std::isinf(norm_type);
   at::NoGradGuard no_grad;
 
-  // Gradients grouped by device (for the norms) and by device and dtype (for
-  // the foreach scale, which wants one dtype per list).
-  std::map<std::string, std::vector<at::Tensor>> norms_by_device;
-  std::map<std::pair<std::string, int>, std::vector<at::Tensor>> grads_by_kind;
+  // Gradients grouped by device and dtype: a GPU takes one group's norms in
+  // one foreach kernel (a tree reduction in fp32), the CPU each gradient's
+  // in fp64; the foreach scale wants one dtype per list too. Meta tensors
+  // (the dry run) stand for the GPU.
+  struct Group {
+    std::vector<at::Tensor> grads;
+    std::vector<double> weights;  // |g|^p scales by weight: the norm by weight^(1/p)
+  };
+  std::map<std::pair<std::string, int>, Group> groups;
   for (size_t index = 0; index < params.size(); ++index) {
     const at::Tensor& param = params[index];
     if (!param.defined()) continue;
     const at::Tensor& grad = param.grad();
     if (!grad.defined()) continue;
     if (grad.is_sparse()) throw Error("clip_grad_norm: sparse gradients are not supported");
-    std::string device = device_text(grad.device());
+    Group& group = groups[{device_text(grad.device()), static_cast<int>(grad.scalar_type())}];
+    group.grads.push_back(grad);
+    group.weights.push_back(weights.empty() || inf_norm ? 1.0 : weights[index]);
+  }
+  std::map<std::string, std::vector<at::Tensor>> norms_by_device;
+  for (const auto& [kind, group] : groups) {
+    std::vector<at::Tensor>& norms = norms_by_device[kind.first];
+    const at::Tensor& first = group.grads.front();
     // CPU reductions accumulate fp32 sequentially (3e-5 relative error on a
     // 370k-element gradient, measured), so a sharded norm would not match
     // the whole one; fp64 makes both exact to ~1e-12. GPUs reduce in trees.
-    const bool on_gpu = grad.is_cuda() && grad.scalar_type() != at::kDouble;
-    at::Tensor norm = on_gpu ? at::linalg_vector_norm(grad, norm_type, c10::nullopt, false, at::kFloat)
-                             : fp64_norm(grad, norm_type);
-    // A weight w scales |g|^p, i.e. the norm by w^(1/p).
-    if (!weights.empty() && !inf_norm && weights[index] != 1.0) norm = norm * std::pow(weights[index], 1.0 / norm_type);
-    norms_by_device[device].push_back(norm);
-    grads_by_kind[{device, static_cast<int>(grad.scalar_type())}].push_back(grad);
+    const bool tree_reduced = (first.is_cuda() || first.is_meta()) && first.scalar_type() != at::kDouble;
+    std::vector<at::Tensor> group_norms;
+    if (tree_reduced) {
+      group_norms = at::_foreach_norm(group.grads, norm_type, at::kFloat);
+    } else {
+      for (const at::Tensor& grad : group.grads) group_norms.push_back(fp64_norm(grad, norm_type));
+    }
+    for (size_t i = 0; i < group_norms.size(); ++i) {
+      const double weight = group.weights[i];
+      norms.push_back(weight == 1.0 ? group_norms[i] : group_norms[i] * std::pow(weight, 1.0 / norm_type));
+    }
   }
 
   // This rank's partial: sum of |g|^p, or max |g| (a NaN on any device stays).
@@ -102,8 +118,8 @@ at::Tensor clip_grad_norm_on_device(const std::vector<at::Tensor>& params, doubl
   // was, bit for bit; a non-finite norm leaves them all alone.
   at::Tensor coef = (max_norm / (total + 1e-6)).clamp_max(1.0);
   coef = at::where(at::isfinite(total), coef, at::ones_like(coef));
-  for (auto& [kind, grads] : grads_by_kind) {
-    at::_foreach_mul_(grads, coef.to(grads.front().device(), grads.front().scalar_type()));
+  for (auto& [kind, group] : groups) {
+    at::_foreach_mul_(group.grads, coef.to(group.grads.front().device(), group.grads.front().scalar_type()));
   }
   return total;
 }
