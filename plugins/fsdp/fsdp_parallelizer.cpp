@@ -35,11 +35,19 @@ using torch::autograd::variable_list;
 // one Unit, so one collective each way, per group.
 struct UnitSet {
   std::vector<std::unique_ptr<Unit>> units;
+  // Under pipelining, the model (stage) whose schedule says when a step's
+  // last backward runs: until then the unit keeps its gathered parameters
+  // and lets the gradients accumulate unsharded (FSDP2 under a pipeline
+  // schedule), so it gathers and reduce-scatters once a step, not once a
+  // microbatch. Null: reduce after every backward.
+  const CausalLM* deferred_by = nullptr;
+  bool defers_reduction() const { return deferred_by && !deferred_by->gradient_sync(); }
   void prefetch() { for (auto& unit : units) unit->prefetch(); }
   void unshard() { for (auto& unit : units) unit->unshard(); }
   void free_unsharded() { for (auto& unit : units) unit->free_unsharded(); }
   void reshard() { for (auto& unit : units) unit->reshard(); }
   void reduce_gradients() { for (auto& unit : units) unit->reduce_gradients(); }
+  void hold_gradients() { for (auto& unit : units) unit->hold_gradients(); }
   void install_gradients() { for (auto& unit : units) unit->install_gradients(); }
 };
 
@@ -53,7 +61,12 @@ struct PostBackward : torch::autograd::Function<PostBackward> {
     return input;
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    unit_of(ctx)->reduce_gradients();
+    UnitSet* unit = unit_of(ctx);
+    if (unit->defers_reduction()) {
+      unit->hold_gradients();
+    } else {
+      unit->reduce_gradients();
+    }
     return {grads[0], at::Tensor()};
   }
 };
@@ -250,6 +263,7 @@ void FsdpParallelizer::parallelize(CausalLM& model, const ParallelizeContext& co
                                  (reshard == ReshardAfterForward::pipeline_aware && !pipelined);
   for (size_t i = 0; i < block_params.size(); ++i) {
     state->blocks.push_back(unit_set("layers." + std::to_string(i), block_params[i]));
+    if (pipelined) state->blocks.back()->deferred_by = &model;  // the model owns the wrapper that holds state
   }
   if (!root_params.empty()) state->root = unit_set("root", root_params);
 

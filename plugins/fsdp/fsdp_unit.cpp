@@ -150,6 +150,10 @@ void Unit::reduce_gradients() {
   at::Tensor flat = at::zeros({ranks, flat_numel_}, at::TensorOptions().dtype(reduce_dtype_).device(buffer_device()));
   for (auto& p : params_) {
     at::Tensor grad = p.param.grad();
+    if (p.held_grad.defined()) {
+      grad = grad.defined() ? p.held_grad.add_(grad) : p.held_grad;
+      p.held_grad = at::Tensor();
+    }
     if (!grad.defined()) continue;  // unused in this step: contributes zeros
     const int64_t dim_rows = p.unsharded_shape[p.shard_dim];
     at::Tensor rows_view = grad.reshape({p.outer, dim_rows, p.row_numel});
@@ -177,6 +181,21 @@ void Unit::reduce_gradients() {
     }
   }
   point_at_shards();
+}
+
+void Unit::hold_gradients() {
+  if (param_dtype_ == reduce_dtype_) return;  // autograd sums into .grad at full precision already
+  at::NoGradGuard no_grad;
+  for (auto& p : params_) {
+    const at::Tensor grad = p.param.grad();
+    if (!grad.defined()) continue;
+    if (p.held_grad.defined()) {
+      p.held_grad.add_(grad);
+    } else {
+      p.held_grad = grad.to(reduce_dtype_);
+    }
+    p.param.mutable_grad().reset();
+  }
 }
 
 void Unit::install_gradients() {

@@ -35,6 +35,9 @@ struct ShardedParam {
   at::Tensor shard;        // this rank's rows (the fp32 master copy the optimizer updates)
   at::Tensor full;         // gathered; storage freed while resharded
   at::Tensor grad_shard;   // reduced gradient, summed over microbatches
+  // Unreduced gradients of the step's earlier microbatches in the reduce
+  // dtype, when it is wider than the param dtype (hold_gradients()).
+  at::Tensor held_grad;
 };
 
 struct UnitGroups {
@@ -68,6 +71,10 @@ class Unit {
   // After the unit's backward: reduce-scatters the gradients (all-reduces
   // them over replicas for HSDP), adds them to grad_shard, reshards.
   void reduce_gradients();
+  // After a backward whose reduction waits for the step's last one (under a
+  // pipeline schedule): stays gathered, and keeps the gradient unreduced,
+  // summed in the reduce dtype where the param dtype is narrower.
+  void hold_gradients();
   // Back to the shards without touching gradients (forward without grad).
   void reshard();
   // param.grad = the reduced shard gradient (zeros if none arrived).

@@ -2,7 +2,8 @@
 // (same seed, same data, fp32, 10 steps, batch 8 of 64 tokens) as real Gloo
 // jobs: losses, grad norms and final parameters within 1e-5 relative for
 // every built-in schedule at PP2 with 4 and 8 microbatches, 1F1B and
-// Interleaved1F1B at PP4, a user's CSV schedule, FSDP2 x PP2, DDP x PP2 and
+// Interleaved1F1B at PP4, a user's CSV schedule, FSDP2 x PP2 (each unit
+// gathered and reduced once a step, from the flight recorder), DDP x PP2 and
 // FSDP2 x TP2 x PP2, the zero-bubble split backward under TP2 and with
 // activation checkpointing; a PP2 checkpoint resumed at PP4, without PP and under
 // FSDP alone; the Chrome trace; shapes that cannot run refused at config
@@ -11,6 +12,8 @@
 // process) and the pipeline plugin's split, and fails each wrong schedule
 // and a split that forgets a block by check name.
 #include "equivalence_runs.hpp"
+
+#include <map>
 
 #include "conformance_report.hpp"
 
@@ -48,6 +51,40 @@ void check_schedule(const RunOutput& reference, const std::string& schedule, int
                              ", pipeline_parallel_schedule: " + schedule + ", pipeline_parallel_microbatch_size: " +
                              std::to_string(8 / microbatches) + "}";
   check_equivalent(run_ranks(name, degree, port, plugin, kModel, 1), reference, 1e-5);
+}
+
+// FSDP under a pipeline gathers each unit once a step and reduce-scatters
+// it once, after the step's last microbatch (FSDP2's behaviour), not once
+// per microbatch: step 2's collectives in each rank's flight recorder dump,
+// keyed by unit ("<stage> layers.<i>", or "root").
+void check_fsdp_once_per_step(const fs::path& dump, int ranks) {
+  for (int rank = 0; rank < ranks; ++rank) {
+    const auto file = dump / "flight_recorder" / ("rank_" + std::to_string(rank) + ".json");
+    REQUIRE(fs::exists(file));
+    std::map<std::string, int> gathers, reductions;
+    const nlohmann::json recorded = nlohmann::json::parse(titan::test::read_file(file));
+    for (const auto& entry : recorded["entries"]) {
+      const std::string site = entry["call_site"];
+      if (site.rfind("step 2 /", 0) != 0) continue;
+      for (const auto& [op, counts] : {std::pair<std::string, std::map<std::string, int>*>{"all_gather", &gathers},
+                                       {"reduce_scatter", &reductions}}) {
+        const std::string marker = "fsdp " + op + " ";
+        const auto at = site.find(marker);
+        if (at == std::string::npos) continue;
+        const std::string unit = site.substr(at + marker.size());
+        // "step 2 / pp 2F0 / fsdp ...": the stage is the action's first number.
+        const auto pp = site.find("/ pp ");
+        const std::string stage =
+            pp == std::string::npos ? "" : site.substr(pp + 5, site.find_first_not_of("0123456789", pp + 5) - pp - 5);
+        ++(*counts)[unit == "root" ? unit : stage + " " + unit];
+      }
+    }
+    INFO("rank " << rank);
+    CHECK(gathers.size() >= 2);  // the rank's blocks and its root unit
+    CHECK(gathers.size() == reductions.size());
+    for (const auto& [unit, count] : gathers) CHECK_MESSAGE(count == 1, unit << " gathered " << count << " times");
+    for (const auto& [unit, count] : reductions) CHECK_MESSAGE(count == 1, unit << " reduced " << count << " times");
+  }
 }
 
 }  // namespace
@@ -90,11 +127,16 @@ TEST_CASE("pipeline: the V schedules ZBVZeroBubble and DualPipeV and a user's CS
                    reference, 1e-5);
 }
 
-TEST_CASE("pipeline: FSDP2 x PP2, DDP x PP2 and FSDP2 x TP2 x PP2 reproduce the single process") {
+TEST_CASE("pipeline: FSDP2 x PP2 (gathering and reducing each unit once a step), DDP x PP2 and FSDP2 x TP2 x PP2 "
+          "reproduce the single process") {
   RunOutput reference = run_single("pp_composed_reference", kModel);
   // FSDP shards each stage over 2 ranks, which read different halves of the batch.
-  check_equivalent(run_ranks("fsdp2_pp2", 4, 29799, "{name: fsdp, dp_shard: 2}, " + pp(2, "Interleaved1F1B", 2), kModel, 2),
-                   reference, 1e-5);
+  const RunOutput fsdp_pp = run_ranks("fsdp2_pp2", 4, 29799,
+                                      "{name: fsdp, dp_shard: 2}, " + pp(2, "Interleaved1F1B", 2) +
+                                          ", {name: flight_recorder, dump_on_exit: true}",
+                                      kModel, 2);
+  check_equivalent(fsdp_pp, reference, 1e-5);
+  check_fsdp_once_per_step(fsdp_pp.dump, 4);
   check_equivalent(run_ranks("ddp2_pp2", 4, 29800, "{name: ddp}, " + pp(2, "ZBVZeroBubble", 4), kModel, 2),
                    reference, 1e-5);
   check_equivalent(run_ranks("fsdp2_tp2_pp2", 8, 29801,

@@ -1,6 +1,8 @@
 // The per-device model of a layout as Titan runs it (not as an ideal
-// framework would): FSDP reduce-scatters after every microbatch's backward
-// and never reshards between forward and backward under a pipeline;
+// framework would): FSDP reduce-scatters after every microbatch's backward,
+// but under a pipeline gathers and reduce-scatters once a step, holding
+// each block's weights and fp32 gradients from its first forward to the
+// step's last backward (FSDP2's behaviour there);
 // sequence parallelism is off under a pipeline; the zero-bubble schedules
 // run the whole backward in I under FSDP and activation checkpointing; the
 // per-op selective mode keeps each attention's softmax weights.
@@ -240,10 +242,11 @@ MemoryEstimate layout_memory(const ModelShape& model, const Layout& layout, int6
     // A block in backward: its gathered bf16 weights, their bf16 gradients
     // and FSDP's fp32 reduce-scatter buffer. Without a pipeline the next
     // block's gather is in flight too; under one, every block of the rank
-    // stays gathered from its forward to its backward. The root unit (the
+    // stays gathered all step and holds its gradients, summed in fp32,
+    // until the step's last backward reduces them. The root unit (the
     // embedding, the head) stays gathered all step, its gradient with it.
     const double in_backward = block_gathered * (kBf16 + kFp32);
-    memory.gathered_params = mesh.pp > 1 ? rank_blocks * block_gathered * gathered_bytes(layout) + in_backward
+    memory.gathered_params = mesh.pp > 1 ? rank_blocks * block_gathered * (gathered_bytes(layout) + kFp32) + in_backward
                                          : 2 * block_gathered * gathered_bytes(layout) + in_backward;
     memory.gathered_params += edges / tp * (kBf16 + kBf16);
     memory.activations = saved_per_block * static_cast<double>(pipeline.peak_block_microbatches[rank]) + working;
@@ -296,21 +299,23 @@ StepWork layout_work(const ModelShape& model, const Layout& layout, int64_t seq_
     work.traffic.push_back({dim, op, bytes, static_cast<int64_t>(calls)});
   };
 
-  // FSDP: gather before forward and (resharded after it, without a
-  // pipeline) again before backward; reduce-scatter in fp32 after every
-  // microbatch's backward; HSDP all-reduces the reduced shard.
+  // FSDP: gather before forward and (resharded after it) again before
+  // backward, reduce-scatter in fp32 after every microbatch's backward;
+  // under a pipeline, one gather and one reduce-scatter a step. HSDP
+  // all-reduces the reduced shard.
   const std::string dense_dim = mesh.cp > 1 ? "dp_shard_cp" : "dp_shard";
   const std::string expert_dim = mesh.ep > 1 ? "efsdp" : dense_dim;
   const double gathers = mesh.pp > 1 ? 1 : 2;
+  const double fsdp_passes = mesh.pp > 1 ? 1 : passes;
   const double dense = rank_blocks * split.dense_per_block / tp + edges / tp;
   const double experts = rank_blocks * split.expert_per_block / expert_split(layout);
   for (const auto& [dim, params] : {std::make_pair(dense_dim, dense), std::make_pair(expert_dim, experts)}) {
     if (params <= 0) continue;
-    add(dim, "all_gather", passes * gathers * params * gathered_bytes(layout), passes * gathers * units);
-    add(dim, "reduce_scatter", passes * params * kFp32, passes * units);
+    add(dim, "all_gather", fsdp_passes * gathers * params * gathered_bytes(layout), fsdp_passes * gathers * units);
+    add(dim, "reduce_scatter", fsdp_passes * params * kFp32, fsdp_passes * units);
   }
   add("dp_replicate", "all_reduce",
-      passes * (dense + experts) / static_cast<double>(mesh.dp_shard * mesh.cp) * kFp32, passes * units);
+      fsdp_passes * (dense + experts) / static_cast<double>(mesh.dp_shard * mesh.cp) * kFp32, fsdp_passes * units);
 
   const double activation = tokens * d * kBf16;  // one microbatch's [tokens, dim] on a tp rank, whole
   const double layer_passes = passes * rank_blocks;
@@ -379,8 +384,9 @@ std::vector<std::string> cost_model_assumptions() {
       "runs the dense block linears (not the output head, the experts or attention)",
       "work: context parallelism adds, per block and ring step, an fp32 merge of the partial attention output "
       "(forward) and gradients (backward) at memory bandwidth, beside its K/V transfers",
-      "work: FSDP gathers each block before forward and again before backward (once per microbatch under a "
-      "pipeline) and reduce-scatters it in fp32 after every microbatch's backward; TP moves each block's "
+      "work: FSDP gathers each block before forward and again before backward and reduce-scatters it in fp32 "
+      "after every microbatch's backward (under a pipeline: one gather and one reduce-scatter a step, the "
+      "gradients held in fp32 until then); TP moves each block's "
       "activation 8 times a microbatch (sequence parallel's gathers and reduce-scatters, or 4 all-reduces), 4 "
       "more with recompute",
       "pipeline: bubble and in-flight microbatches from the schedule's compiled action lists, with the whole "
