@@ -52,8 +52,9 @@ titan::test::CommandResult train(const Layout& layout, const std::filesystem::pa
 }  // namespace
 
 TEST_CASE("the training step reads no tensor value on the host between log steps: one process (full AC, float8; "
-          "fused kernels with selective AC), DDP, FSDP x TP (async) x loss parallel, HSDP, "
-          "PP x FSDP, CP (ring, all-to-all rotation; Ulysses), MoE with FSDP x EP") {
+          "fused kernels with selective AC; per-op AC; memory-budget AC; MoE), DDP, FSDP x TP (async) x loss "
+          "parallel, HSDP, PP x FSDP, PP ZBVZeroBubble and DualPipeV, CP (ring, all-to-all rotation; Ulysses), MoE "
+          "with FSDP x EP") {
   const std::string small = titan::test::kSmallModel;
   const std::vector<Layout> layouts = {
       {"one_ac_float8", 1, "llama3_debugmodel.yaml", "{name: activation_checkpoint, mode: full}, {name: float8}",
@@ -63,6 +64,12 @@ TEST_CASE("the training step reads no tensor value on the host between log steps
       {"one_fused_kernels", 1, "llama3_debugmodel.yaml",
        "{name: fused_kernels}, {name: activation_checkpoint, mode: selective}",
        small + " --set training.local_batch_size=8"},
+      {"one_ac_op", 1, "llama3_debugmodel.yaml", "{name: activation_checkpoint, mode: selective, selective_ac_option: op}",
+       small + " --set training.local_batch_size=8"},
+      {"one_ac_budget", 1, "llama3_debugmodel.yaml",
+       "{name: activation_checkpoint, mode: memory_budget, memory_budget: 0.5}",
+       small + " --set training.local_batch_size=8"},
+      {"one_moe", 1, "qwen3_debugmodel_moe.yaml", "", kQwen3Moe + " --set training.local_batch_size=8"},
       {"ddp", 2, "llama3_debugmodel.yaml", "{name: ddp}", small + " --set training.local_batch_size=4"},
       {"fsdp_tp_lp", 4, "llama3_debugmodel.yaml",
        "{name: fsdp, dp_shard: 2}, {name: tensor_parallel, tensor_parallel_degree: 2, enable_async_tensor_parallel: "
@@ -73,6 +80,14 @@ TEST_CASE("the training step reads no tensor value on the host between log steps
       {"pp_fsdp", 4, "llama3_debugmodel.yaml",
        "{name: fsdp, dp_shard: 2}, {name: pipeline, pipeline_parallel_degree: 2, pipeline_parallel_microbatch_size: 2}",
        small + " --set training.local_batch_size=4"},
+      // The zero-bubble split backward (W from I's kept gradients) and the V schedules.
+      {"pp_zbv", 2, "llama3_debugmodel.yaml",
+       "{name: pipeline, pipeline_parallel_degree: 2, pipeline_parallel_schedule: ZBVZeroBubble, "
+       "num_pp_microbatches: 4}",
+       small + " --set training.local_batch_size=8"},
+      {"pp_dualpipev", 2, "llama3_debugmodel.yaml",
+       "{name: pipeline, pipeline_parallel_degree: 2, pipeline_parallel_schedule: DualPipeV, num_pp_microbatches: 4}",
+       small + " --set training.local_batch_size=8"},
       {"cp_ring", 2, "llama3_debugmodel.yaml",
        "{name: fsdp, dp_shard: 1}, {name: context_parallel, context_parallel_degree: 2, "
        "context_parallel_rotate_method: alltoall}",
@@ -103,7 +118,7 @@ TEST_CASE("the host-read count fails a step that reads: on_nonfinite_loss: skip 
   const Layout one{"skip", 1, "llama3_debugmodel.yaml", "",
                    titan::test::kSmallModel + " --set training.local_batch_size=8"};
   auto dump = titan::test::temp_dir("host_reads_skip");
-  auto result = train(one, dump, 29379, " --set training.on_nonfinite_loss=skip");
+  auto result = train(one, dump, 29391, " --set training.on_nonfinite_loss=skip");
   REQUIRE_MESSAGE(result.exit_code == 0, result.output);
   CHECK(window_reads(dump, 1, 6)[0] == 2);  // steps 4 and 5, one read each
   CHECK_MESSAGE(titan::test::has(result.output, "step 4: 1 host read(s) of tensor values on a step that does not log"),
