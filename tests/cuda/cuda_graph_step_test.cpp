@@ -1,6 +1,7 @@
 // training.cuda_graph on a GPU: a captured graph replays tensor work on new
 // inputs exactly as eager runs it, and a run whose forward and backward are
-// replayed from the graph after 2 eager steps follows the eager run's
+// replayed from the graph after 2 eager steps (the default on CUDA,
+// training.cuda_graph: auto) follows the eager run's
 // losses, grad norms and final parameters (so the graph's gradients reach
 // the optimizer every step). Without a GPU: skipped; the config refusal on
 // CPU is in tests/unit/config_test.cpp.
@@ -28,16 +29,16 @@ TEST_CASE("cuda graph step: a captured graph replays on the inputs copied into i
   }
 }
 
-TEST_CASE("cuda graph step: a run replayed from a CUDA graph follows the eager run") {
+TEST_CASE("cuda graph step: a CUDA run is replayed from a graph by default (training.cuda_graph: auto) and follows "
+          "the eager run") {
   TITAN_REQUIRE_CUDA("to train with training.cuda_graph");
   const std::string gpu =
       " --set training.device=cuda --set training.cuda_graph_warmup_steps=2";
-  titan::test::RunOutput eager = titan::test::run_single("cuda_graph_eager", gpu);
+  titan::test::RunOutput eager = titan::test::run_single("cuda_graph_eager", gpu + " --set training.cuda_graph=false");
   auto dump = titan::test::temp_dir("cuda_graph_replayed");
   auto result = titan::test::run_command(
       "timeout 300 " + titan::test::titan_binary() + " train " + titan::test::source_dir() +
-      "/configs/llama3_debugmodel.yaml --set training.local_batch_size=8" + titan::test::common_sets(dump) + gpu +
-      " --set training.cuda_graph=true");
+      "/configs/llama3_debugmodel.yaml --set training.local_batch_size=8" + titan::test::common_sets(dump) + gpu);
   INFO(result.output);
   REQUIRE(result.exit_code == 0);
   CHECK(result.output.find("training.cuda_graph: captured") != std::string::npos);

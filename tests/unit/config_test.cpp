@@ -171,6 +171,7 @@ TEST_SUITE("config") {
     CHECK(bad("training:\n  device: tpu\n").find("expected one of {cpu, cuda}") != std::string::npos);
     CHECK(bad("training:\n  cuda_graph: true\n").find("training.cuda_graph: a CUDA graph needs training.device=cuda") !=
           std::string::npos);
+    CHECK(bad("training:\n  cuda_graph: maybe\n").find("training.cuda_graph") != std::string::npos);
     CHECK(bad("training:\n  cuda_graph_warmup_steps: 0\n")
               .find("training.cuda_graph_warmup_steps: expected a positive integer, got 0") != std::string::npos);
     CHECK(bad("metrics:\n  log_freq: -1\n").find("metrics.log_freq") != std::string::npos);

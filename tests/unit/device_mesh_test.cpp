@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "test_support.hpp"
 #include "titan/comm.hpp"
 #include "titan/device_mesh.hpp"
 #include "titan/dist_runtime.hpp"
@@ -28,7 +29,6 @@ std::string mesh_error_of(const std::vector<MeshDimRequest>& requests, int world
   return "(no error)";
 }
 
-bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
 std::map<std::string, int64_t> degrees(int64_t pp, int64_t dp_replicate, int64_t dp_shard, int64_t cp, int64_t tp) {
   return {{"pp", pp}, {"dp_replicate", dp_replicate}, {"dp_shard", dp_shard}, {"cp", cp}, {"tp", tp}};
@@ -56,29 +56,29 @@ TEST_SUITE("device_mesh") {
 
   TEST_CASE("resolve_mesh_degrees: degrees that do not multiply to the world size name the requests and the size") {
     std::string message = mesh_error_of({{"dp_shard", 2}, {"tp", 2}}, 8);
-    CHECK_MESSAGE(contains(message, "dp_shard=2, tp=2"), message);
-    CHECK_MESSAGE(contains(message, "multiply to 4"), message);
-    CHECK_MESSAGE(contains(message, "world size is 8"), message);
+    CHECK_MESSAGE(titan::test::has(message, "dp_shard=2, tp=2"), message);
+    CHECK_MESSAGE(titan::test::has(message, "multiply to 4"), message);
+    CHECK_MESSAGE(titan::test::has(message, "world size is 8"), message);
     message = mesh_error_of({}, 2);
-    CHECK_MESSAGE(contains(message, "multiply to 1"), message);
-    CHECK_MESSAGE(contains(message, "world size is 2"), message);
+    CHECK_MESSAGE(titan::test::has(message, "multiply to 1"), message);
+    CHECK_MESSAGE(titan::test::has(message, "world size is 2"), message);
     message = mesh_error_of({{"tp", 3}, {"dp_shard", -1}}, 8);
-    CHECK_MESSAGE(contains(message, "world size 8 is not divisible"), message);
-    CHECK_MESSAGE(contains(message, "dp_shard=-1"), message);
+    CHECK_MESSAGE(titan::test::has(message, "world size 8 is not divisible"), message);
+    CHECK_MESSAGE(titan::test::has(message, "dp_shard=-1"), message);
   }
 
   TEST_CASE("resolve_mesh_degrees: two -1 dims or an unknown dim or a bad degree or disagreeing plugins are errors") {
     std::string message = mesh_error_of({{"dp_shard", -1}, {"tp", -1}}, 8);
-    CHECK_MESSAGE(contains(message, "both dp_shard and tp are -1"), message);
+    CHECK_MESSAGE(titan::test::has(message, "both dp_shard and tp are -1"), message);
     message = mesh_error_of({{"dpshard", 2}}, 2);
-    CHECK_MESSAGE(contains(message, "'dpshard'"), message);
-    CHECK_MESSAGE(contains(message, "known dims: pp, dp_replicate, dp_shard, cp, tp"), message);
+    CHECK_MESSAGE(titan::test::has(message, "'dpshard'"), message);
+    CHECK_MESSAGE(titan::test::has(message, "known dims: pp, dp_replicate, dp_shard, cp, tp"), message);
     message = mesh_error_of({{"tp", 0}}, 2);
-    CHECK_MESSAGE(contains(message, "tp degree 0 is invalid"), message);
+    CHECK_MESSAGE(titan::test::has(message, "tp degree 0 is invalid"), message);
     message = mesh_error_of({{"tp", -2}}, 2);
-    CHECK_MESSAGE(contains(message, "tp degree -2 is invalid"), message);
+    CHECK_MESSAGE(titan::test::has(message, "tp degree -2 is invalid"), message);
     message = mesh_error_of({{"tp", 2}, {"tp", 4}}, 8);
-    CHECK_MESSAGE(contains(message, "disagree on mesh dim tp: 2 vs 4"), message);
+    CHECK_MESSAGE(titan::test::has(message, "disagree on mesh dim tp: 2 vs 4"), message);
   }
 
   TEST_CASE("resolve_mesh_degrees: a dim one plugin fixes and another leaves at -1 keeps the fixed degree") {
@@ -157,10 +157,10 @@ TEST_SUITE("device_mesh") {
       return std::string("(no error)");
     };
     CHECK(split_error({"dp_shard_cp", "efsdp", "ep", 4}) == "(no error)");
-    CHECK(contains(split_error({"experts", "efsdp", "ep", 2}), "'experts' is not a dim of the dense mesh"));
-    CHECK(contains(split_error({"dp_shard_cp", "efsdp", "tp", 2}), "the name 'tp' is empty or already a mesh dim"));
+    CHECK(titan::test::has(split_error({"experts", "efsdp", "ep", 2}), "'experts' is not a dim of the dense mesh"));
+    CHECK(titan::test::has(split_error({"dp_shard_cp", "efsdp", "tp", 2}), "the name 'tp' is empty or already a mesh dim"));
     std::string divide = split_error({"dp_shard_cp", "efsdp", "ep", 3});
-    CHECK_MESSAGE(contains(divide, "ep degree 3 does not divide the 4 ranks of dp_shard_cp"), divide);
+    CHECK_MESSAGE(titan::test::has(divide, "ep degree 3 does not divide the 4 ranks of dp_shard_cp"), divide);
     CHECK_THROWS_AS(titan::mesh_slices(dense, {{"dp_shard_cp", "efsdp", "ep", 3}}, 0), titan::Error);
   }
 

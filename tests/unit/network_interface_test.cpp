@@ -5,6 +5,7 @@
 
 #include <string>
 
+#include "test_support.hpp"
 #include "titan/error.hpp"
 #include "titan/network_interface.hpp"
 
@@ -15,7 +16,6 @@ using titan::RouteToMaster;
 
 namespace {
 
-bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
 // A host with loopback, eth0 on 10.0.0.0/24 and eth1 on 192.168.1.0/24
 // (down when `eth1_up` is false); routes go by the master's first octet.
@@ -54,27 +54,27 @@ TEST_CASE("network interface: without GLOO_SOCKET_IFNAME the interface whose add
   CHECK(choice.endpoints[0].interface == "eth0");
   CHECK(choice.endpoints[0].address == "10.0.0.5");
   CHECK_FALSE(choice.endpoints[0].by_name);
-  CHECK(contains(choice.reason, "routes to MASTER_ADDR 10.0.0.1"));
+  CHECK(titan::test::has(choice.reason, "routes to MASTER_ADDR 10.0.0.1"));
   // Another master, another interface: the choice follows the route.
   choice = choose_gloo_network("", "192.168.1.1", 29500, two_nic_host());
   CHECK(choice.describe() == "interface eth1 (192.168.1.7)");
   // A host name is resolved first and both are named.
   choice = choose_gloo_network("", "node0", 29500, two_nic_host());
   CHECK(choice.endpoints[0].interface == "eth0");
-  CHECK(contains(choice.reason, "MASTER_ADDR node0 (10.0.0.1)"));
+  CHECK(titan::test::has(choice.reason, "MASTER_ADDR node0 (10.0.0.1)"));
 }
 
 TEST_CASE("network interface: a loopback MASTER_ADDR gives loopback, any other never does") {
   for (const char* master : {"127.0.0.1", "localhost"}) {
     NetworkChoice choice = choose_gloo_network("", master, 29500, two_nic_host());
     CHECK(choice.describe() == "interface lo (127.0.0.1)");
-    CHECK(contains(choice.reason, "loopback"));
+    CHECK(titan::test::has(choice.reason, "loopback"));
   }
   NetworkFacts odd = two_nic_host();
   odd.route = [](const std::string& master, int) { return RouteToMaster{master, "127.0.0.1"}; };
   std::string error = interface_error_of("", "10.0.0.1", odd);
-  CHECK_MESSAGE(contains(error, "MASTER_ADDR 10.0.0.1 is not a loopback address but is reached through lo"), error);
-  CHECK(contains(error, "GLOO_SOCKET_IFNAME"));
+  CHECK_MESSAGE(titan::test::has(error, "MASTER_ADDR 10.0.0.1 is not a loopback address but is reached through lo"), error);
+  CHECK(titan::test::has(error, "GLOO_SOCKET_IFNAME"));
 }
 
 TEST_CASE("network interface: GLOO_SOCKET_IFNAME's interfaces are used in order, one device each, over the route") {
@@ -93,16 +93,16 @@ TEST_CASE("network interface: GLOO_SOCKET_IFNAME's interfaces are used in order,
 
 TEST_CASE("network interface: unknown, down or empty interface lists and unroutable masters are refused by name") {
   std::string error = interface_error_of("eth7", "10.0.0.1", two_nic_host());
-  CHECK_MESSAGE(contains(error, "GLOO_SOCKET_IFNAME names interface 'eth7', which this host does not have"), error);
-  CHECK(contains(error, "eth0 (10.0.0.5)"));  // what there is instead
+  CHECK_MESSAGE(titan::test::has(error, "GLOO_SOCKET_IFNAME names interface 'eth7', which this host does not have"), error);
+  CHECK(titan::test::has(error, "eth0 (10.0.0.5)"));  // what there is instead
   error = interface_error_of("eth0,eth1", "10.0.0.1", two_nic_host(false));
-  CHECK_MESSAGE(contains(error, "'eth1' (192.168.1.7), which is down"), error);
+  CHECK_MESSAGE(titan::test::has(error, "'eth1' (192.168.1.7), which is down"), error);
   error = interface_error_of(",", "10.0.0.1", two_nic_host());
-  CHECK_MESSAGE(contains(error, "GLOO_SOCKET_IFNAME=',' names no interface"), error);
+  CHECK_MESSAGE(titan::test::has(error, "GLOO_SOCKET_IFNAME=',' names no interface"), error);
   error = interface_error_of("", "8.8.8.8", two_nic_host());
-  CHECK_MESSAGE(contains(error, "no route from this host to MASTER_ADDR 8.8.8.8"), error);
+  CHECK_MESSAGE(titan::test::has(error, "no route from this host to MASTER_ADDR 8.8.8.8"), error);
   error = interface_error_of("", "172.16.0.1", two_nic_host());
-  CHECK_MESSAGE(contains(error, "leaves from 172.16.0.9, which no interface of this host holds"), error);
+  CHECK_MESSAGE(titan::test::has(error, "leaves from 172.16.0.9, which no interface of this host holds"), error);
 }
 
 TEST_CASE("network interface: this machine's loopback is listed and routes to itself") {
@@ -114,5 +114,5 @@ TEST_CASE("network interface: this machine's loopback is listed and routes to it
   CHECK(route.source_address == "127.0.0.1");
   CHECK(choose_gloo_network("", "127.0.0.1", 29500, facts).endpoints.at(0).address == "127.0.0.1");
   std::string error = interface_error_of("", "no-such-host.invalid", facts);
-  CHECK_MESSAGE(contains(error, "MASTER_ADDR no-such-host.invalid does not resolve"), error);
+  CHECK_MESSAGE(titan::test::has(error, "MASTER_ADDR no-such-host.invalid does not resolve"), error);
 }

@@ -45,7 +45,6 @@ std::string safetensors_error_of(F action) {
   return "";
 }
 
-bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
 // One-tensor file of F32 [2] whose entry is `entry`; data is 8 bytes.
 std::string one_tensor_error(const fs::path& dir, const std::string& name, const std::string& entry,
@@ -105,7 +104,7 @@ TEST_SUITE("safetensors") {
     CHECK(file.read("empty").sizes() == at::IntArrayRef({0, 3}));
     CHECK(file.read("i16").equal(at::tensor({-1234}, at::kShort)));
     CHECK(file.info("bf16").begin == 16);
-    CHECK(contains(safetensors_error_of([&] { file.read("nope"); }), path));
+    CHECK(titan::test::has(safetensors_error_of([&] { file.read("nope"); }), path));
   }
 
   TEST_CASE(
@@ -178,16 +177,16 @@ TEST_SUITE("safetensors") {
     std::string path = (dir / "w.safetensors").string();
     {
       st::Writer writer(path, {{"x", at::kFloat, {2}}, {"y", at::kLong, {1}}});
-      CHECK(contains(safetensors_error_of([&] { writer.add("y", at::zeros({1}, at::kLong)); }), "expected 'x'"));
-      CHECK(contains(safetensors_error_of([&] { writer.add("x", at::zeros({3})); }), "header says F32 [2]"));
+      CHECK(titan::test::has(safetensors_error_of([&] { writer.add("y", at::zeros({1}, at::kLong)); }), "expected 'x'"));
+      CHECK(titan::test::has(safetensors_error_of([&] { writer.add("x", at::zeros({3})); }), "header says F32 [2]"));
       writer.add("x", at::ones({2}));
-      CHECK(contains(safetensors_error_of([&] { writer.finish(); }), "after 1 of 2"));
+      CHECK(titan::test::has(safetensors_error_of([&] { writer.finish(); }), "after 1 of 2"));
     }
     CHECK_FALSE(fs::exists(path));
     CHECK_FALSE(fs::exists(path + ".partial"));
-    CHECK(contains(safetensors_error_of([&] { st::Writer(path, {{"a", at::kFloat, {1}}, {"a", at::kFloat, {1}}}); }),
+    CHECK(titan::test::has(safetensors_error_of([&] { st::Writer(path, {{"a", at::kFloat, {1}}, {"a", at::kFloat, {1}}}); }),
                    "repeated"));
-    CHECK(contains(safetensors_error_of([&] { st::save_file(path, {{"c", at::zeros({1}, at::kComplexFloat)}}); }),
+    CHECK(titan::test::has(safetensors_error_of([&] { st::save_file(path, {{"c", at::zeros({1}, at::kComplexFloat)}}); }),
                    "no dtype"));
   }
 
@@ -251,13 +250,13 @@ TEST_SUITE("safetensors") {
     for (const auto& c : cases) {
       CAPTURE(c.what);
       CAPTURE(c.message);
-      CHECK(contains(c.message, "safetensors file '" + dir.string()));
-      CHECK(contains(c.message, c.expected));
+      CHECK(titan::test::has(c.message, "safetensors file '" + dir.string()));
+      CHECK(titan::test::has(c.message, c.expected));
     }
     std::string bools = write_raw(dir / "bool.safetensors",
                                   R"({"b":{"dtype":"BOOL","shape":[2],"data_offsets":[0,2]}})", bytes_of({1, 2}));
     st::File file(bools);
-    CHECK(contains(safetensors_error_of([&] { file.read("b"); }), "neither 0 nor 1"));
+    CHECK(titan::test::has(safetensors_error_of([&] { file.read("b"); }), "neither 0 nor 1"));
   }
 
   TEST_CASE("Hugging Face folders: one file, shards named by model.safetensors.index.json, and their errors") {
@@ -278,30 +277,30 @@ TEST_SUITE("safetensors") {
     st::Folder shards(sharded.string());
     CHECK(shards.names() == std::vector<std::string>{"a", "b"});  // the index decides
     CHECK(shards.read("b").equal(at::full({3}, 2.0)));
-    CHECK(contains(shards.file_of("a"), "model-00001-of-00002.safetensors"));
-    CHECK(contains(safetensors_error_of([&] { shards.info("c"); }), "has no tensor 'c'"));
+    CHECK(titan::test::has(shards.file_of("a"), "model-00001-of-00002.safetensors"));
+    CHECK(titan::test::has(safetensors_error_of([&] { shards.info("c"); }), "has no tensor 'c'"));
 
     titan::test::write_file(sharded / "model.safetensors.index.json",
                             R"({"weight_map": {"a": "model-00002-of-00002.safetensors"}})");
-    CHECK(contains(safetensors_error_of([&] { st::Folder f(sharded.string()); }), "which has no such tensor"));
+    CHECK(titan::test::has(safetensors_error_of([&] { st::Folder f(sharded.string()); }), "which has no such tensor"));
     titan::test::write_file(sharded / "model.safetensors.index.json", R"({"weight_map": {"a": "gone.safetensors"}})");
-    CHECK(contains(safetensors_error_of([&] { st::Folder f(sharded.string()); }), "gone.safetensors"));
+    CHECK(titan::test::has(safetensors_error_of([&] { st::Folder f(sharded.string()); }), "gone.safetensors"));
     for (const char* outside : {"../model-00001-of-00002.safetensors", "/tmp/x.safetensors", "sub/x.safetensors"}) {
       titan::test::write_file(sharded / "model.safetensors.index.json",
                               std::string(R"({"weight_map": {"a": ")") + outside + R"("}})");
-      CHECK_MESSAGE(contains(safetensors_error_of([&] { st::Folder f(sharded.string()); }), "must be a file name in the folder"),
+      CHECK_MESSAGE(titan::test::has(safetensors_error_of([&] { st::Folder f(sharded.string()); }), "must be a file name in the folder"),
                     outside);
     }
     titan::test::write_file(sharded / "model.safetensors.index.json", R"({"weights": {}})");
-    CHECK(contains(safetensors_error_of([&] { st::Folder f(sharded.string()); }), "no \"weight_map\""));
+    CHECK(titan::test::has(safetensors_error_of([&] { st::Folder f(sharded.string()); }), "no \"weight_map\""));
 
     fs::path twice = titan::test::temp_dir("safetensors_hf_twice");
     st::save_file((twice / "x.safetensors").string(), {{"a", at::ones({1})}});
     st::save_file((twice / "y.safetensors").string(), {{"a", at::ones({1})}});
-    CHECK(contains(safetensors_error_of([&] { st::Folder f(twice.string()); }), "is in both"));
+    CHECK(titan::test::has(safetensors_error_of([&] { st::Folder f(twice.string()); }), "is in both"));
 
     fs::path empty = titan::test::temp_dir("safetensors_hf_empty");
     CHECK_FALSE(st::is_hf_folder(empty.string()));
-    CHECK(contains(safetensors_error_of([&] { st::Folder f(empty.string()); }), "no *.safetensors"));
+    CHECK(titan::test::has(safetensors_error_of([&] { st::Folder f(empty.string()); }), "no *.safetensors"));
   }
 }

@@ -33,7 +33,11 @@ struct TrainingConfig {
   std::string mixed_precision_param = "float32";
   std::string mixed_precision_reduce = "float32";
   std::string on_nonfinite_loss = "error";  // or "skip"
-  bool cuda_graph = false;  // forward + backward replayed from a CUDA graph
+  // Forward + backward replayed from a CUDA graph: automatic = on CUDA
+  // wherever the run allows it (off, with the reason logged, where not);
+  // on = required (a run that does not allow it is refused); off = never.
+  enum class CudaGraph { automatic, on, off };
+  CudaGraph cuda_graph = CudaGraph::automatic;
   int64_t cuda_graph_warmup_steps = 3;
 };
 

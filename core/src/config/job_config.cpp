@@ -63,15 +63,18 @@ CoreConfig read_core_config(const ConfigNode& root) {
                                              "dtype of gradient reduction (FSDP)");
   t.on_nonfinite_loss = training.choice("on_nonfinite_loss", "error", {"error", "skip"},
                                         "NaN/inf loss: stop with an error, or skip the optimizer step");
-  t.cuda_graph = training.get<bool>("cuda_graph", false,
-                                    "capture the forward and backward passes into a CUDA graph after "
-                                    "cuda_graph_warmup_steps eager steps and replay it every step (device cuda, one "
-                                    "rank, no pipeline, fixed shapes)");
+  using CudaGraph = TrainingConfig::CudaGraph;
+  t.cuda_graph = training.choice(
+      "cuda_graph", CudaGraph::automatic,
+      {{"auto", CudaGraph::automatic}, {"true", CudaGraph::on}, {"false", CudaGraph::off}},
+      "capture the forward and backward passes into a CUDA graph after cuda_graph_warmup_steps eager steps and "
+      "replay it every step: auto = on CUDA wherever the run allows it (one rank, no pipeline, no MoE routing, "
+      "fixed shapes; the log says why not), true = required, false = never");
   t.cuda_graph_warmup_steps = training.get<int64_t>(
       "cuda_graph_warmup_steps", 3,
       "eager steps before the CUDA graph is captured (at least 1: cuBLAS and autograd set up lazily, outside it)");
   require_positive(training, "cuda_graph_warmup_steps", t.cuda_graph_warmup_steps);
-  if (t.cuda_graph && t.device != "cuda") {
+  if (t.cuda_graph == CudaGraph::on && t.device != "cuda") {
     training.fail("cuda_graph", "a CUDA graph needs training.device=cuda (device is '" + t.device +
                                     "'); set training.cuda_graph=false to train on " + t.device);
   }

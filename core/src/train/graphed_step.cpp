@@ -7,10 +7,12 @@
 
 namespace titan {
 
-GraphedStep::GraphedStep(const c10::Device& device, int64_t warmup_steps, std::vector<at::Tensor> parameters)
-    : device_(device), warmup_left_(warmup_steps), parameters_(std::move(parameters)) {}
+GraphedStep::GraphedStep(const c10::Device& device, int64_t warmup_steps, std::vector<at::Tensor> parameters,
+                         bool required)
+    : device_(device), warmup_left_(warmup_steps), required_(required), parameters_(std::move(parameters)) {}
 
 at::Tensor GraphedStep::run(const std::vector<Microbatch>& microbatches, const ForwardBackward& forward_backward) {
+  if (eager_) return forward_backward(microbatches);
   if (warmup_left_ > 0) {
     --warmup_left_;
     at::Tensor loss;
@@ -19,7 +21,21 @@ at::Tensor GraphedStep::run(const std::vector<Microbatch>& microbatches, const F
   }
   // The capture's static inputs are clones of this step's batch already.
   if (!graph_) {
-    capture(microbatches, forward_backward);
+    try {
+      capture(microbatches, forward_backward);
+    } catch (const std::exception& error) {
+      if (required_) throw;
+      // Nothing ran in the capture: this step, and every one after, eagerly.
+      graph_.reset();
+      static_microbatches_.clear();
+      static_grads_.clear();
+      for (auto& param : parameters_) param.mutable_grad().reset();
+      eager_ = true;
+      spdlog::warn("training.cuda_graph: auto, the capture failed ({}); running eagerly from now on (set "
+                   "training.cuda_graph=false to skip the attempt)",
+                   error.what());
+      return forward_backward(microbatches);
+    }
   } else {
     copy_into_static(microbatches);
   }
@@ -41,7 +57,10 @@ void GraphedStep::capture(const std::vector<Microbatch>& microbatches, const For
     }
   }
   graph_ = std::make_unique<compat::DeviceGraph>(device_);
+  const int64_t allocated_before = compat::device_memory_allocated(device_);
   graph_->capture([&] { static_loss_ = forward_backward(static_microbatches_); });
+  const double kept_mib =
+      static_cast<double>(compat::device_memory_allocated(device_) - allocated_before) / (1024.0 * 1024.0);
   for (auto& param : parameters_) {
     if (!param.grad().defined()) {
       throw Error("training.cuda_graph: the captured backward pass wrote no gradient for a trainable parameter " +
@@ -49,9 +68,9 @@ void GraphedStep::capture(const std::vector<Microbatch>& microbatches, const For
     }
     static_grads_.push_back(param.grad());
   }
-  spdlog::info("training.cuda_graph: captured the forward and backward passes ({} microbatch(es) of {}); "
-               "replaying them from now on",
-               static_microbatches_.size(), c10::str(static_microbatches_.front().inputs.sizes()));
+  spdlog::info("training.cuda_graph: captured the forward and backward passes ({} microbatch(es) of {}; its "
+               "memory pool keeps {:.1f} MiB: outputs, gradients and saved activations); replaying them from now on",
+               static_microbatches_.size(), c10::str(static_microbatches_.front().inputs.sizes()), kept_mib);
 }
 
 void GraphedStep::copy_into_static(const std::vector<Microbatch>& microbatches) {

@@ -18,11 +18,14 @@ using ForwardBackward = std::function<at::Tensor(const std::vector<Microbatch>&)
 class GraphedStep {
  public:
   // `parameters`: every trainable parameter, whose gradients the graph writes.
-  GraphedStep(const c10::Device& device, int64_t warmup_steps, std::vector<at::Tensor> parameters);
+  // `required` (training.cuda_graph: true): a failed capture stops the run;
+  // otherwise (auto) the run warns and goes on eagerly.
+  GraphedStep(const c10::Device& device, int64_t warmup_steps, std::vector<at::Tensor> parameters, bool required);
 
   // The first warmup_steps calls run `forward_backward` eagerly on a side
   // stream; the next captures it on static copies of the microbatches; every
-  // call from then on copies the microbatches in and replays. Returns the
+  // call from then on copies the microbatches in and replays. The capture
+  // logs the device memory its graph keeps (its private pool's tensors). Returns the
   // loss as `forward_backward` does (after a replay, the graph's own tensor:
   // read it before the next call). Gradients are left in the parameters'
   // .grad as an eager step leaves them.
@@ -36,6 +39,8 @@ class GraphedStep {
 
   c10::Device device_;
   int64_t warmup_left_;
+  bool required_;
+  bool eager_ = false;  // a capture under auto failed: every step runs eagerly
   std::vector<at::Tensor> parameters_;
   std::unique_ptr<compat::DeviceGraph> graph_;
   std::vector<Microbatch> static_microbatches_;

@@ -13,6 +13,7 @@
 
 #include "accumulation_schedule.hpp"
 #include "cpu_allocator.hpp"
+#include "cuda_graph_choice.hpp"
 #include "initial_load.hpp"
 #include "pipeline/pipeline_setup.hpp"
 #include "plan/dry_rank.hpp"
@@ -84,20 +85,6 @@ ParallelizeContext parallelize_context(const RunPlan& plan, const DeviceMesh* me
   return context;
 }
 
-// What a replayed CUDA graph cannot hold: host-driven pipeline actions and
-// collectives across processes (not verified under capture yet).
-void check_cuda_graph_plan(const RunPlan& plan, const World& world) {
-  if (!plan.core.training.cuda_graph) return;
-  if (plan.pipeline) {
-    throw Error("training.cuda_graph: the pipeline's schedule runs from the host step by step and cannot be "
-                "captured; remove the pipeline plugin or set training.cuda_graph=false");
-  }
-  if (world.distributed()) {
-    throw Error("training.cuda_graph: supported on one rank only (world size is " +
-                std::to_string(world.world_size) + "); set training.cuda_graph=false for multi-rank runs");
-  }
-}
-
 }  // namespace
 
 // Observers (e.g. the flight recorder) see every collective while it lives.
@@ -122,7 +109,6 @@ TrainingRun::TrainingRun(RunPlan& plan_, const World& world_)
     build_dry_run();
     return;
   }
-  check_cuda_graph_plan(plan, world);
   const std::string allocator = configure_cpu_allocator(training.cpu_allocator);
   if (world.rank == 0) spdlog::info("host allocator: {}", allocator);
   set_threads_and_seed(training);
@@ -199,8 +185,17 @@ void TrainingRun::build_optimizer_and_schedule() {
                                            : std::make_unique<AccumulationSchedule>();
   schedule_ = pipeline ? pipeline.get() : plan.schedule ? plan.schedule.get() : accumulation_schedule_.get();
   const TrainingConfig& training = plan.core.training;
-  if (training.cuda_graph) {
-    graphed_ = std::make_unique<GraphedStep>(device, training.cuda_graph_warmup_steps, parameters_);
+  CudaGraphFacts facts;
+  facts.cuda = device.is_cuda();
+  facts.pipeline = pipeline != nullptr;
+  facts.world_size = world.world_size;
+  facts.moe = !find_routers(*model).empty();
+  const CudaGraphChoice graph = choose_cuda_graph(training.cuda_graph, facts);
+  if (graph.capture) {
+    graphed_ = std::make_unique<GraphedStep>(device, training.cuda_graph_warmup_steps, parameters_,
+                                             /*required=*/training.cuda_graph == TrainingConfig::CudaGraph::on);
+  } else if (!graph.why_not.empty() && world.rank == 0) {
+    spdlog::info("training.cuda_graph: auto, running eagerly: {}", graph.why_not);
   }
 }
 
