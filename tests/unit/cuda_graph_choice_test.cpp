@@ -37,19 +37,21 @@ TEST_CASE("training.cuda_graph: auto captures a one-rank CUDA run and nothing on
   CHECK((off.training.cuda_graph == CudaGraph::off));
 }
 
-TEST_CASE("training.cuda_graph: auto runs a pipeline, a multi-rank run and an MoE model eagerly with the reason; "
-          "true refuses them with it") {
+TEST_CASE("training.cuda_graph: auto runs a pipeline, a multi-rank run, an MoE model and a device mesh of one rank "
+          "eagerly with the reason; true refuses them with it") {
   struct Refused {
     CudaGraphFacts facts;
     std::string reason;
   };
-  std::vector<Refused> cases(3, {cuda_run(), ""});
+  std::vector<Refused> cases(4, {cuda_run(), ""});
   cases[0].facts.pipeline = true;
   cases[0].reason = "the pipeline's schedule runs from the host action by action";
   cases[1].facts.world_size = 4;
   cases[1].reason = "collectives across processes are not captured yet (world size 4; one rank only)";
   cases[2].facts.moe = true;
   cases[2].reason = "MoE routing sizes each expert's rows from token counts the host reads every step";
+  cases[3].facts.collectives = true;
+  cases[3].reason = "the parallelism plugins' collectives (a device mesh, even of one rank) are not captured yet";
   for (const auto& refused : cases) {
     INFO(refused.reason);
     const auto choice = titan::choose_cuda_graph(CudaGraph::automatic, refused.facts);

@@ -13,6 +13,7 @@ std::string uncapturable(const CudaGraphFacts& run) {
     return "collectives across processes are not captured yet (world size " + std::to_string(run.world_size) +
            "; one rank only)";
   }
+  if (run.collectives) return "the parallelism plugins' collectives (a device mesh, even of one rank) are not captured yet";
   if (run.moe) return "MoE routing sizes each expert's rows from token counts the host reads every step";
   return "";
 }

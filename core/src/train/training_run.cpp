@@ -189,6 +189,7 @@ void TrainingRun::build_optimizer_and_schedule() {
   facts.cuda = device.is_cuda();
   facts.pipeline = pipeline != nullptr;
   facts.world_size = world.world_size;
+  facts.collectives = parallel->mesh() != nullptr;
   facts.moe = !find_routers(*model).empty();
   const CudaGraphChoice graph = choose_cuda_graph(training.cuda_graph, facts);
   if (graph.capture) {
