@@ -6,12 +6,28 @@
 #include <ATen/ATen.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
 
-#include <cstring>
 
 #include "titan/compat.hpp"
 #include "titan/error.hpp"
 
 namespace titan::fsdp {
+
+namespace {
+
+// `tensor`'s memory as bytes of `shape`, through a tensor of its own: a
+// copy into it leaves `tensor`'s version counter alone, which autograd
+// checks on the tensors it saved in forward (the gathered parameters are
+// refilled in place under them). On any device.
+at::Tensor byte_alias(const at::Tensor& tensor, at::IntArrayRef shape) {
+  return at::from_blob(tensor.data_ptr(), shape, at::TensorOptions().dtype(at::kByte).device(tensor.device()));
+}
+
+// A contiguous tensor's bytes, flat.
+at::Tensor flat_bytes(const at::Tensor& tensor) {
+  return byte_alias(tensor, {static_cast<int64_t>(tensor.numel() * tensor.element_size())});
+}
+
+}  // namespace
 
 Unit::Unit(std::string label, std::vector<ShardedParam> params, UnitGroups groups, c10::ScalarType param_dtype,
            c10::ScalarType reduce_dtype)
@@ -39,7 +55,7 @@ void Unit::prefetch() {
   // no bytes to move.
   const bool meta = buffer_device().is_meta();
   local_ = at::zeros({flat_numel_}, at::TensorOptions().dtype(buffer_dtype_).device(buffer_device()));
-  auto* local_bytes = static_cast<char*>(local_.data_ptr());
+  const at::Tensor local_bytes = meta ? at::Tensor() : flat_bytes(local_);
   for (auto& p : params_) {
     if (state_ == State::sharded) {
       if (!p.shard.defined()) p.shard = p.param.data();  // the materialized, initialized rows
@@ -55,7 +71,7 @@ void Unit::prefetch() {
                   " of " + std::to_string(p.wire_element_size));
     }
     if (count > 0 && !meta) {
-      std::memcpy(local_bytes + p.offset * local_.element_size(), wire.data_ptr(), count * p.wire_element_size);
+      local_bytes.narrow(0, p.offset * local_.element_size(), count * p.wire_element_size).copy_(flat_bytes(wire));
     }
   }
   gathered_ = at::empty({ranks * flat_numel_}, local_.options());
@@ -73,7 +89,7 @@ void Unit::unshard() {
   const int64_t ranks = groups_.shard->size();
   const bool first = state_ == State::sharded;
   at::NoGradGuard no_grad;
-  const size_t buffer_element = gathered.element_size();
+  const int64_t buffer_element = static_cast<int64_t>(gathered.element_size());
   const size_t element = c10::elementSize(param_dtype_);
   for (auto& p : params_) {
     if (!p.full.defined()) {
@@ -84,19 +100,20 @@ void Unit::unshard() {
     // Each rank's rows of the wire elements, into the whole parameter.
     at::Tensor wire_full = p.extension ? at::empty(p.unsharded_shape, p.full.options().dtype(p.extension->wire_dtype()))
                                        : p.full;
-    // Raw copies: writing through ATen would bump the version counter that
-    // autograd checks on the tensors it saved in forward.
-    auto* destination = static_cast<char*>(wire_full.data_ptr());
-    const auto* source = static_cast<const char*>(gathered.data_ptr());
-    const int64_t wire = p.wire_element_size;
+    // Each rank's rows, for every outer index at once: [outer, rows] of
+    // bytes, copied through an alias (byte_alias: no version bump).
+    const int64_t row_bytes = p.row_numel * p.wire_element_size;
     const int64_t dim_rows = p.unsharded_shape[p.shard_dim];
-    for (int64_t rank = 0; rank < ranks && !gathered.is_meta(); ++rank) {
-      RowRange rows = even_row_shard(dim_rows, ranks, rank);
-      if (rows.length == 0) continue;
-      const int64_t piece = rows.length * p.row_numel * wire;  // bytes of one outer index
-      const char* from = source + (rank * flat_numel_ + p.offset) * buffer_element;
-      for (int64_t o = 0; o < p.outer; ++o) {
-        std::memcpy(destination + (o * dim_rows + rows.begin) * p.row_numel * wire, from + o * piece, piece);
+    if (!gathered.is_meta() && wire_full.numel() > 0) {
+      const at::Tensor destination = byte_alias(wire_full, {p.outer, dim_rows * row_bytes});
+      const at::Tensor source = flat_bytes(gathered);
+      for (int64_t rank = 0; rank < ranks; ++rank) {
+        RowRange rows = even_row_shard(dim_rows, ranks, rank);
+        if (rows.length == 0) continue;
+        const int64_t piece = rows.length * row_bytes;  // bytes of one outer index
+        destination.narrow(1, rows.begin * row_bytes, piece)
+            .copy_(source.narrow(0, (rank * flat_numel_ + p.offset) * buffer_element, p.outer * piece)
+                       .view({p.outer, piece}));
       }
     }
     if (p.extension) {
@@ -108,7 +125,7 @@ void Unit::unshard() {
                     c10::toString(values.scalar_type()) + ", expected " + c10::str(p.full.sizes()) + " " +
                     c10::toString(param_dtype_));
       }
-      if (!values.is_meta()) std::memcpy(p.full.data_ptr(), values.data_ptr(), values.numel() * element);
+      if (!values.is_meta() && values.numel() > 0) flat_bytes(p.full).copy_(flat_bytes(values));
     }
     if (first) p.param.set_data(p.full);
   }

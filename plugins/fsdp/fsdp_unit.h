@@ -81,10 +81,10 @@ class Unit {
   void install_gradients();
 
  private:
-  // Where the flat gather / reduce buffers live: the CPU, or the meta
-  // device in a dry run (its parameters are meta: shapes, no bytes).
+  // Where the flat gather / reduce buffers live: on the parameters' device
+  // (the CPU, a GPU, or meta in a dry run: shapes, no bytes).
   c10::Device buffer_device() const {
-    return !params_.empty() && params_.front().param.is_meta() ? c10::Device(c10::kMeta) : c10::Device(c10::kCPU);
+    return params_.empty() ? c10::Device(c10::kCPU) : params_.front().param.device();
   }
   enum class State { sharded, unsharded, freed };
   void point_at_shards();

@@ -2,7 +2,9 @@
 // machine has one GPU, so multi-rank NCCL is not testable there): with
 // backend "nccl" every group runs CUDA tensors through NCCL and CPU tensors
 // through Gloo, every collective of the Comm gives the right values in fp32
-// and bf16, and a "gloo" runtime refuses CUDA tensors, saying what to set.
+// and bf16, and a "gloo" runtime refuses CUDA tensors, saying what to set;
+// FSDP on one GPU (its gather and reduce buffers on the device) trains as
+// the plain GPU run does.
 #include "cuda_skip.hpp"
 #include "tensor_support.hpp"
 
@@ -10,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "../integration/equivalence_runs.hpp"
 #include "titan/comm.hpp"
 #include "titan/dist_runtime.hpp"
 #include "titan/error.hpp"
@@ -177,4 +180,14 @@ TEST_CASE("nccl comm: a gloo runtime refuses CUDA tensors in every collective, s
   // Refused before reaching Gloo: the tensors are untouched and the group still works on the CPU.
   CHECK(tensor.equal(values));
   check_collectives(comm, at::kFloat, at::kCPU);
+}
+
+TEST_CASE("nccl comm: FSDP on one GPU (NCCL at world size 1, its buffers on the device) trains like the plain GPU "
+          "run") {
+  TITAN_REQUIRE_CUDA("to train with FSDP on a GPU");
+  const std::string gpu = " --set training.device=cuda --set training.cuda_graph=false";
+  const titan::test::RunOutput plain = titan::test::run_single("fsdp_gpu_plain", gpu);
+  const titan::test::RunOutput sharded =
+      titan::test::run_single("fsdp_gpu_one_rank", gpu + " --set 'plugins=[{name: fsdp}]'");
+  titan::test::check_equivalent(sharded, plain, 1e-5);
 }
