@@ -11,6 +11,10 @@
 #   TITAN_CUDA_BUILD        build folder (default build-cuda; configured by
 #                           scripts/gpu_check.sh's `configure` if absent)
 #   TITAN_BENCH_CONFIGS     shapes to run, by name (default: all four below)
+#   TITAN_MODES             Titan's runs: fsdp (FSDP on one rank, bf16 params,
+#                           fp32 reduce), graph (no parallelizer, bf16
+#                           autocast, the step in a CUDA graph). Default: both.
+#                           Both with fused AdamW, logging every 10th step.
 #   PYTORCH_MODES           references: eager, compile (per-block
 #                           torch.compile), graph (compile + the whole step in
 #                           one CUDA graph; debug model only). Default: all.
@@ -25,6 +29,7 @@ root=$(cd "$(dirname "$0")/../.." && pwd)
 steps=${1:-30}
 build=${TITAN_CUDA_BUILD:-$root/build-cuda}
 modes=${PYTORCH_MODES:-eager compile graph}
+titan_modes=${TITAN_MODES:-fsdp graph}
 out=$root/outputs/bench_gpu
 table=${TITAN_BENCH_TABLE:-}
 python=${TITAN_PYTHON:-}
@@ -77,19 +82,27 @@ else:  # tiktoken: the highest rank + 1, then Llama 3's 256 special tokens
 PY
 }
 
-run_titan() {  # name flavor layers seq batch tokenizer -> metrics.jsonl in $out/titan_<name>
-  local name=$1 flavor=$2 layers=$3 seq=$4 batch=$5 tokenizer=$6 dir=$out/titan_$1
+run_titan() {  # name flavor layers seq batch tokenizer mode -> metrics.jsonl in $out/titan_<mode>_<name>
+  local name=$1 flavor=$2 layers=$3 seq=$4 batch=$5 tokenizer=$6 mode=$7 dir=$out/titan_$7_$1 how=()
   rm -rf "$dir"
-  # FSDP2 on one rank with bf16 params and fp32 reduce, as the reference:
-  # without a parallelizer Titan's parameters and activations stay fp32
-  # (the first GPU run, 2026-11-26, ran out of memory on the 1B shape so).
-  (cd "$root" && "$build/bin/titan" train configs/llama3_debugmodel_fsdp.yaml --set training.threads=0 \
+  case $mode in
+    # FSDP2 on one rank with bf16 params and fp32 reduce, as the reference
+    # (a device mesh: the step stays eager, training.cuda_graph says why).
+    fsdp) how=(configs/llama3_debugmodel_fsdp.yaml) ;;
+    # No parallelizer: fp32 weights, forward and loss under bf16 autocast,
+    # the forward and backward replayed from a CUDA graph (training.cuda_graph: auto).
+    graph) how=(configs/llama3_debugmodel.yaml --set training.cuda_graph=true) ;;
+    *) echo "unknown TITAN_MODES entry '$mode' (fsdp, graph)"; return 1 ;;
+  esac
+  # Every 10th step logs (reads the loss on the host); the others never wait for the GPU.
+  (cd "$root" && "$build/bin/titan" train "${how[@]}" --set training.threads=0 \
     --set job.dump_folder="$dir" --set model.flavor="$flavor" --set model.n_layers="$layers" \
     --set model.tokenizer_path="$tokenizer" --set model.max_seq_len="$seq" \
     --set training.seq_len="$seq" --set training.local_batch_size="$batch" --set training.steps="$steps" \
     --set training.device=cuda --set training.mixed_precision_param=bfloat16 \
-    --set metrics.log_freq=1 --set metrics.enable_jsonl=true) > "$dir.log" 2>&1 ||
-    { tail -20 "$dir.log"; echo "titan failed on $name (log: $dir.log)"; return 1; }
+    --set optimizer.implementation=fused \
+    --set metrics.log_freq=10 --set metrics.enable_jsonl=true) > "$dir.log" 2>&1 ||
+    { tail -20 "$dir.log"; echo "titan ($mode) failed on $name (log: $dir.log)"; return 1; }
 }
 
 run_reference() {  # name flavor layers seq batch vocab mode -> one JSON line in $out/pytorch_<mode>_<name>.json
@@ -112,9 +125,10 @@ run_reference() {  # name flavor layers seq batch vocab mode -> one JSON line in
 # keeps outputs/ while warm, so shapes can be split across calls), as
 # markdown, to stdout and $table.
 write_table() {
-  "$python" - "$out" "$steps" "$modes" "${configs[*]%% *}" "${all_configs[@]}" <<'PY' > "$out/gpu_bench.md"
+  "$python" - "$out" "$steps" "$modes" "$titan_modes" "${configs[*]%% *}" "${all_configs[@]}" <<'PY' > "$out/gpu_bench.md"
 import glob, json, os, sys
-out, steps, modes, selected, configs = sys.argv[1], sys.argv[2], sys.argv[3].split(), sys.argv[4].split(), sys.argv[5:]
+out, steps, modes, titan_modes, selected, configs = (sys.argv[1], sys.argv[2], sys.argv[3].split(), sys.argv[4].split(),
+                                                     sys.argv[5].split(), sys.argv[6:])
 def load(path):
     try:
         with open(path) as f:
@@ -123,38 +137,44 @@ def load(path):
         return None
 def cell(tps, mfu, mem):
     return f"{tps:,.0f} ({100 * mfu:.1f}%, {mem:.1f} GiB)"
-head = ["shape", "Titan tok/s (MFU, peak)"]
+def titan_result(metrics):
+    if not os.path.exists(metrics):
+        return None
+    steps_seen = [json.loads(l) for l in open(metrics) if l.strip()]
+    steady = steps_seen[len(steps_seen) // 3:]  # drop warm-up steps, as the reference does
+    if not steady:
+        return None
+    return (sum(s["throughput(tps)"] for s in steady) / len(steady),
+            sum(s["mfu(%)"] for s in steady) / len(steady) / 100,
+            max(s["memory/max_active(GiB)"] for s in steps_seen))
+head = ["shape", "Titan", "Titan tok/s (MFU, peak)"]
 for m in modes:
     head += [f"PyTorch {m}", f"Titan / {m} (tok/s, mem)"]
 rows = []
 for config in configs:
     name, flavor = config.split()[:2]
-    if name not in selected and not glob.glob(f"{out}/*_{name}.json") + glob.glob(f"{out}/titan_{name}/metrics.jsonl"):
+    if name not in selected and not glob.glob(f"{out}/*_{name}.json") + glob.glob(f"{out}/titan_*_{name}/metrics.jsonl"):
         continue
-    row = [name]
-    metrics = f"{out}/titan_{name}/metrics.jsonl"
-    titan = None
-    if os.path.exists(metrics):
-        steps_seen = [json.loads(l) for l in open(metrics) if l.strip()]
-        steady = steps_seen[len(steps_seen) // 3:]  # drop warm-up steps, as the reference does
-        if steady:
-            titan = (sum(s["throughput(tps)"] for s in steady) / len(steady),
-                     sum(s["mfu(%)"] for s in steady) / len(steady) / 100,
-                     max(s["memory/max_active(GiB)"] for s in steps_seen))
-    row.append(cell(*titan) if titan else ("failed" if os.path.exists(f"{out}/titan_{name}.log") else "not run"))
-    for m in modes:
-        if m == "graph" and flavor != "debugmodel":
-            row += ["-", "-"]
-            continue
-        ref = load(f"{out}/pytorch_{m}_{name}.json")
-        if not ref:
-            row += ["failed" if os.path.exists(f"{out}/pytorch_{m}_{name}.log") else "not run", "-"]
-            continue
-        mem = ref["peak_memory_bytes"] / 2**30
-        row.append(cell(ref["tokens_per_sec"], ref["mfu"], mem))
-        row.append(f"{titan[0] / ref['tokens_per_sec']:.2f}x, {titan[2] / mem:.2f}x" if titan else "-")
-    rows.append(row)
+    for titan_mode in titan_modes:
+        titan = titan_result(f"{out}/titan_{titan_mode}_{name}/metrics.jsonl")
+        row = [name, titan_mode]
+        row.append(cell(*titan) if titan else
+                   ("failed" if os.path.exists(f"{out}/titan_{titan_mode}_{name}.log") else "not run"))
+        for m in modes:
+            if m == "graph" and flavor != "debugmodel":
+                row += ["-", "-"]
+                continue
+            ref = load(f"{out}/pytorch_{m}_{name}.json")
+            if not ref:
+                row += ["failed" if os.path.exists(f"{out}/pytorch_{m}_{name}.log") else "not run", "-"]
+                continue
+            mem = ref["peak_memory_bytes"] / 2**30
+            row.append(cell(ref["tokens_per_sec"], ref["mfu"], mem))
+            row.append(f"{titan[0] / ref['tokens_per_sec']:.2f}x, {titan[2] / mem:.2f}x" if titan else "-")
+        rows.append(row)
 print(f"{steps} timed steps each; tokens/s and MFU (989.5 TFLOP/s) over the steady steps; peak = most memory allocated.")
+print("Titan fsdp: FSDP on one rank, bf16 params / fp32 reduce; Titan graph: no parallelizer, bf16 autocast, "
+      "the step's forward and backward in a CUDA graph; both fused AdamW.")
 print()
 print("| " + " | ".join(head) + " |")
 print("|" + "---|" * len(head))
@@ -172,8 +192,10 @@ for config in "${configs[@]}"; do
   tokenizer=assets/tokenizer/stories_bpe.json
   [ "$flavor" = debugmodel ] || tokenizer=$(llama3_tokenizer)
   case $tokenizer in /*) vocab=$(vocab_of "$tokenizer") ;; *) vocab=$(vocab_of "$root/$tokenizer") ;; esac
-  rm -rf "$out/titan_$name" "$out/titan_$name.log" "$out/pytorch_"*"_$name".*
-  run_titan "$name" "$flavor" "$layers" "$seq" "$batch" "$tokenizer" || status=1
+  rm -rf "$out/titan_"*"_$name" "$out/titan_"*"_$name.log" "$out/pytorch_"*"_$name".*
+  for titan_mode in $titan_modes; do
+    run_titan "$name" "$flavor" "$layers" "$seq" "$batch" "$tokenizer" "$titan_mode" || status=1
+  done
   for mode in $modes; do
     if [ "$mode" = graph ] && [ "$flavor" != debugmodel ]; then continue; fi
     run_reference "$name" "$flavor" "$layers" "$seq" "$batch" "$vocab" "$mode" || status=1
