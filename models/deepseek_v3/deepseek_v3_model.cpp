@@ -125,6 +125,7 @@ Transformer::Transformer(const DeepSeekV3Args& args, const c10::Device& device) 
   freqs_cos_ = register_buffer("freqs_cos", at::empty({args.max_seq_len, args.qk_rope_head_dim / 2}, options));
   freqs_sin_ = register_buffer("freqs_sin", at::empty({args.max_seq_len, args.qk_rope_head_dim / 2}, options));
   if (!device.is_meta()) compute_rope_tables();
+  add_moe_step_hook(*this);  // the trainer balances the experts before each optimizer step
 }
 
 int64_t Transformer::num_blocks() const { return static_cast<int64_t>(layers_->named_children().size()); }

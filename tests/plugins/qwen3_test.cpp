@@ -40,6 +40,21 @@ const char* kSmallMoE =
 }  // namespace
 
 TEST_SUITE("qwen3") {
+  TEST_CASE("qwen3 MoE registers its load balancing as a step hook (state: every router's expert bias); the dense "
+            "flavor registers none") {
+    auto dense = qwen3("  flavor: 0.6B\n")->build(c10::Device(c10::kMeta));
+    CHECK(dense->step_hooks().empty());  // a dense model costs the trainer nothing
+    auto model = qwen3(kSmallMoE)->build(c10::Device(c10::kMeta));
+    const auto hooks = model->step_hooks();
+    REQUIRE(hooks.size() == 1);
+    CHECK(hooks[0]->name == "MoE load balancing");
+    CHECK(has(hooks[0]->host_driven, "token counts the host reads"));
+    REQUIRE(hooks[0]->state);
+    std::vector<std::string> names;
+    for (const auto& [name, tensor] : hooks[0]->state()) names.push_back(name);
+    CHECK(names == std::vector<std::string>{"layers.0.moe.router.expert_bias", "layers.1.moe.router.expert_bias"});
+  }
+
   TEST_CASE("qwen3 flavors have Hugging Face's parameter counts (0.6B tied, 30B-A3B with 3.3B active)") {
     auto small = qwen3("  flavor: 0.6B\n");
     const int64_t vocab_by_dim = 151936 * 1024;

@@ -48,8 +48,8 @@ TEST_CASE("training.cuda_graph: auto runs a pipeline, a multi-rank run, an MoE m
   cases[0].reason = "the pipeline's schedule runs from the host action by action";
   cases[1].facts.world_size = 4;
   cases[1].reason = "collectives across processes are not captured yet (world size 4; one rank only)";
-  cases[2].facts.moe = true;
-  cases[2].reason = "MoE routing sizes each expert's rows from token counts the host reads every step";
+  cases[2].facts.host_driven = "MoE routing sizes each expert's rows from token counts the host reads every step";
+  cases[2].reason = cases[2].facts.host_driven;  // a model step hook's (add_moe_step_hook)
   cases[3].facts.collectives = true;
   cases[3].reason = "the parallelism plugins' collectives (a device mesh, even of one rank) are not captured yet";
   for (const auto& refused : cases) {

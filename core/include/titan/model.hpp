@@ -35,6 +35,32 @@ using LossFn = std::function<at::Tensor(const at::Tensor& logits, const at::Tens
 // [batch, seq, vocab] (TorchTitan's loss).
 at::Tensor cross_entropy_loss(const at::Tensor& logits, const at::Tensor& labels);
 
+class DeviceMesh;
+
+// What the trainer tells a step hook.
+struct StepHookContext {
+  const DeviceMesh* mesh = nullptr;  // null on one process
+  bool log_step = false;             // the step logs: its metrics are wanted (reading them may wait for the device)
+};
+
+// Work a model (or one of its layers) needs around the trainer's step
+// besides forward and backward, registered by the model so that the trainer
+// runs it without knowing what it is (MoE load balancing, titan/moe.hpp).
+struct StepHook {
+  std::string name;  // for messages: "MoE load balancing"
+  // After the step's last backward and gradient clipping, before the
+  // optimizer (TorchTitan's optimizer pre-step hooks). Returns the step's
+  // metrics ("moe/<router>/imbalance"), empty unless context.log_step.
+  std::function<std::map<std::string, double>(const StepHookContext& context)> before_optimizer;
+  // Training state the optimizer does not hold, by name relative to the
+  // model, whole on every rank that holds it: checkpointed (as
+  // "model.<name>") and saved with the final model.
+  std::function<std::map<std::string, at::Tensor>()> state;
+  // Why the step needs values on the host ("" when it does not): such a
+  // step is neither replayed from a CUDA graph nor planned on meta tensors.
+  std::string host_driven;
+};
+
 class CausalLM : public torch::nn::Module {
  public:
   // tokens [batch, seq] (int64) -> logits [batch, seq, vocab]
@@ -60,6 +86,10 @@ class CausalLM : public torch::nn::Module {
   // Wrappers compose like middleware: the last added runs outermost.
   void add_block_wrapper(BlockWrapper wrapper) { wrappers_.push_back(std::move(wrapper)); }
   void add_forward_wrapper(ForwardWrapper wrapper) { forward_wrappers_.push_back(std::move(wrapper)); }
+
+  // The model's step hooks (a pipeline rank's: every stage's), in order.
+  void add_step_hook(StepHook hook) { step_hooks_.push_back(std::move(hook)); }
+  virtual std::vector<const StepHook*> step_hooks() const;
 
   // Run after the last backward of a step, before gradient clipping: data
   // parallelism finishes its gradient reductions here.
@@ -104,6 +134,7 @@ class CausalLM : public torch::nn::Module {
   std::vector<BlockWrapper> wrappers_;
   std::vector<ForwardWrapper> forward_wrappers_;
   std::vector<std::function<void()>> finalizers_;
+  std::vector<StepHook> step_hooks_;
   std::map<std::string, TensorLayout> layouts_;
   bool gradient_sync_ = true;
   LossFn loss_ = cross_entropy_loss;

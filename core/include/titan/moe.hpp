@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "titan/layers.hpp"
+#include "titan/model.hpp"
 
 namespace titan {
 
@@ -194,5 +195,11 @@ std::vector<RouterLoad> balance_experts(const torch::nn::Module& model, const Co
                                         bool read_loads = true);
 // The loads as metrics: "moe/<path>/imbalance", "moe/<path>/expert_bias_norm".
 std::map<std::string, double> moe_metrics(const std::vector<RouterLoad>& loads);
+
+// For a model with routers (none: nothing added), in its constructor: the
+// step hook that balances its experts before the optimizer (balance_experts
+// over dp and cp, metrics on log steps) and keeps the routers' expert
+// biases as training state ("<router path>.expert_bias").
+void add_moe_step_hook(CausalLM& model);
 
 }  // namespace titan

@@ -36,7 +36,9 @@ namespace titan {
 // 12: CollectiveEvent::send_rows / recv_rows (an uneven all-to-all's splits); MoEOptions::forced_experts;
 //     DeviceMesh::group_names; CommConfig / DebugConfig fields; clip_grad_norm_on_device; balance_experts'
 //     read_loads; CausalLM::last_position
-constexpr int kPluginAbiVersion = 12;
+// 13: CausalLM step hooks (StepHook, StepHookContext, add_step_hook, virtual step_hooks) and add_moe_step_hook
+//     (MoE's load balancing and expert biases leave the trainer); TrainingConfig::cuda_graph is an enum (auto)
+constexpr int kPluginAbiVersion = 13;
 
 // The kinds a plugin registers one factory of: name, interface, PluginKind
 // bit. The enum below (kind_model, ...), the registrar's methods (model(),

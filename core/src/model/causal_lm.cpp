@@ -35,6 +35,12 @@ at::Tensor CausalLM::run(const at::Tensor& tokens) {
   return call(forward_wrappers_.size(), tokens);
 }
 
+std::vector<const StepHook*> CausalLM::step_hooks() const {
+  std::vector<const StepHook*> hooks;
+  for (const StepHook& hook : step_hooks_) hooks.push_back(&hook);
+  return hooks;
+}
+
 void CausalLM::finalize_gradients() {
   for (auto& finalizer : finalizers_) finalizer();
 }

@@ -73,4 +73,24 @@ std::map<std::string, double> moe_metrics(const std::vector<RouterLoad>& loads) 
   return metrics;
 }
 
+void add_moe_step_hook(CausalLM& model) {
+  if (find_routers(model).empty()) return;
+  // The model owns the hook: the pointer lives as long as it is called.
+  const CausalLM* self = &model;
+  StepHook hook;
+  hook.name = "MoE load balancing";
+  hook.before_optimizer = [self](const StepHookContext& context) {
+    return moe_metrics(balance_experts(*self, sum_over_dp_cp(context.mesh), /*read_loads=*/context.log_step));
+  };
+  hook.state = [self] {
+    std::map<std::string, at::Tensor> state;
+    for (const auto& [path, router] : find_routers(*self)) {
+      if (router->expert_bias.defined()) state[path + ".expert_bias"] = router->expert_bias;
+    }
+    return state;
+  };
+  hook.host_driven = "MoE routing sizes each expert's rows from token counts the host reads every step";
+  model.add_step_hook(std::move(hook));
+}
+
 }  // namespace titan

@@ -48,6 +48,14 @@ ModelParts::ModelParts(std::vector<std::shared_ptr<CausalLM>> parts) : parts_(st
   }
 }
 
+std::vector<const StepHook*> ModelParts::step_hooks() const {
+  std::vector<const StepHook*> hooks;
+  for (const auto& part : parts_) {
+    for (const StepHook* hook : part->step_hooks()) hooks.push_back(hook);
+  }
+  return hooks;
+}
+
 at::Tensor ModelParts::forward(const at::Tensor& /*tokens*/) {
   throw Error("ModelParts::forward: a pipeline rank runs its stages through the pipeline executor");
 }

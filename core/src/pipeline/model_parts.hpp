@@ -26,6 +26,8 @@ class ModelParts : public CausalLM {
   void init_buffers() override;
   // The parts too (eval mode for validation): they are modules of their own.
   void train(bool on = true) override;
+  // Every part's hooks, in stage order.
+  std::vector<const StepHook*> step_hooks() const override;
 
   const std::vector<std::shared_ptr<CausalLM>>& parts() const { return parts_; }
 

@@ -14,7 +14,7 @@ std::string uncapturable(const CudaGraphFacts& run) {
            "; one rank only)";
   }
   if (run.collectives) return "the parallelism plugins' collectives (a device mesh, even of one rank) are not captured yet";
-  if (run.moe) return "MoE routing sizes each expert's rows from token counts the host reads every step";
+  if (!run.host_driven.empty()) return run.host_driven;
   return "";
 }
 

@@ -15,7 +15,7 @@ struct CudaGraphFacts {
   bool pipeline = false;  // the schedule runs from the host, action by action
   int world_size = 1;
   bool collectives = false;  // a device mesh, even of one rank (its groups' collectives)
-  bool moe = false;       // routing sizes each expert's rows from counts the host reads
+  std::string host_driven;  // why the model's step hooks need host values ("" for none: StepHook)
 };
 
 struct CudaGraphChoice {

@@ -1,13 +1,13 @@
 // Naming scheme of the train state: model.<param>, optim.<param>.<state>,
 // rng.cpu (per rank); values step and data.position. Optimizer states
-// shaped like their parameter share its layout. MoE routers' expert biases
-// are buffers, not parameters, but training state: model.<router>.expert_bias.
+// shaped like their parameter share its layout. The model's step hooks'
+// state (MoE routers' expert biases: buffers, not parameters, but training
+// state) is model.<name>: model.<router>.expert_bias.
 #include "train_state.hpp"
 
 #include <ATen/CPUGeneratorImpl.h>
 
 #include "titan/error.hpp"
-#include "titan/moe.hpp"
 
 namespace titan {
 
@@ -21,13 +21,15 @@ TrainStateView::TrainStateView(CausalLM& model, Optimizer& optimizer, TokenWindo
     slots_.tensors["model." + item.key()] = item.value();
     if (const TensorLayout* layout = model_.layout(item.key())) slots_.layouts["model." + item.key()] = *layout;
   }
-  // Whole on every rank that holds the router (the dp/cp sum keeps them
-  // equal); a whole layout, so under pipelining the stage's own rank writes it.
-  for (const auto& [path, router] : find_routers(model_)) {
-    if (!router->expert_bias.defined()) continue;
-    const std::string name = "model." + path + ".expert_bias";
-    slots_.tensors[name] = router->expert_bias;
-    slots_.layouts[name] = TensorLayout::replicated(router->expert_bias.sizes().vec());
+  // The step hooks' state (MoE's expert biases): whole on every rank that
+  // holds it (the hook keeps it equal); a whole layout, so under pipelining
+  // the stage's own rank writes it.
+  for (const StepHook* hook : model_.step_hooks()) {
+    if (!hook->state) continue;
+    for (const auto& [name, tensor] : hook->state()) {
+      slots_.tensors["model." + name] = tensor;
+      slots_.layouts["model." + name] = TensorLayout::replicated(tensor.sizes().vec());
+    }
   }
   for (const auto& [key, tensor] : optimizer_.state_tensors()) {
     slots_.tensors["optim." + key] = tensor;

@@ -13,7 +13,6 @@
 #include "titan/grad_clip.hpp"
 #include "titan/host_value.hpp"
 #include "titan/logging.hpp"
-#include "titan/moe.hpp"
 #include "titan/profile_range.hpp"
 
 namespace titan {
@@ -47,11 +46,13 @@ StepOutcome TrainingRun::step(int64_t step) {
                                    .reshape({1})
                                    .to(loss.device());
   const double lr = plan.optimizer->base_lr() * plan.lr_schedule->factor(step);
-  // MoE load balancing before the optimizer (TorchTitan's pre-step hook):
-  // each router's token counts of the step, summed over the ranks that saw
-  // other tokens (dp and cp; tp ranks saw the same), move its expert bias.
+  // The model's own work before the optimizer (its step hooks: MoE load
+  // balancing, TorchTitan's optimizer pre-step hook), with its metrics.
   const DeviceMesh* mesh = parallel->mesh();
-  const std::vector<RouterLoad> moe_loads = balance_experts(*model, sum_over_dp_cp(mesh), /*read_loads=*/log_step);
+  std::map<std::string, double> model_metrics;
+  for (const StepHook* hook : model->step_hooks()) {
+    if (hook->before_optimizer) model_metrics.merge(hook->before_optimizer({mesh, log_step}));
+  }
   // Finite iff both are (ops the dry run's meta tensors have too).
   const at::Tensor finite = at::isfinite(loss + grad_norm);
   StepOutcome outcome;
@@ -79,15 +80,14 @@ StepOutcome TrainingRun::step(int64_t step) {
     verifier.verify(*parallel->mesh(), step);
   }
   const int64_t tokens = training.local_batch_size * training.seq_len * accumulation_;
-  std::map<std::string, double> moe = moe_metrics(moe_loads);
-  // Each pipeline stage holds its own routers; rank 0 logs them all.
-  if (moe_metrics_over_pp_ && log_step) moe = merge_metrics_over(mesh->group("pp"), moe);
+  // Each pipeline stage's hooks measure their own stage; rank 0 logs them all.
+  if (hook_metrics_over_pp_ && log_step) model_metrics = merge_metrics_over(mesh->group("pp"), model_metrics);
   outcome.record.step = step;
   outcome.record.lr = lr;
   outcome.record.tokens = tokens;
   outcome.record.data_loading_s = data_loading_s;
   outcome.record.state_bytes = state_bytes();
-  outcome.record.extra = std::move(moe);
+  outcome.record.extra = std::move(model_metrics);
   // [loss, max loss, grad norm]; a test hook's NaN loss shows in both.
   const at::Tensor max_loss = at::where(at::isfinite(loss), job_loss.max, loss);
   outcome.record.numbers = at::cat({loss, max_loss, grad_norm});

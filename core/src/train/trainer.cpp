@@ -14,13 +14,12 @@
 #include "training_run.hpp"
 #include "titan/error.hpp"
 #include "titan/logging.hpp"
-#include "titan/moe.hpp"
 
 namespace titan {
 
 namespace {
 
-// Every parameter gathered whole (collective) and every expert bias, written by rank 0.
+// Every parameter gathered whole (collective) and the step hooks' state, written by rank 0.
 void save_full_model(CausalLM& model, const DeviceMesh* mesh, int rank, const std::string& path) {
   c10::Dict<std::string, at::Tensor> tensors;
   for (const auto& item : model.named_parameters()) {
@@ -28,10 +27,11 @@ void save_full_model(CausalLM& model, const DeviceMesh* mesh, int rank, const st
     at::Tensor full = layout && mesh ? full_tensor(item.value().detach(), *layout, *mesh) : item.value().detach();
     tensors.insert(item.key(), full.cpu().clone());
   }
-  // The routers' load-balancing biases: state the optimizer does not step
-  // but training changes, the same on every rank.
-  for (const auto& [path, router] : find_routers(model)) {
-    if (router->expert_bias.defined()) tensors.insert(path + ".expert_bias", router->expert_bias.detach().cpu().clone());
+  // The step hooks' state (the routers' load-balancing biases): what the
+  // optimizer does not step but training changes, the same on every rank.
+  for (const StepHook* hook : model.step_hooks()) {
+    if (!hook->state) continue;
+    for (const auto& [name, tensor] : hook->state()) tensors.insert(name, tensor.detach().cpu().clone());
   }
   gather_pipeline_stages(tensors, mesh);
   if (rank != 0) return;

@@ -22,7 +22,6 @@
 #include "titan/error.hpp"
 #include "titan/logging.hpp"
 #include "titan/model_builder.hpp"
-#include "titan/moe.hpp"
 #include "titan/tokenizer.hpp"
 
 namespace titan {
@@ -190,7 +189,9 @@ void TrainingRun::build_optimizer_and_schedule() {
   facts.pipeline = pipeline != nullptr;
   facts.world_size = world.world_size;
   facts.collectives = parallel->mesh() != nullptr;
-  facts.moe = !find_routers(*model).empty();
+  for (const StepHook* hook : model->step_hooks()) {
+    if (facts.host_driven.empty()) facts.host_driven = hook->host_driven;
+  }
   const CudaGraphChoice graph = choose_cuda_graph(training.cuda_graph, facts);
   if (graph.capture) {
     graphed_ = std::make_unique<GraphedStep>(device, training.cuda_graph_warmup_steps, parameters_,
@@ -213,10 +214,11 @@ void TrainingRun::build_dry_run() {
   parallel = std::make_unique<ParallelSetup>(world, plan);
   accumulation_ = accumulation_steps(core.training, parallel->dp_degree());
   build_model();
-  if (!find_routers(*model).empty()) {
-    throw Error("the dry run cannot route tokens: meta tensors have no values to choose experts by, so MoE "
-                "models (" + plan.model_plugin + ") are not planned yet; plan the dense flavor, or run "
-                "`titan config check` for the layout");
+  for (const StepHook* hook : model->step_hooks()) {
+    if (hook->host_driven.empty()) continue;
+    throw Error("the dry run cannot run " + plan.model_plugin + "'s " + hook->name + ": " + hook->host_driven +
+                ", and meta tensors have no values; plan a flavor without it, or run `titan config check` for the "
+                "layout");
   }
   build_optimizer_and_schedule();
 }
@@ -258,13 +260,13 @@ void TrainingRun::build_model() {
     first_stage = model.get();
   }
   hooks.attach(*first_stage);
-  // Whether any stage has routers: every pp rank must agree before it joins
-  // the per-step merge of their metrics, so the stages ask each other once.
+  // Whether any stage has step hooks: every pp rank must agree before it
+  // joins the merge of their metrics, so the stages ask each other once.
   const DeviceMesh* mesh = parallel->mesh();
   if (plan.pipeline && mesh && mesh->size("pp") > 1) {
-    at::Tensor routers = at::full({1}, static_cast<int64_t>(find_routers(*model).size()), at::kLong);
-    mesh->group("pp").all_reduce(routers, ReduceOp::max);
-    moe_metrics_over_pp_ = routers.item<int64_t>() > 0;
+    at::Tensor hooks_held = at::full({1}, static_cast<int64_t>(model->step_hooks().size()), at::kLong);
+    mesh->group("pp").all_reduce(hooks_held, ReduceOp::max);
+    hook_metrics_over_pp_ = hooks_held.item<int64_t>() > 0;
   }
   if (!current_dry_rank()) model->init_weights(static_cast<uint64_t>(plan.core.training.seed));  // meta: no values
   model->train();

@@ -91,7 +91,7 @@ class TrainingRun {
   // training.mixed_precision_param where no parallelizer applies it: the forward autocasts to it.
   std::optional<c10::ScalarType> autocast_dtype_;
   c10::ScalarType compute_dtype_ = c10::kFloat;  // the parameters' (the precision plugin's or mixed_precision_param)
-  bool moe_metrics_over_pp_ = false;  // the MoE metrics of every pipeline stage are merged each step
+  bool hook_metrics_over_pp_ = false;  // the step hooks' metrics of every pipeline stage are merged on log steps
 };
 
 }  // namespace titan
