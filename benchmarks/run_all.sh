@@ -2,7 +2,7 @@
 # Every benchmark at a CI-sized shape, one after the other, then one table:
 # each headline number of ours beside its reference, both measured in this
 # run, and their ratio. Each benchmark's whole output stays in the output
-# folder (its own tables, the README's "Benchmarks" section explains them).
+# folder (its own tables, docs/benchmarks.md explains them).
 #
 # Usage: benchmarks/run_all.sh [BUILD_DIR]   (default build; build-release
 #        for numbers of record). Run it on an otherwise idle machine.

@@ -129,7 +129,7 @@ class FusedKernelsParallelizer : public titan::Parallelizer {
 #ifndef TITAN_WITH_CUDA
     throw titan::Error("fused_kernels: " + joined(names) + " on " + context.device.str() +
                        " need CUDA, and this Titan was built without it (TITAN_WITH_CUDA off; build against a "
-                       "CUDA LibTorch, see README 'GPU'); set those options to false or drop the plugin to use "
+                       "CUDA LibTorch, see docs/building.md); set those options to false or drop the plugin to use "
                        "the ATen path");
 #else
     if (!context.device.is_cuda()) {

@@ -85,7 +85,7 @@ DeviceSpec measured_cpu() {
   cpu.intra_node_bytes_per_s = cpu.inter_node_bytes_per_s = memcpy_rate;
   cpu.devices_per_node = cores;
   // The measured rate is already an achieved one; matmuls and attention
-  // are 84% of Titan's CPU step (README, "where Titan's CPU step goes").
+  // are 84% of Titan's CPU step (docs/benchmarks.md, "CPU vs PyTorch eager").
   cpu.matmul_efficiency = 0.84;
   cpu.source = "measured: a 512x512 float32 matmul on all threads for 0.25 s, divided by the cores; one thread's "
                "memcpy of 64 MiB for every bandwidth; RAM / cores (a busy machine measures low)";
