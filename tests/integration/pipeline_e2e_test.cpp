@@ -61,29 +61,28 @@ void check_fsdp_once_per_step(const fs::path& dump, int ranks) {
   for (int rank = 0; rank < ranks; ++rank) {
     const auto file = dump / "flight_recorder" / ("rank_" + std::to_string(rank) + ".json");
     REQUIRE(fs::exists(file));
-    std::map<std::string, int> gathers, reductions;
+    std::map<std::string, int> calls;  // "<op> <unit>" -> times in step 2
     const nlohmann::json recorded = nlohmann::json::parse(titan::test::read_file(file));
     for (const auto& entry : recorded["entries"]) {
       const std::string site = entry["call_site"];
-      if (site.rfind("step 2 /", 0) != 0) continue;
-      for (const auto& [op, counts] : {std::pair<std::string, std::map<std::string, int>*>{"all_gather", &gathers},
-                                       {"reduce_scatter", &reductions}}) {
-        const std::string marker = "fsdp " + op + " ";
-        const auto at = site.find(marker);
-        if (at == std::string::npos) continue;
-        const std::string unit = site.substr(at + marker.size());
-        // "step 2 / pp 2F0 / fsdp ...": the stage is the action's first number.
-        const auto pp = site.find("/ pp ");
-        const std::string stage =
-            pp == std::string::npos ? "" : site.substr(pp + 5, site.find_first_not_of("0123456789", pp + 5) - pp - 5);
-        ++(*counts)[unit == "root" ? unit : stage + " " + unit];
-      }
+      const auto fsdp = site.find("/ fsdp ");  // "step 2 / pp 2F0 / fsdp all_gather layers.0"
+      if (site.rfind("step 2 /", 0) != 0 || fsdp == std::string::npos) continue;
+      const std::string unit = site.substr(site.find(' ', fsdp + 7) + 1);
+      // The stage is the pipeline action's first number (the root's reduction runs outside any action).
+      const auto pp = site.find("/ pp ");
+      const std::string stage =
+          pp == std::string::npos ? "" : site.substr(pp + 5, site.find_first_not_of("0123456789", pp + 5) - pp - 5);
+      ++calls[entry["op"].get<std::string>() + " " + (unit == "root" ? unit : stage + " " + unit)];
     }
     INFO("rank " << rank);
-    CHECK(gathers.size() >= 2);  // the rank's blocks and its root unit
-    CHECK(gathers.size() == reductions.size());
-    for (const auto& [unit, count] : gathers) CHECK_MESSAGE(count == 1, unit << " gathered " << count << " times");
-    for (const auto& [unit, count] : reductions) CHECK_MESSAGE(count == 1, unit << " reduced " << count << " times");
+    int gathers = 0, reductions = 0;
+    for (const auto& [call, count] : calls) {
+      CHECK_MESSAGE(count == 1, call << " ran " << count << " times");
+      gathers += call.rfind("all_gather ", 0) == 0;
+      reductions += call.rfind("reduce_scatter ", 0) == 0;
+    }
+    CHECK(gathers >= 2);  // the rank's blocks and its root unit
+    CHECK(gathers == reductions);
   }
 }
 

@@ -68,8 +68,8 @@ CoreConfig read_core_config(const ConfigNode& root) {
       "cuda_graph", CudaGraph::automatic,
       {{"auto", CudaGraph::automatic}, {"true", CudaGraph::on}, {"false", CudaGraph::off}},
       "capture the forward and backward passes into a CUDA graph after cuda_graph_warmup_steps eager steps and "
-      "replay it every step: auto = on CUDA wherever the run allows it (one rank, no pipeline, no MoE routing, "
-      "fixed shapes; the log says why not), true = required, false = never");
+      "replay it every step: auto = on CUDA wherever the run allows it (one rank, no device mesh, no pipeline, no "
+      "MoE routing, fixed shapes; the log says why not), true = required, false = never");
   t.cuda_graph_warmup_steps = training.get<int64_t>(
       "cuda_graph_warmup_steps", 3,
       "eager steps before the CUDA graph is captured (at least 1: cuBLAS and autograd set up lazily, outside it)");

@@ -13,7 +13,9 @@ std::string uncapturable(const CudaGraphFacts& run) {
     return "collectives across processes are not captured yet (world size " + std::to_string(run.world_size) +
            "; one rank only)";
   }
-  if (run.collectives) return "the parallelism plugins' collectives (a device mesh, even of one rank) are not captured yet";
+  if (run.collectives) {
+    return "the parallelism plugins' collectives (a device mesh, even of one rank) are not captured yet";
+  }
   if (!run.host_driven.empty()) return run.host_driven;
   return "";
 }
