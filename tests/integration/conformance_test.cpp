@@ -161,6 +161,20 @@ TEST_CASE("titan-conformance: an fsdp that leaves one gradient unreduced fails t
   }
 }
 
+TEST_CASE("titan-conformance: an fsdp that rounds its norms' gradients to fp16 fails parallelizer.param_grads only") {
+  auto report = conformance_json(test_plugin("rounded_norms_fsdp"), "--ranks 2");
+  INFO(report.output);
+  CHECK(report.exit_code == 1);
+  CHECK(report.output.find("conformance check failed: parallelizer.param_grads@2") != std::string::npos);
+  // The loss, the global norm and the parameters stay within their
+  // tolerances: the error sits in small parameters.
+  for (const auto& [name, result] : report.results) {
+    bool per_parameter = name.rfind("parallelizer.param_grads@", 0) == 0;
+    if (result != "skip") CHECK_MESSAGE(result == (per_parameter ? "fail" : "pass"), name);
+  }
+  CHECK(report.results["parallelizer.param_grads@2"] == "fail");
+}
+
 TEST_CASE("titan-conformance: an fsdp that stages the whole model before sharding fails parallelizer.memory only") {
   auto report = conformance_json(test_plugin("whole_model_fsdp"), "--ranks 2");
   INFO(report.output);

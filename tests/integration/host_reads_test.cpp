@@ -114,7 +114,7 @@ TEST_CASE("the training step reads no tensor value on the host between log steps
 }
 
 TEST_CASE("the host-read count fails a step that reads: on_nonfinite_loss: skip reads its finite flag once a step, "
-          "and the warning names the step and the trainer's frame") {
+          "and the warning names the step and the step's frame") {
   const Layout one{"skip", 1, "llama3_debugmodel.yaml", "",
                    titan::test::kSmallModel + " --set training.local_batch_size=8"};
   auto dump = titan::test::temp_dir("host_reads_skip");
@@ -124,5 +124,5 @@ TEST_CASE("the host-read count fails a step that reads: on_nonfinite_loss: skip 
   CHECK_MESSAGE(titan::test::has(result.output, "step 4: 1 host read(s) of tensor values on a step that does not log"),
                 result.output);
   CHECK(titan::test::has(result.output, "aten::_local_scalar_dense at 'step 4' from titan::host_value<bool>(at::Tensor "
-                                        "const&) <- titan::TrainingRun::step"));
+                                        "const&) <- titan::run_training_step"));
 }

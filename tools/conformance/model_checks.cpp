@@ -111,25 +111,30 @@ CheckResult num_params(CausalLM& model, const TrainingFixture& fixture) {
              "num_params() " + std::to_string(declared) + ", parameters hold " + std::to_string(counted));
 }
 
-// One backward from a fresh model: the loss near ln(vocab) (a sane init
+// The first step of a fresh model: the loss near ln(vocab) (a sane init
 // predicts nothing yet) and a finite gradient on every trainable parameter.
-void fresh_backward(CausalLM& model, const TrainingFixture& fixture, const ModelLimits& limits, CheckResults& rows) {
-  at::Tensor loss = next_token_loss(model, fixture_windows(fixture, 1));
-  loss.backward();
-  model.finalize_gradients();
+class FiniteGradients : public StepObserver {
+ public:
+  void gradients_ready(CausalLM& model) override {
+    for (const auto& item : model.named_parameters()) {
+      if (!item.value().requires_grad()) continue;
+      const at::Tensor& grad = item.value().grad();
+      std::string problem = !grad.defined()                    ? "no gradient"
+                            : !grad.isfinite().all().item<bool>() ? "non-finite gradient"
+                                                                 : "";
+      if (!problem.empty() && bad++ == 0) first_bad = item.key() + ": " + problem;
+    }
+  }
   int bad = 0;
   std::string first_bad;
-  for (const auto& item : model.named_parameters()) {
-    if (!item.value().requires_grad()) continue;
-    const at::Tensor& grad = item.value().grad();
-    std::string problem = !grad.defined()                    ? "no gradient"
-                          : !grad.isfinite().all().item<bool>() ? "non-finite gradient"
-                                                               : "";
-    if (!problem.empty() && bad++ == 0) first_bad = item.key() + ": " + problem;
-  }
-  rows.push_back(model_row("gradients_finite", bad, 0, bad ? first_bad : "every trainable parameter has a finite gradient"));
+};
+
+void fresh_step(CausalLM& model, const TrainingFixture& fixture, const ModelLimits& limits, CheckResults& rows) {
+  FiniteGradients check;
+  const double value = FixtureStep(model, nullptr).run(fixture_windows(fixture, 1), fixture.lr, &check).loss.item<double>();
+  rows.push_back(model_row("gradients_finite", check.bad, 0,
+                           check.bad ? check.first_bad : "every trainable parameter has a finite gradient"));
   double uniform = std::log(static_cast<double>(fixture.spec->vocab_size()));
-  double value = loss.item<double>();
   rows.push_back(model_row("initial_loss", std::isfinite(value) ? std::abs(value - uniform) / uniform : INFINITY,
                      limits.initial_loss,
                      "fresh loss " + std::to_string(value) + " vs ln(vocab) " + std::to_string(uniform)));
@@ -137,17 +142,15 @@ void fresh_backward(CausalLM& model, const TrainingFixture& fixture, const Model
 
 CheckResult learns(const TrainingFixture& fixture, const ModelLimits& limits) {
   auto model = build_single_process(fixture);
-  auto params = trainable(*model);
+  FixtureStep step_runner(*model, nullptr);
   at::Tensor windows = fixture_windows(fixture, 1);
-  double first = 0, last = 0;
-  for (int64_t step = 0; step <= limits.learn_steps; ++step) {
-    at::Tensor loss = next_token_loss(*model, windows);
-    (step == 0 ? first : last) = loss.item<double>();
-    if (step == limits.learn_steps) break;
-    loss.backward();
-    model->finalize_gradients();
-    sgd_step(params, limits.learn_lr);
+  double first = 0;
+  for (int64_t step = 1; step <= limits.learn_steps; ++step) {
+    const double loss = step_runner.run(windows, limits.learn_lr).loss.item<double>();
+    if (step == 1) first = loss;
   }
+  torch::NoGradGuard no_grad;
+  const double last = next_token_loss(*model, windows).item<double>();
   double ratio = std::isfinite(last) && first > 0 ? last / first : INFINITY;
   return model_row("learns", ratio, limits.learn_ratio,
              "loss " + std::to_string(first) + " -> " + std::to_string(last) + " after " +
@@ -168,7 +171,7 @@ CheckResults check_model(const std::string& plugin, const ConfigNode& declaratio
   init_seeds(fixture, first, rows);
   rows.push_back(init_independent(*model, first, fixture.seed));
   rows.push_back(num_params(*model, fixture));
-  fresh_backward(*model, fixture, limits, rows);
+  fresh_step(*model, fixture, limits, rows);
   rows.push_back(learns(fixture, limits));
   return rows;
 }

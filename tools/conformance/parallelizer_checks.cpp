@@ -14,7 +14,7 @@
 #include "worker.h"
 #include "titan/device_mesh.hpp"
 #include "titan/dist_runtime.hpp"
-#include "titan/grad_clip.hpp"
+#include "titan/training_step.hpp"
 #include "titan/model_builder.hpp"
 #include "titan/moe.hpp"
 #include "titan/parallelizer.hpp"
@@ -45,6 +45,7 @@ struct ParallelizerDeclaration {
   double grad_norm_tolerance = 0;
   double params_tolerance = 0;
   double expert_bias_tolerance = 0;
+  double param_grads_tolerance = 0;
   double memory_limit = 0;
   double activation_memory_limit = 0;
   std::vector<int64_t> world_sizes;  // empty: any
@@ -67,6 +68,8 @@ ParallelizerDeclaration read_declaration(const ConfigNode& declaration, size_t v
   out.loss_tolerance = tolerance.get<double>("loss", 1e-5, "max relative loss difference per step");
   out.grad_norm_tolerance = tolerance.get<double>("grad_norm", 1e-5, "max relative gradient-norm difference");
   out.params_tolerance = tolerance.get<double>("params", 1e-5, "max |parameter - reference| after the steps");
+  out.param_grads_tolerance = tolerance.get<double>(
+      "param_grads", 1e-4, "max |gradient - reference| / |reference| of any one parameter at any step");
   out.expert_bias_tolerance = tolerance.get<double>(
       "expert_bias", 1e-5, "max |MoE expert bias - reference| after each step's load balancing");
   out.memory_limit = section.get<double>(
@@ -226,10 +229,58 @@ double expert_bias_difference(CausalLM& model, const std::map<std::string, at::T
   return most;
 }
 
-// The fixture's steps with the plugin, each data-parallel rank on its share
-// of every batch; loss (averaged over dp) and the global grad norm are
-// compared with the reference at every step, and on a MoE model every
-// router's expert bias after the trainer's load balancing.
+// Each parameter's gradient after the step's finalization, gathered whole
+// through its layout, against the reference's: the largest
+// |grad - reference| / |reference| (2-norms) of any parameter. The global
+// norm and the parameters' absolute differences barely notice an error in a
+// small parameter (a norm's weight); this does.
+class GradientComparison : public StepObserver {
+ public:
+  GradientComparison(const DeviceMesh& mesh, const ReferenceTrace& reference, std::string where, CheckResults& rows)
+      : mesh_(mesh), reference_(reference), where_(std::move(where)), rows_(rows) {}
+
+  void gradients_ready(CausalLM& model) override {
+    if (step_ == 1) rows_.push_back(gradients(model, where_));
+    const std::map<std::string, at::Tensor>& expected = reference_.gradients[step_ - 1];
+    for (const auto& item : model.named_parameters()) {
+      if (!item.value().requires_grad()) continue;
+      // Every rank gathers every gradient in the same order (a missing one
+      // as zeros), so that the collectives match.
+      const at::Tensor& grad = item.value().grad();
+      at::Tensor local = grad.defined() ? grad.detach() : at::zeros_like(item.value());
+      const TensorLayout* layout = model.layout(item.key());
+      at::Tensor full = (layout ? full_tensor(local, *layout, mesh_) : local).to(at::kDouble);
+      auto reference = expected.find(item.key());
+      double difference = INFINITY;
+      if (reference != expected.end() && reference->second.sizes().equals(full.sizes())) {
+        at::Tensor wanted = reference->second.to(at::kDouble);
+        difference = (full - wanted).norm().item<double>() / std::max(wanted.norm().item<double>(), 1e-12);
+      } else if (reference == expected.end() && full.abs().max().item<double>() == 0) {
+        difference = 0;  // neither has a gradient
+      }
+      if (difference > worst || worst_name.empty()) {
+        worst = difference, worst_name = item.key() + " at step " + std::to_string(step_);
+      }
+    }
+  }
+  void next_step() { ++step_; }
+
+  double worst = 0;
+  std::string worst_name;
+
+ private:
+  const DeviceMesh& mesh_;
+  const ReferenceTrace& reference_;
+  std::string where_;
+  CheckResults& rows_;
+  int64_t step_ = 1;
+};
+
+// The fixture's steps with the plugin through the trainer's own step, each
+// data-parallel rank on its share of every batch; the job's loss and the
+// global grad norm are compared with the reference at every step, every
+// parameter's gradient relative to its own size, and on a MoE model every
+// router's expert bias after the step's load balancing.
 void train_on_mesh(CausalLM& model, const DeviceMesh& mesh, const TrainingFixture& fixture,
                    const ReferenceTrace& reference, const ParallelizerDeclaration& declared, CheckResults& rows) {
   const std::string where = suffix(mesh.world_size(), declared.variant);
@@ -240,48 +291,33 @@ void train_on_mesh(CausalLM& model, const DeviceMesh& mesh, const TrainingFixtur
                 " data-parallel ranks; set model.batch in the declaration");
   }
   const int64_t rows_per_rank = fixture.batch / dp;
-  auto params = trainable(model);
-  std::vector<double> weights;
-  for (const auto& item : model.named_parameters()) {
-    if (!item.value().requires_grad()) continue;
-    const TensorLayout* layout = model.layout(item.key());
-    weights.push_back(1.0 / static_cast<double>(layout ? layout->replication(mesh) : mesh.world_size()));
-  }
-  Comm& world_group = mesh.group("world");
-  NormReduceFn reduce = [&](double partial, NormReduceOp op) {
-    at::Tensor value = at::full({1}, partial, at::kDouble);
-    world_group.all_reduce(value, op == NormReduceOp::max ? ReduceOp::max : ReduceOp::sum);
-    return value.item<double>();
-  };
+  FixtureStep step_runner(model, &mesh);
+  GradientComparison gradient_check(mesh, reference, where, rows);
   double loss_diff = 0, norm_diff = 0, bias_diff = 0;
   std::string bias_worst;
   at::manual_seed(fixture.seed);  // as the reference run: dropout draws the same
   for (int64_t step = 1; step <= fixture.steps; ++step) {
     at::Tensor windows = fixture_windows(fixture, step).narrow(0, dp_rank * rows_per_rank, rows_per_rank);
-    at::Tensor loss = next_token_loss(model, windows);
-    loss.backward();
-    model.finalize_gradients();
-    if (step == 1) rows.push_back(gradients(model, where));
-    at::Tensor mean = loss.detach().to(at::kDouble).reshape({1});
-    // cp ranks hold other tokens of the same rows: their losses average too.
-    if (mesh.size("dp_cp") > 1) mesh.group("dp_cp").all_reduce(mean, ReduceOp::avg);
-    double norm = clip_grad_norm(params, INFINITY, 2.0, reduce, weights);
-    loss_diff = std::max(loss_diff, relative_difference(mean.item<double>(), reference.losses[step - 1]));
-    norm_diff = std::max(norm_diff, relative_difference(norm, reference.grad_norms[step - 1]));
-    // The trainer's load balancing, its reduction of the counts included:
-    // a plugin must leave each router's counts what one process's would sum to.
-    balance_experts(model, sum_over_dp_cp(&mesh));
+    StepResult result = step_runner.run(windows, fixture.lr, &gradient_check);
+    gradient_check.next_step();
+    loss_diff = std::max(loss_diff, relative_difference(result.loss.item<double>(), reference.losses[step - 1]));
+    norm_diff = std::max(norm_diff, relative_difference(result.grad_norm.item<double>(), reference.grad_norms[step - 1]));
+    // The step hooks' load balancing, their reduction of the counts
+    // included: a plugin must leave each router's counts what one process's
+    // would sum to.
     std::string worst;
     double diff = expert_bias_difference(model, reference.expert_biases[step - 1], worst);
     if (diff > bias_diff || bias_worst.empty()) bias_diff = diff, bias_worst = worst + " after step " + std::to_string(step);
-    sgd_step(params, fixture.lr);
   }
   std::string steps = std::to_string(fixture.steps) + " SGD steps on " + mesh.describe();
   rows.push_back(parallelizer_row("loss", where, loss_diff, declared.loss_tolerance, "max relative loss difference, " + steps));
   rows.push_back(parallelizer_row("grad_norm", where, norm_diff, declared.grad_norm_tolerance, "max relative grad-norm difference"));
+  rows.push_back(parallelizer_row("param_grads", where, gradient_check.worst, declared.param_grads_tolerance,
+                                  "max over parameters and steps of |grad - reference| / |reference|, worst " +
+                                      gradient_check.worst_name));
   if (!reference.expert_biases.back().empty()) {
     at::Tensor worst = at::full({1}, bias_diff, at::kDouble);
-    world_group.all_reduce(worst, ReduceOp::max);
+    mesh.group("world").all_reduce(worst, ReduceOp::max);
     const double most = worst.item<double>();
     rows.push_back(parallelizer_row("expert_bias", where, most, declared.expert_bias_tolerance,
                        "max |expert bias - reference| over routers, steps and ranks after the load balancing" +

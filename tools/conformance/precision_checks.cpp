@@ -1,7 +1,7 @@
-// Mixed precision as FSDP2 does it, on one process: float32 master
-// parameters; each step they are copied into the policy's converted model in
-// param_dtype (compute happens there), and its gradients are rounded
-// through reduce_dtype before the float32 SGD update.
+// Mixed precision as FSDP2 does it, on one process, through the trainer's
+// step: float32 master parameters; the policy's converted model computes in
+// param_dtype, and its gradients are rounded through reduce_dtype before the
+// float32 SGD update of the masters, which are copied back into it.
 #include "precision_checks.h"
 
 #include <torch/torch.h>
@@ -9,8 +9,8 @@
 #include <cmath>
 
 #include "training_fixture.h"
+#include "titan/error.hpp"
 #include "titan/model_builder.hpp"
-#include "titan/moe.hpp"
 #include "titan/plugin.hpp"
 #include "titan/precision.hpp"
 #include "titan/registry.hpp"
@@ -40,34 +40,55 @@ std::shared_ptr<CausalLM> converted_model(const TrainingFixture& fixture, Precis
   return model;
 }
 
+// FSDP2's mixed precision as an optimizer over the converted model: its
+// gradients rounded through reduce_dtype into the float32 master
+// parameters, SGD there, and the masters copied back in param_dtype.
+class MasterWeightSgd : public Optimizer {
+ public:
+  MasterWeightSgd(CausalLM& master, CausalLM& compute, c10::ScalarType reduce_dtype)
+      : master_(master.named_parameters()), compute_(compute.named_parameters()), reduce_dtype_(reduce_dtype) {
+    for (const auto& item : compute_) {
+      if (!master_.find(item.key())) throw Error("precision: convert() renamed or added parameter '" + item.key() + "'");
+    }
+    copy_into_compute();
+  }
+  void step(double lr) override {
+    std::vector<at::Tensor> updated;
+    for (auto& item : compute_) {
+      const at::Tensor& grad = item.value().grad();
+      if (!grad.defined()) continue;
+      at::Tensor& master = master_[item.key()];
+      master.mutable_grad() = grad.to(reduce_dtype_).to(at::kFloat);
+      updated.push_back(master);
+    }
+    SgdOptimizer(updated).step(lr);
+    for (auto& master : updated) master.mutable_grad().reset();
+    copy_into_compute();
+  }
+  void zero_grad() override {
+    for (auto& item : compute_) item.value().mutable_grad().reset();
+  }
+  std::map<std::string, at::Tensor> state_tensors() override { return {}; }
+
+ private:
+  void copy_into_compute() {
+    torch::NoGradGuard no_grad;
+    for (auto& item : compute_) item.value().copy_(*master_.find(item.key()));
+  }
+
+  torch::OrderedDict<std::string, at::Tensor> master_, compute_;
+  c10::ScalarType reduce_dtype_;
+};
+
 double losses_under_policy(const TrainingFixture& fixture, PrecisionPolicy& policy, const ReferenceTrace& reference,
                            std::string& trace) {
   auto master = build_single_process(fixture);
   auto compute = converted_model(fixture, policy);
-  auto master_params = master->named_parameters();
-  auto compute_params = compute->named_parameters();
+  // The trainer's step on the converted model, its optimizer the masters'.
+  FixtureStep step_runner(*compute, nullptr, std::make_unique<MasterWeightSgd>(*master, *compute, policy.reduce_dtype()));
   double worst = 0;
   for (int64_t step = 1; step <= fixture.steps; ++step) {
-    {
-      torch::NoGradGuard no_grad;
-      for (auto& item : compute_params) {
-        const at::Tensor* source = master_params.find(item.key());
-        if (!source) throw Error("precision: convert() renamed or added parameter '" + item.key() + "'");
-        item.value().copy_(*source);
-      }
-    }
-    at::Tensor loss = next_token_loss(*compute, fixture_windows(fixture, step));
-    loss.backward();
-    compute->finalize_gradients();
-    balance_experts(*compute, {});  // as the reference: MoE load balancing before the optimizer
-    for (auto& item : compute_params) {
-      at::Tensor& grad = item.value().mutable_grad();
-      if (!grad.defined()) continue;
-      master_params[item.key()].mutable_grad() = grad.to(policy.reduce_dtype()).to(at::kFloat);
-      grad.reset();
-    }
-    sgd_step(trainable(*master), fixture.lr);
-    double value = loss.item<double>();
+    const double value = step_runner.run(fixture_windows(fixture, step), fixture.lr).loss.item<double>();
     double diff = std::isfinite(value) ? relative_difference(value, reference.losses[step - 1]) : INFINITY;
     worst = std::max(worst, diff);
     trace += (step > 1 ? ", " : "") + std::to_string(value) + " vs " + std::to_string(reference.losses[step - 1]);

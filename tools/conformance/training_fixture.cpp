@@ -7,7 +7,6 @@
 
 #include "titan/model_builder.hpp"
 #include "titan/compat.hpp"
-#include "titan/grad_clip.hpp"
 #include "titan/moe.hpp"
 #include "titan/plugin.hpp"
 #include "titan/registry.hpp"
@@ -76,13 +75,15 @@ at::Tensor next_token_loss(CausalLM& model, const at::Tensor& windows) {
   return model.loss()(model.run(windows.narrow(1, 0, length)), windows.narrow(1, 1, length));
 }
 
-void sgd_step(const std::vector<at::Tensor>& params, double lr) {
+void SgdOptimizer::step(double lr) {
   torch::NoGradGuard no_grad;
-  for (const auto& param : params) {
-    if (!param.grad().defined()) continue;
-    param.sub_(param.grad().to(param.scalar_type()), lr);  // a Tensor is a handle: in-place ops are const
-    param.mutable_grad().reset();
+  for (const auto& param : params_) {
+    if (param.grad().defined()) param.sub_(param.grad().to(param.scalar_type()), lr);  // a handle: in-place is const
   }
+}
+
+void SgdOptimizer::zero_grad() {
+  for (auto& param : params_) param.mutable_grad().reset();
 }
 
 std::vector<at::Tensor> trainable(CausalLM& model) {
@@ -101,21 +102,62 @@ std::map<std::string, at::Tensor> expert_biases(CausalLM& model) {
   return biases;
 }
 
+FixtureStep::FixtureStep(CausalLM& model, const DeviceMesh* mesh, std::unique_ptr<Optimizer> optimizer)
+    : schedule_(gradient_accumulation_schedule()), optimizer_(std::move(optimizer)) {
+  std::vector<std::string> names;
+  for (const auto& item : model.named_parameters()) {
+    if (!item.value().requires_grad()) continue;
+    parts_.parameters.push_back(item.value());
+    names.push_back(item.key());
+  }
+  if (!optimizer_) optimizer_ = std::make_unique<SgdOptimizer>(parts_.parameters);
+  parts_.model = &model;
+  parts_.schedule = schedule_.get();
+  parts_.optimizer = optimizer_.get();
+  parts_.mesh = mesh;
+  parts_.norm_weights = norm_weights_over(mesh, model, names);
+  parts_.max_norm = 0;  // measured, never clipped: SGD sees the gradients as they are
+}
+
+StepResult FixtureStep::run(const at::Tensor& windows, double lr, StepObserver* observer) {
+  const int64_t length = windows.size(1) - 1;
+  StepOptions options;
+  options.lr = lr;
+  options.log_step = true;
+  options.observer = observer;
+  return run_training_step(parts_, {{windows.narrow(1, 0, length), windows.narrow(1, 1, length)}}, options);
+}
+
+namespace {
+
+// Records each parameter's finalized gradient (the reference's).
+class GradientRecorder : public StepObserver {
+ public:
+  void gradients_ready(CausalLM& model) override {
+    std::map<std::string, at::Tensor> step;
+    for (const auto& item : model.named_parameters()) {
+      if (item.value().grad().defined()) step[item.key()] = item.value().grad().detach().clone();
+    }
+    steps.push_back(std::move(step));
+  }
+  std::vector<std::map<std::string, at::Tensor>> steps;
+};
+
+}  // namespace
+
 ReferenceTrace train_reference(const TrainingFixture& fixture) {
   ReferenceTrace trace;
   auto model = build_single_process(fixture);
-  auto params = trainable(*model);
+  FixtureStep step_runner(*model, nullptr);
+  GradientRecorder recorder;
   at::manual_seed(fixture.seed);  // a model drawing random numbers (dropout) draws the same in every run
   for (int64_t step = 1; step <= fixture.steps; ++step) {
-    at::Tensor loss = next_token_loss(*model, fixture_windows(fixture, step));
-    loss.backward();
-    model->finalize_gradients();
-    trace.losses.push_back(loss.item<double>());
-    trace.grad_norms.push_back(clip_grad_norm(params, INFINITY));
-    balance_experts(*model, {});  // MoE load balancing, as the trainer before its optimizer
-    trace.expert_biases.push_back(expert_biases(*model));
-    sgd_step(params, fixture.lr);
+    StepResult result = step_runner.run(fixture_windows(fixture, step), fixture.lr, &recorder);
+    trace.losses.push_back(result.loss.item<double>());
+    trace.grad_norms.push_back(result.grad_norm.item<double>());
+    trace.expert_biases.push_back(expert_biases(*model));  // the step hooks' load balancing is done
   }
+  trace.gradients = std::move(recorder.steps);
   trace.params = parameter_values(*model);
   return trace;
 }

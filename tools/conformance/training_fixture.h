@@ -10,6 +10,8 @@
 
 #include "titan/config.hpp"
 #include "titan/model.hpp"
+#include "titan/optimizer.hpp"
+#include "titan/training_step.hpp"
 
 namespace titan::conformance {
 
@@ -43,10 +45,37 @@ std::map<std::string, at::Tensor> parameter_values(CausalLM& model);
 // Mean next-token cross-entropy of `windows` ([rows, seq_len + 1]).
 at::Tensor next_token_loss(CausalLM& model, const at::Tensor& windows);
 
-// p -= lr * grad for every parameter with a gradient; clears the gradients.
-void sgd_step(const std::vector<at::Tensor>& params, double lr);
+// The harness's optimizer: p -= lr * grad (in the parameter's dtype) for
+// every parameter with a gradient; zero_grad() clears them.
+class SgdOptimizer : public Optimizer {
+ public:
+  explicit SgdOptimizer(std::vector<at::Tensor> params) : params_(std::move(params)) {}
+  void step(double lr) override;
+  void zero_grad() override;
+  std::map<std::string, at::Tensor> state_tensors() override { return {}; }
+
+ private:
+  std::vector<at::Tensor> params_;
+};
 
 std::vector<at::Tensor> trainable(CausalLM& model);
+
+// The fixture's steps through the trainer's own step (titan/training_step.hpp:
+// forward and backward, gradient finalization, the loss over the job, the
+// global norm, the model's step hooks, the optimizer) on `model`, one
+// microbatch a step. `mesh` (null on one process) reduces the loss and the
+// norm as the trainer's does; the optimizer is SGD unless given.
+class FixtureStep {
+ public:
+  FixtureStep(CausalLM& model, const DeviceMesh* mesh, std::unique_ptr<Optimizer> optimizer = nullptr);
+  // `windows`: this rank's rows of the step's batch ([rows, seq_len + 1]).
+  StepResult run(const at::Tensor& windows, double lr, StepObserver* observer = nullptr);
+
+ private:
+  std::unique_ptr<Schedule> schedule_;
+  std::unique_ptr<Optimizer> optimizer_;
+  StepParts parts_;
+};
 
 // Every MoE router's expert bias by module path (routers without one left
 // out), detached copies.
@@ -55,6 +84,8 @@ std::map<std::string, at::Tensor> expert_biases(CausalLM& model);
 struct ReferenceTrace {
   std::vector<double> losses;
   std::vector<double> grad_norms;
+  // Per step, every parameter's gradient after finalization, by name.
+  std::vector<std::map<std::string, at::Tensor>> gradients;
   std::map<std::string, at::Tensor> params;  // after the last step
   // Per step, after its load balancing (the trainer's, before the optimizer):
   // empty maps for a model without MoE routers.

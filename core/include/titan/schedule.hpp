@@ -5,6 +5,7 @@
 // (pipeline_program.hpp) runs the step and a schedule plugin is refused.
 #pragma once
 #include <functional>
+#include <memory>
 #include <vector>
 
 #include "titan/model.hpp"
@@ -28,5 +29,9 @@ class Schedule {
   virtual at::Tensor forward_backward(CausalLM& model, const std::vector<Microbatch>& microbatches,
                                       const LossFn& loss) = 0;
 };
+
+// The trainer's default: forward and backward over each microbatch in turn,
+// gradients accumulated, the loss averaged over the microbatches.
+std::unique_ptr<Schedule> gradient_accumulation_schedule();
 
 }  // namespace titan

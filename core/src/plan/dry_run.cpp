@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "dry_rank.hpp"
+#include "model/tensor_bytes.hpp"
 #include "titan/device_mesh.hpp"
 #include "titan/error.hpp"
 #include "titan/layout_search.hpp"
@@ -30,10 +31,6 @@ std::map<std::pair<std::string, std::string>, RankPlan::Traffic> RankPlan::traff
 }
 
 namespace {
-
-int64_t bytes_of(const at::Tensor& tensor) {
-  return tensor.defined() ? static_cast<int64_t>(tensor.numel() * tensor.element_size()) : 0;
-}
 
 // Ranks differing only along these dims run the same program on other
 // values: the data-parallel dims (other tokens) and tp (other shards of
@@ -100,10 +97,10 @@ int64_t checkpoint_bytes(const CausalLM& model, Optimizer& optimizer, const Devi
   };
   int64_t bytes = 0;
   for (const auto& item : model.named_parameters()) {
-    if (writes(item.key(), item.value())) bytes += bytes_of(item.value());
+    if (writes(item.key(), item.value())) bytes += tensor_bytes(item.value());
   }
   for (const auto& [name, tensor] : optimizer.state_tensors()) {  // "<param>.<state>"
-    if (writes(name.substr(0, name.rfind('.')), tensor)) bytes += bytes_of(tensor);
+    if (writes(name.substr(0, name.rfind('.')), tensor)) bytes += tensor_bytes(tensor);
   }
   return bytes;
 }
@@ -134,8 +131,8 @@ void run_rank(RunPlan& plan, DryRank& dry, const DryRunOptions& options, bool ch
       if (mesh->size(dim) > 1) out.coordinates[dim] = mesh->coordinate(dim);
     }
   }
-  for (const auto& param : run.model->parameters()) out.parameter_bytes += bytes_of(param);
-  for (const auto& [name, tensor] : run.optimizer->state_tensors()) out.optimizer_bytes += bytes_of(tensor);
+  for (const auto& param : run.model->parameters()) out.parameter_bytes += tensor_bytes(param);
+  for (const auto& [name, tensor] : run.optimizer->state_tensors()) out.optimizer_bytes += tensor_bytes(tensor);
   out.gradient_bytes = outcome.record.state_bytes - out.parameter_bytes - out.optimizer_bytes;
   out.checkpoint_bytes = checkpoint_bytes(*run.model, *run.optimizer, run.parallel->mesh());
   out.peak_bytes = tally.peak;

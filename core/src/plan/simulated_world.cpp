@@ -13,6 +13,8 @@
 #include <mutex>
 #include <sstream>
 
+#include "model/tensor_bytes.hpp"
+
 namespace titan {
 
 namespace {
@@ -41,10 +43,6 @@ const char* op_name(ReduceOp op) {
     case ReduceOp::min: return "min";
   }
   return "?";
-}
-
-int64_t bytes_of(const at::Tensor& tensor) {
-  return tensor.defined() ? static_cast<int64_t>(tensor.numel() * tensor.element_size()) : 0;
 }
 
 // The shape of `tensor` with dim 0 replaced.
@@ -388,7 +386,7 @@ class SimulatedComm : public Comm {
     if (tensor.defined()) {
       event.shapes.push_back(tensor.sizes().vec());
       event.dtype = c10::toString(tensor.scalar_type());
-      event.bytes = bytes_of(tensor);
+      event.bytes = tensor_bytes(tensor);
     }
     event.call_site = CallSite::current();
     event.peer = peer;

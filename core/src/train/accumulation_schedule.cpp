@@ -33,4 +33,6 @@ at::Tensor AccumulationSchedule::forward_backward(CausalLM& model, const std::ve
   return total;
 }
 
+std::unique_ptr<Schedule> gradient_accumulation_schedule() { return std::make_unique<AccumulationSchedule>(); }
+
 }  // namespace titan

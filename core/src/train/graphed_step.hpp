@@ -10,10 +10,9 @@
 
 #include "titan/compat.hpp"
 #include "titan/schedule.hpp"
+#include "titan/training_step.hpp"
 
 namespace titan {
-
-using ForwardBackward = std::function<at::Tensor(const std::vector<Microbatch>&)>;
 
 class GraphedStep {
  public:

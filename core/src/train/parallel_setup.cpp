@@ -7,6 +7,7 @@
 #include "titan/host_value.hpp"
 #include "titan/logging.hpp"
 #include "titan/test_signal.hpp"
+#include "titan/training_step.hpp"
 
 namespace titan {
 
@@ -45,43 +46,8 @@ ParallelSetup::~ParallelSetup() = default;
 int ParallelSetup::dp_rank() const { return mesh_ ? static_cast<int>(mesh_->coordinate("dp")) : 0; }
 int ParallelSetup::dp_degree() const { return mesh_ ? static_cast<int>(mesh_->size("dp")) : 1; }
 
-ParallelSetup::JobLossTensors ParallelSetup::loss_tensors_over_job(const at::Tensor& local_loss,
-                                                                   bool with_max) const {
-  at::Tensor loss = local_loss.detach().to(at::kDouble).reshape({1});
-  if (mesh_ && mesh_->size("pp") > 1) mesh_->group("pp").all_reduce(loss, ReduceOp::sum);
-  at::Tensor largest = loss.clone();
-  if (mesh_ && mesh_->size("dp_cp") > 1) {
-    mesh_->group("dp_cp").all_reduce(loss, ReduceOp::avg);
-    if (with_max) mesh_->group("dp_cp").all_reduce(largest, ReduceOp::max);
-  }
-  return {loss, with_max ? largest : loss};
-}
-
-ParallelSetup::JobLoss ParallelSetup::loss_stats_over_job(const at::Tensor& local_loss, bool with_max) const {
-  const JobLossTensors job = loss_tensors_over_job(local_loss, with_max);
-  return {host_value<double>(job.average.sum()), host_value<double>(job.max.sum())};
-}
-
-NormTensorReduceFn ParallelSetup::norm_reduce() const {
-  if (!mesh_) return {};
-  DeviceMesh* mesh = mesh_.get();
-  return [mesh](at::Tensor& partial, NormReduceOp op) {
-    at::Tensor value = partial.reshape({1});
-    mesh->group("world").all_reduce(value, op == NormReduceOp::max ? ReduceOp::max : ReduceOp::sum);
-    partial = value.reshape({});
-  };
-}
-
-std::vector<double> ParallelSetup::norm_weights(const CausalLM& model, const std::vector<std::string>& names) const {
-  if (!mesh_) return {};
-  std::vector<double> weights;
-  for (const auto& name : names) {
-    const TensorLayout* layout = model.layout(name);
-    // No layout: the same whole tensor on every rank.
-    double copies = layout ? static_cast<double>(layout->replication(*mesh_)) : mesh_->world_size();
-    weights.push_back(1.0 / copies);
-  }
-  return weights;
+double ParallelSetup::loss_over_job(const at::Tensor& local_loss) const {
+  return host_value<double>(titan::loss_over_job(mesh_.get(), local_loss, /*with_max=*/false).average.sum());
 }
 
 }  // namespace titan

@@ -30,11 +30,11 @@ void TestHooks::attach(CausalLM& first_stage) {
   });
 }
 
-at::Tensor TestHooks::loss_seen(const at::Tensor& loss) const {
+at::Tensor TestHooks::loss_seen(const at::Tensor& loss) {
   return *step_ == debug_.inject_nonfinite_loss_at_step ? at::full_like(loss, std::nan("")) : loss;
 }
 
-void TestHooks::before_optimizer() const { test_signal_point("optimizer", *step_); }
+void TestHooks::before_optimizer() { test_signal_point("optimizer", *step_); }
 
 void TestHooks::after_step() const {
   if (rank_ == debug_.crash_rank && *step_ == debug_.crash_at_step) std::raise(SIGKILL);

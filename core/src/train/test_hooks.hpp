@@ -9,10 +9,11 @@
 
 #include "titan/job_config.hpp"
 #include "titan/model.hpp"
+#include "titan/training_step.hpp"
 
 namespace titan {
 
-class TestHooks {
+class TestHooks : public StepObserver {
  public:
   TestHooks(const DebugConfig& debug, int rank);
 
@@ -23,8 +24,8 @@ class TestHooks {
   // Called as each step begins, so the model's hooks know the step.
   void begin_step(int64_t step) { *step_ = step; }
   // debug.inject_nonfinite_loss_at_step: the loss the loop sees.
-  at::Tensor loss_seen(const at::Tensor& loss) const;
-  void before_optimizer() const;
+  at::Tensor loss_seen(const at::Tensor& loss) override;
+  void before_optimizer() override;
   // debug.crash_rank / crash_at_step: SIGKILL once the step is done.
   void after_step() const;
 

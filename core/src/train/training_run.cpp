@@ -170,20 +170,25 @@ TrainingRun::~TrainingRun() = default;
 void TrainingRun::build_optimizer_and_schedule() {
   std::vector<NamedParameter> named;
   std::vector<std::string> names;
+  std::vector<at::Tensor> parameters;
   for (const auto& item : model->named_parameters()) {
     if (!item.value().requires_grad()) continue;
     named.push_back({item.key(), item.value()});
-    parameters_.push_back(item.value());
+    parameters.push_back(item.value());
     names.push_back(item.key());
   }
-  norm_reduce_ = parallel->norm_reduce();
-  norm_weights_ = parallel->norm_weights(*model, names);
   optimizer = plan.optimizer->build(named);
 
   accumulation_schedule_ = autocast_dtype_ ? std::make_unique<AccumulationSchedule>(device.type(), *autocast_dtype_)
                                            : std::make_unique<AccumulationSchedule>();
-  schedule_ = pipeline ? pipeline.get() : plan.schedule ? plan.schedule.get() : accumulation_schedule_.get();
   const TrainingConfig& training = plan.core.training;
+  step_parts_.model = model.get();
+  step_parts_.schedule = pipeline ? pipeline.get() : plan.schedule ? plan.schedule.get() : accumulation_schedule_.get();
+  step_parts_.optimizer = optimizer.get();
+  step_parts_.mesh = parallel->mesh();
+  step_parts_.norm_weights = norm_weights_over(parallel->mesh(), *model, names);
+  step_parts_.parameters = parameters;
+  step_parts_.max_norm = training.max_norm;
   CudaGraphFacts facts;
   facts.cuda = device.is_cuda();
   facts.pipeline = pipeline != nullptr;
@@ -194,7 +199,7 @@ void TrainingRun::build_optimizer_and_schedule() {
   }
   const CudaGraphChoice graph = choose_cuda_graph(training.cuda_graph, facts);
   if (graph.capture) {
-    graphed_ = std::make_unique<GraphedStep>(device, training.cuda_graph_warmup_steps, parameters_,
+    graphed_ = std::make_unique<GraphedStep>(device, training.cuda_graph_warmup_steps, parameters,
                                              /*required=*/training.cuda_graph == TrainingConfig::CudaGraph::on);
   } else if (!graph.why_not.empty() && world.rank == 0) {
     spdlog::info("training.cuda_graph: auto, running eagerly: {}", graph.why_not);

@@ -24,6 +24,7 @@
 #include "titan/optimizer.hpp"
 #include "titan/run_plan.hpp"
 #include "titan/schedule.hpp"
+#include "titan/training_step.hpp"
 #include "titan/world.hpp"
 
 namespace titan {
@@ -78,15 +79,13 @@ class TrainingRun {
   void build_optimizer_and_schedule();
   void build_dry_run();
   std::vector<Microbatch> next_microbatches();
-  int64_t state_bytes() const;
 
-  Schedule* schedule_ = nullptr;  // the pipeline, a schedule plugin, or plain gradient accumulation
   std::unique_ptr<Schedule> accumulation_schedule_;
   std::unique_ptr<GraphedStep> graphed_;  // training.cuda_graph
-  std::vector<at::Tensor> parameters_;   // trainable, in the optimizer's order
-  NormTensorReduceFn norm_reduce_;
+  // What the shared step runs on (titan/training_step.hpp); its schedule is
+  // the pipeline, a schedule plugin, or plain gradient accumulation.
+  StepParts step_parts_;
   at::Tensor first_nonfinite_step_;  // [1] int64 on the device, -1 while every step was finite
-  std::vector<double> norm_weights_;
   int64_t accumulation_ = 1;  // microbatches per step
   // training.mixed_precision_param where no parallelizer applies it: the forward autocasts to it.
   std::optional<c10::ScalarType> autocast_dtype_;
