@@ -8,7 +8,6 @@
 #include <cmath>
 
 #include "titan/error.hpp"
-#include "titan/feed_forward.hpp"
 #include "titan/module_path.hpp"
 #include "titan/moe.hpp"
 
@@ -91,78 +90,21 @@ at::Tensor Attention::forward(const at::Tensor& x, const at::Tensor& cos, const 
   return child_layer(*this, "wo")->forward(out);
 }
 
-TransformerBlock::TransformerBlock(int64_t id, const DeepSeekV3Args& args, const at::TensorOptions& options)
-    : layer_id(id), ffn_name_(id >= args.n_dense_layers ? "moe" : "feed_forward") {
-  register_module("attention", std::make_shared<Attention>(args, options));
-  if (ffn_name_ == "moe") {
-    register_module("moe", std::make_shared<MoE>(args.dim, args.moe_options, options));
-  } else {
-    register_module("feed_forward", std::make_shared<FeedForward>(args.dim, args.inter_dim, options));
-  }
-  register_module("attention_norm", std::make_shared<RMSNorm>(args.dim, args.norm_eps, options));
-  register_module("ffn_norm", std::make_shared<RMSNorm>(args.dim, args.norm_eps, options));
-}
-
-at::Tensor TransformerBlock::forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
-  auto attention = std::dynamic_pointer_cast<Attention>(find_module(*this, "attention"));
-  if (!attention) {
-    throw Error("deepseek_v3: layers." + std::to_string(layer_id) + ".attention is missing or not an Attention");
-  }
-  at::Tensor h = x + attention->forward(child_layer(*this, "attention_norm")->forward(x), cos, sin);
-  return h + child_layer(*this, ffn_name_)->forward(child_layer(*this, "ffn_norm")->forward(h));
-}
-
-Transformer::Transformer(const DeepSeekV3Args& args, const c10::Device& device) : args_(args) {
-  auto options = at::TensorOptions().dtype(at::kFloat).device(device);
-  register_module("tok_embeddings", std::make_shared<Embedding>(args.vocab_size, args.dim, options));
-  layers_ = register_module("layers", torch::nn::ModuleDict());
-  for (int64_t i = 0; i < args.n_layers; ++i) {
-    layers_->update(std::vector<std::pair<std::string, std::shared_ptr<torch::nn::Module>>>{
-        {std::to_string(i), std::make_shared<TransformerBlock>(i, args, options)}});
-  }
-  register_module("norm", std::make_shared<RMSNorm>(args.dim, args.final_norm_eps, options));
-  register_module("output", std::make_shared<Linear>(args.dim, args.vocab_size, options));
-  freqs_cos_ = register_buffer("freqs_cos", at::empty({args.max_seq_len, args.qk_rope_head_dim / 2}, options));
-  freqs_sin_ = register_buffer("freqs_sin", at::empty({args.max_seq_len, args.qk_rope_head_dim / 2}, options));
-  if (!device.is_meta()) compute_rope_tables();
+Transformer::Transformer(const DeepSeekV3Args& args, const c10::Device& device)
+    : Decoder({"deepseek_v3", args.vocab_size, args.dim, args.n_layers, args.max_seq_len, args.qk_rope_head_dim,
+               args.final_norm_eps,
+               " (beyond original_seq_len " + std::to_string(args.original_seq_len) +
+                   " YaRN scaling applies, as in TorchTitan)"},
+              device,
+              [args](int64_t layer_id, const at::TensorOptions& options) {
+                // The first n_dense_layers blocks are dense.
+                const MoEOptions* moe = layer_id >= args.n_dense_layers ? &args.moe_options : nullptr;
+                return DecoderBlock::make(layer_id, std::make_shared<Attention>(args, options), args.dim,
+                                          args.norm_eps, args.inter_dim, moe, options);
+              },
+              [args] { return rope_tables(args); }),
+      args_(args) {
   add_moe_step_hook(*this);  // the trainer balances the experts before each optimizer step
-}
-
-int64_t Transformer::num_blocks() const { return static_cast<int64_t>(layers_->named_children().size()); }
-
-std::shared_ptr<torch::nn::Module> Transformer::block(int64_t index) {
-  auto blocks = layers_->named_children();
-  if (index < 0 || index >= static_cast<int64_t>(blocks.size())) {
-    throw Error("deepseek_v3: block " + std::to_string(index) + " out of range [0, " + std::to_string(blocks.size()) +
-                ")");
-  }
-  return blocks[index].value();
-}
-
-at::Tensor Transformer::forward(const at::Tensor& tokens) {
-  // Without tok_embeddings (a later pipeline stage) the input is hidden states.
-  auto embeddings = find_child_layer(*this, "tok_embeddings");
-  at::Tensor h = embeddings ? embeddings->forward(tokens) : tokens;
-  int64_t seq = tokens.size(1);
-  at::Tensor rows = has_positions() ? positions(seq) : at::arange(seq, at::kLong);
-  int64_t last = last_position(seq);
-  if (last >= freqs_cos_.size(0)) {
-    throw Error("deepseek_v3: position " + std::to_string(last) + " is past the rotary tables (max_seq_len " +
-                std::to_string(freqs_cos_.size(0)) + "); raise model.max_seq_len (beyond original_seq_len " +
-                std::to_string(args_.original_seq_len) + " YaRN scaling applies, as in TorchTitan)");
-  }
-  rows = rows.to(freqs_cos_.device());
-  at::Tensor cos = freqs_cos_.index_select(0, rows), sin = freqs_sin_.index_select(0, rows);
-  auto blocks = layers_->named_children();
-  for (size_t i = 0; i < blocks.size(); ++i) {
-    auto block = std::dynamic_pointer_cast<TransformerBlock>(blocks[i].value());
-    if (!block) throw Error("deepseek_v3: layers." + blocks[i].key() + " is not a TransformerBlock");
-    // By value: activation checkpointing runs the body again in backward.
-    h = run_block(static_cast<int64_t>(i), h, [block, cos, sin](const at::Tensor& x) { return block->forward(x, cos, sin); });
-  }
-  if (auto norm = find_child_layer(*this, "norm")) h = norm->forward(h);
-  if (auto output = find_child_layer(*this, "output")) h = output->forward(h);
-  return h;
 }
 
 }  // namespace titan::deepseek_v3

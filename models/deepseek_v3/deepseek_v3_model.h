@@ -1,4 +1,4 @@
-// The DeepSeek-V3 transformer as a titan::CausalLM: multi-head latent
+// The DeepSeek-V3 transformer, core's decoder skeleton with multi-head latent
 // attention (MLA: low-rank q and kv projections, RoPE on a decoupled part of
 // each head with one k_pe shared by all heads, YaRN beyond
 // original_seq_len), and per block a dense SwiGLU (`feed_forward`, the first
@@ -6,12 +6,9 @@
 // are core layers looked up by name at every call, so plugins swap them by
 // path.
 #pragma once
-#include <torch/nn/module.h>
-#include <torch/nn/modules/container/moduledict.h>
-
 #include "deepseek_v3_args.h"
+#include "titan/decoder.hpp"
 #include "titan/layers.hpp"
-#include "titan/model.hpp"
 
 namespace titan::deepseek_v3 {
 
@@ -20,10 +17,10 @@ namespace titan::deepseek_v3 {
 // included.
 std::pair<at::Tensor, at::Tensor> rope_tables(const DeepSeekV3Args& args);
 
-class Attention : public torch::nn::Module {
+class Attention : public DecoderAttention {
  public:
   Attention(const DeepSeekV3Args& args, const at::TensorOptions& options);
-  at::Tensor forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
+  at::Tensor forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) override;
 
  private:
   DeepSeekV3Args args_;
@@ -32,32 +29,18 @@ class Attention : public torch::nn::Module {
   double q_scale_;
 };
 
-class TransformerBlock : public torch::nn::Module {
- public:
-  TransformerBlock(int64_t layer_id, const DeepSeekV3Args& args, const at::TensorOptions& options);
-  at::Tensor forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
-  const int64_t layer_id;
-
- private:
-  std::string ffn_name_;  // "moe" or "feed_forward"
-};
-
-class Transformer : public CausalLM {
+// The decoder skeleton (titan/decoder.hpp) with MLA, a dense SwiGLU
+// (`feed_forward`, the first n_dense_layers) or core's MoE layer (`moe`) in
+// every block, and the YaRN rotary tables.
+class Transformer : public Decoder {
  public:
   Transformer(const DeepSeekV3Args& args, const c10::Device& device);
-  at::Tensor forward(const at::Tensor& tokens) override;
-  int64_t num_blocks() const override;
-  std::shared_ptr<torch::nn::Module> block(int64_t index) override;
   void init_parameter(const std::string& name, at::Tensor& values, uint64_t seed) const override;  // deepseek_v3_init.cpp
   void init_buffers() override;  // deepseek_v3_init.cpp
   const DeepSeekV3Args& args() const { return args_; }
 
  private:
-  void compute_rope_tables();
   DeepSeekV3Args args_;
-  torch::nn::ModuleDict layers_;
-  at::Tensor freqs_cos_;
-  at::Tensor freqs_sin_;
 };
 
 }  // namespace titan::deepseek_v3

@@ -9,14 +9,6 @@
 
 namespace titan::deepseek_v3 {
 
-DeepSeekV3Spec::DeepSeekV3Spec(std::string flavor, const DeepSeekV3Args& args)
-    : flavor_(std::move(flavor)), args_(args) {}
-
-void DeepSeekV3Spec::set_vocab_size(int64_t vocab_size) {
-  if (vocab_size <= 0) throw Error("deepseek_v3: vocabulary size must be positive, got " + std::to_string(vocab_size));
-  args_.vocab_size = vocab_size;
-}
-
 std::shared_ptr<CausalLM> DeepSeekV3Spec::build(const c10::Device& device) const {
   return std::make_shared<Transformer>(args_, device);
 }

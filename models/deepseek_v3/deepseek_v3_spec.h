@@ -5,7 +5,7 @@
 #include <string>
 
 #include "deepseek_v3_args.h"
-#include "titan/model.hpp"
+#include "titan/decoder.hpp"
 
 namespace titan {
 class ConfigNode;
@@ -13,13 +13,10 @@ class ConfigNode;
 
 namespace titan::deepseek_v3 {
 
-class DeepSeekV3Spec : public ModelSpec {
+class DeepSeekV3Spec : public DecoderSpec<DeepSeekV3Args> {
  public:
-  DeepSeekV3Spec(std::string flavor, const DeepSeekV3Args& args);
-  std::string flavor() const override { return flavor_; }
-  void set_vocab_size(int64_t vocab_size) override;
+  DeepSeekV3Spec(std::string flavor, const DeepSeekV3Args& args) : DecoderSpec("deepseek_v3", std::move(flavor), args) {}
   std::shared_ptr<CausalLM> build(const c10::Device& device) const override;
-  int64_t vocab_size() const override { return args_.vocab_size; }
   int64_t num_params(bool include_embedding = true) const override;
   double flops_per_token(int64_t seq_len) const override;
   // TorchTitan's plan for MLA and the dense blocks; MoE layers are the TP
@@ -31,11 +28,6 @@ class DeepSeekV3Spec : public ModelSpec {
   // experts one tensor each, the expert bias as e_score_correction_bias.
   std::map<std::string, std::string> hf_names() const override;
   std::string hf_config_json() const override;
-  const DeepSeekV3Args& args() const { return args_; }
-
- private:
-  std::string flavor_;
-  DeepSeekV3Args args_;
 };
 
 // The `model:` options (flavor, shape, attention, rotary and MoE

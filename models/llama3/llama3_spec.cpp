@@ -7,13 +7,6 @@
 
 namespace titan::llama3 {
 
-Llama3Spec::Llama3Spec(std::string flavor, const Llama3Args& args) : flavor_(std::move(flavor)), args_(args) {}
-
-void Llama3Spec::set_vocab_size(int64_t vocab_size) {
-  if (vocab_size <= 0) throw Error("llama3: vocabulary size must be positive, got " + std::to_string(vocab_size));
-  args_.vocab_size = vocab_size;
-}
-
 std::shared_ptr<CausalLM> Llama3Spec::build(const c10::Device& device) const {
   return std::make_shared<Transformer>(args_, device);
 }

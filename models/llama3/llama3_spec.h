@@ -4,7 +4,7 @@
 #include <string>
 
 #include "llama3_args.h"
-#include "titan/model.hpp"
+#include "titan/decoder.hpp"
 
 namespace titan {
 class ConfigNode;
@@ -12,13 +12,10 @@ class ConfigNode;
 
 namespace titan::llama3 {
 
-class Llama3Spec : public ModelSpec {
+class Llama3Spec : public DecoderSpec<Llama3Args> {
  public:
-  Llama3Spec(std::string flavor, const Llama3Args& args);
-  std::string flavor() const override { return flavor_; }
-  void set_vocab_size(int64_t vocab_size) override;
+  Llama3Spec(std::string flavor, const Llama3Args& args) : DecoderSpec("llama3", std::move(flavor), args) {}
   std::shared_ptr<CausalLM> build(const c10::Device& device) const override;
-  int64_t vocab_size() const override { return args_.vocab_size; }
   int64_t num_params(bool include_embedding = true) const override;
   double flops_per_token(int64_t seq_len) const override;
   std::map<std::string, TpStyle> tp_plan() const override;
@@ -29,12 +26,6 @@ class Llama3Spec : public ModelSpec {
   at::Tensor to_hf(const std::string& name, const at::Tensor& tensor) const override;
   at::Tensor from_hf(const std::string& name, const at::Tensor& tensor) const override;
   std::string hf_config_json() const override;
-  // Shapes for code that needs more than names (e.g. the HF q/k permutation).
-  const Llama3Args& args() const { return args_; }
-
- private:
-  std::string flavor_;
-  Llama3Args args_;
 };
 
 // The `model:` options (flavor, shape overrides), read and checked

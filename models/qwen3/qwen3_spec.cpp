@@ -8,13 +8,6 @@
 
 namespace titan::qwen3 {
 
-Qwen3Spec::Qwen3Spec(std::string flavor, const Qwen3Args& args) : flavor_(std::move(flavor)), args_(args) {}
-
-void Qwen3Spec::set_vocab_size(int64_t vocab_size) {
-  if (vocab_size <= 0) throw Error("qwen3: vocabulary size must be positive, got " + std::to_string(vocab_size));
-  args_.vocab_size = vocab_size;
-}
-
 std::shared_ptr<CausalLM> Qwen3Spec::build(const c10::Device& device) const {
   return std::make_shared<Transformer>(args_, device);
 }

@@ -5,7 +5,7 @@
 #include <string>
 
 #include "qwen3_args.h"
-#include "titan/model.hpp"
+#include "titan/decoder.hpp"
 
 namespace titan {
 class ConfigNode;
@@ -13,13 +13,10 @@ class ConfigNode;
 
 namespace titan::qwen3 {
 
-class Qwen3Spec : public ModelSpec {
+class Qwen3Spec : public DecoderSpec<Qwen3Args> {
  public:
-  Qwen3Spec(std::string flavor, const Qwen3Args& args);
-  std::string flavor() const override { return flavor_; }
-  void set_vocab_size(int64_t vocab_size) override;
+  Qwen3Spec(std::string flavor, const Qwen3Args& args) : DecoderSpec("qwen3", std::move(flavor), args) {}
   std::shared_ptr<CausalLM> build(const c10::Device& device) const override;
-  int64_t vocab_size() const override { return args_.vocab_size; }
   int64_t num_params(bool include_embedding = true) const override;
   double flops_per_token(int64_t seq_len) const override;
   // TorchTitan's qwen3 plan; MoE layers are the TP plugin's own concern.
@@ -29,11 +26,6 @@ class Qwen3Spec : public ModelSpec {
   // Qwen3-MoE, experts one tensor each, no tensor permuted.
   std::map<std::string, std::string> hf_names() const override;
   std::string hf_config_json() const override;
-  const Qwen3Args& args() const { return args_; }
-
- private:
-  std::string flavor_;
-  Qwen3Args args_;
 };
 
 // The `model:` options (flavor, shape and MoE overrides), read and checked

@@ -7,6 +7,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <initializer_list>
 #include <string>
 #include <utility>
 
@@ -23,6 +24,7 @@ void trunc_normal(at::Tensor& values, double mean, double std, double a, double 
 // "layers.7.attention.wo.weight" -> 7; an Error naming `model` for a name outside the blocks.
 int64_t block_index_of(const std::string& name, const std::string& model);
 bool name_ends_with(const std::string& name, const std::string& suffix);
+bool name_ends_with_any(const std::string& name, std::initializer_list<const char*> suffixes);
 // Puts rotary tables {cos, sin} into a model's two buffers by set_data, so
 // they stay fp32 in a bf16 model. Buffers still on meta (a materialization
 // that skipped them) go to the device of `model`'s parameters; an Error

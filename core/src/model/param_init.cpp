@@ -55,6 +55,13 @@ bool name_ends_with(const std::string& name, const std::string& suffix) {
   return name.size() >= suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
+bool name_ends_with_any(const std::string& name, std::initializer_list<const char*> suffixes) {
+  for (const char* suffix : suffixes) {
+    if (name_ends_with(name, suffix)) return true;
+  }
+  return false;
+}
+
 void install_rope_tables(const torch::nn::Module& model, at::Tensor& freqs_cos, at::Tensor& freqs_sin,
                          const std::pair<at::Tensor, at::Tensor>& tables, const std::string& model_name) {
   c10::Device device = freqs_cos.device();
