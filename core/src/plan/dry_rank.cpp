@@ -11,11 +11,6 @@ thread_local DryRank* current = nullptr;
 
 DryRank* current_dry_rank() { return current; }
 
-std::unique_lock<std::mutex> dry_run_build_lock() {
-  static std::mutex building;
-  return current ? std::unique_lock<std::mutex>(building) : std::unique_lock<std::mutex>();
-}
-
 DryRankScope::DryRankScope(DryRank& rank) { current = &rank; }
 DryRankScope::~DryRankScope() { current = nullptr; }
 

@@ -48,10 +48,6 @@ struct DryRank {
 // The dry-run rank this thread runs (null outside a dry run).
 DryRank* current_dry_rank();
 
-// Held while a dry-run rank applies the plugins to its model (locked only
-// in a dry run): the ranks' threads transform their models one at a time.
-std::unique_lock<std::mutex> dry_run_build_lock();
-
 class DryRankScope {
  public:
   explicit DryRankScope(DryRank& rank);

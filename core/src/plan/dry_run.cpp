@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <chrono>
 #include <deque>
+#include <mutex>
 #include <thread>
 
 #include "dry_rank.hpp"
@@ -105,7 +106,8 @@ int64_t checkpoint_bytes(const CausalLM& model, Optimizer& optimizer, const Devi
   return bytes;
 }
 
-void run_rank(RunPlan& plan, DryRank& dry, const DryRunOptions& options, bool check_alike, RankPlan& out) {
+void run_rank(RunPlan& plan, DryRank& dry, const DryRunOptions& options, bool check_alike, std::mutex& plugin_mutex,
+              RankPlan& out) {
   DryRankScope scope(dry);
   DryRankTally& tally = dry.tally;
   tally.phase = "build";
@@ -113,7 +115,10 @@ void run_rank(RunPlan& plan, DryRank& dry, const DryRunOptions& options, bool ch
   world.rank = dry.rank;
   world.world_size = options.world_size;
   world.source = "dry run";
-  TrainingRun run(plan, world);
+  RunSeams seams;
+  seams.shapes_only = true;
+  seams.plugin_mutex = &plugin_mutex;
+  TrainingRun run(plan, world, seams);
   if (check_alike && run.parallel->mesh()) check_even_shards(*run.model, *run.parallel->mesh());
   StepOutcome outcome;
   for (int64_t step = 1; step <= options.steps; ++step) {
@@ -216,6 +221,7 @@ DryRunReport dry_run(const ConfigNode& config, const DryRunOptions& options) {
     report.ranks[static_cast<size_t>(at)].stands_for.push_back(rank);
   }
   const bool check_alike = simulated.size() < static_cast<size_t>(options.world_size);
+  std::mutex plugin_mutex;  // the ranks' threads transform their models one at a time
   std::vector<std::thread> threads;
   for (size_t i = 0; i < simulated.size(); ++i) world.rank_started();
   for (size_t i = 0; i < simulated.size(); ++i) {
@@ -223,7 +229,7 @@ DryRunReport dry_run(const ConfigNode& config, const DryRunOptions& options) {
       const int rank = simulated[i];
       world.enter();
       try {
-        run_rank(plans.at(rank), *ranks[i], options, check_alike, report.ranks[i]);
+        run_rank(plans.at(rank), *ranks[i], options, check_alike, plugin_mutex, report.ranks[i]);
       } catch (const SimulationStopped&) {  // another rank's failure, reported once
       } catch (const std::exception& error) {
         world.stop("rank " + std::to_string(rank) + ": " + error.what());

@@ -6,12 +6,11 @@
 #include "titan/error.hpp"
 #include "titan/host_value.hpp"
 #include "titan/logging.hpp"
-#include "titan/test_signal.hpp"
 #include "titan/training_step.hpp"
 
 namespace titan {
 
-ParallelSetup::ParallelSetup(const World& world, const RunPlan& plan) {
+ParallelSetup::ParallelSetup(const World& world, const RunPlan& plan, RunObserver& observer) {
   const std::vector<MeshDimRequest> requests = mesh_requests(plan);
   if (!world.distributed() && requests.empty()) {
     validate_parallelism(plan, {});  // parallelizers without mesh dims still check the model
@@ -30,7 +29,7 @@ ParallelSetup::ParallelSetup(const World& world, const RunPlan& plan) {
   DistTimeouts timeouts;
   timeouts.init = std::chrono::seconds(plan.core.comm.init_timeout_seconds);
   timeouts.collective = std::chrono::seconds(plan.core.comm.train_timeout_seconds);
-  test_signal_point("startup", 0);  // test-only: a rank lost before the rendezvous
+  observer.before_rendezvous();
   const bool cuda = c10::Device(plan.core.training.device).is_cuda();
   runtime_ = std::make_unique<DistRuntime>(world, timeouts, cuda ? "nccl" : "gloo");
   mesh_ = std::make_unique<DeviceMesh>(*runtime_, degrees, mesh_splits(plan));

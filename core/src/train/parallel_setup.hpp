@@ -10,13 +10,15 @@
 #include "titan/device_mesh.hpp"
 #include "titan/dist_runtime.hpp"
 #include "titan/model.hpp"
+#include "run_seams.hpp"
 #include "titan/run_plan.hpp"
 
 namespace titan {
 
 class ParallelSetup {
  public:
-  ParallelSetup(const World& world, const RunPlan& plan);
+  // `observer` hears of the rendezvous before the job's processes meet.
+  ParallelSetup(const World& world, const RunPlan& plan, RunObserver& observer);
   ~ParallelSetup();
 
   const DeviceMesh* mesh() const { return mesh_.get(); }

@@ -10,7 +10,6 @@
 #include "training_run.hpp"
 
 #include "merge_metrics.hpp"
-#include "plan/dry_rank.hpp"
 #include "titan/error.hpp"
 #include "titan/training_step.hpp"
 #include "titan/host_value.hpp"
@@ -21,8 +20,8 @@ namespace titan {
 
 StepOutcome TrainingRun::step(int64_t step) {
   const TrainingConfig& training = plan.core.training;
-  const bool dry_run = current_dry_rank() != nullptr;
-  hooks.begin_step(step);
+  const bool dry_run = seams.shapes_only;
+  observer->begin_step(step);
   if (host_reads) host_reads->take();  // what ran between steps (logging, checkpoints) is not the step's
   CallSite step_site("step " + std::to_string(step));  // observers see "step 12 / fsdp all_gather layers.3"
 
@@ -39,7 +38,7 @@ StepOutcome TrainingRun::step(int64_t step) {
   options.lr = plan.optimizer->base_lr() * plan.lr_schedule->factor(step);
   options.log_step = log_step;
   options.skip_nonfinite = training.on_nonfinite_loss == "skip" && !dry_run;
-  options.observer = &hooks;
+  options.observer = observer.get();
   if (graphed_) {
     options.runner = [this](const std::vector<Microbatch>& batch, const ForwardBackward& forward_backward) {
       return graphed_->run(batch, forward_backward);
@@ -86,7 +85,7 @@ StepOutcome TrainingRun::step(int64_t step) {
 }
 
 void TrainingRun::check_nonfinite() {
-  if (!first_nonfinite_step_.defined() || current_dry_rank()) return;
+  if (!first_nonfinite_step_.defined() || seams.shapes_only) return;
   const int64_t bad = host_value<int64_t>(first_nonfinite_step_.sum());
   if (bad < 0) return;
   throw Error("step " + std::to_string(bad) + ": the loss or the gradient norm is not finite; training stopped "

@@ -1,5 +1,6 @@
-// The training loop: build the run, then step until training.steps, a stop
-// signal or an error, with metrics and checkpoints after each step.
+// The training loop (run_training): build the run, then step until
+// training.steps, a stop signal or an error, with metrics and checkpoints
+// after each step.
 // One step is TrainingRun::step (train_step.cpp); building is
 // training_run.cpp.
 #include "titan/trainer.hpp"
@@ -51,10 +52,10 @@ void write_resolved_config(const RunPlan& plan) {
 
 }  // namespace
 
-TrainResult train(RunPlan& plan, const World& world) {
+TrainResult run_training(RunPlan& plan, const World& world, const RunSeams& seams) {
   const CoreConfig& core = plan.core;
   if (world.rank == 0) write_resolved_config(plan);
-  TrainingRun run(plan, world);
+  TrainingRun run(plan, world, seams);
   if (core.debug.exit_after_init) return TrainResult{};
 
   TrainResult result;
@@ -90,7 +91,7 @@ TrainResult train(RunPlan& plan, const World& world) {
     }
     plan.checkpointer->poll();
     result.last_step = step;
-    run.hooks.after_step();
+    run.observer->after_step();
     if (stopping) {
       spdlog::warn("received signal {}; stopped cleanly after step {}", stop.signal_number(), step);
       result.stopped_by_signal = true;

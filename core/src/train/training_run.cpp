@@ -16,7 +16,6 @@
 #include "cuda_graph_choice.hpp"
 #include "initial_load.hpp"
 #include "pipeline/pipeline_setup.hpp"
-#include "plan/dry_rank.hpp"
 #include "titan/assets.hpp"
 #include "titan/compat.hpp"
 #include "titan/error.hpp"
@@ -28,8 +27,8 @@ namespace titan {
 
 namespace {
 
-c10::Device choose_device(const TrainingConfig& training) {
-  if (current_dry_rank()) return c10::Device(c10::kMeta);  // titan plan: shapes, no values
+c10::Device choose_device(const TrainingConfig& training, const RunSeams& seams) {
+  if (seams.shapes_only) return c10::Device(c10::kMeta);  // titan plan: shapes, no values
   if (training.device == "cuda") {
     if (!compat::cuda_available()) {
       throw Error("training.device is 'cuda' but this titan has no CUDA (LibTorch " +
@@ -96,15 +95,16 @@ struct TrainingRun::ObserverScope {
   ~ObserverScope() { clear_comm_observers(); }
 };
 
-TrainingRun::TrainingRun(RunPlan& plan_, const World& world_)
-    : plan(plan_), world(world_), device(choose_device(plan_.core.training)),
-      verifier(plan_.core.comm.verify_collectives_interval), hooks(plan_.core.debug, world_.rank) {
+TrainingRun::TrainingRun(RunPlan& plan_, const World& world_, const RunSeams& seams_)
+    : plan(plan_), world(world_), device(choose_device(plan_.core.training, seams_)),
+      verifier(plan_.core.comm.verify_collectives_interval), seams(seams_),
+      observer(seams_.observer ? seams_.observer : std::make_shared<RunObserver>()) {
   const CoreConfig& core = plan.core;
   const TrainingConfig& training = core.training;
   // A rank of `titan plan`'s dry run (a thread among the job's simulated
   // ranks, on meta tensors): the model, the parallelism and the step are
   // the real ones; process-wide settings, files, data and metrics are not.
-  if (current_dry_rank()) {
+  if (seams.shapes_only) {
     build_dry_run();
     return;
   }
@@ -123,7 +123,7 @@ TrainingRun::TrainingRun(RunPlan& plan_, const World& world_)
   memory_snapshot = std::make_unique<MemorySnapshot>(core.profiling, core.job.dump_folder, world.rank, device);
   observers = std::make_unique<ObserverScope>(
       plan, core.comm.verify_collectives && world.distributed() ? &verifier : nullptr, profiler.get());
-  parallel = std::make_unique<ParallelSetup>(world, plan);
+  parallel = std::make_unique<ParallelSetup>(world, plan, *observer);
   plan.checkpointer->attach(CheckpointEnv{world.rank, world.world_size, parallel->mesh(), parallel->checkpoint_comm(),
                                           plan.root.dump()});
   loader = std::make_unique<TokenWindowLoader>(open_dataset(data), tokenizer, training.seq_len, parallel->dp_rank(),
@@ -216,7 +216,7 @@ void TrainingRun::build_dry_run() {
     plan.model->set_vocab_size(load_tokenizer(resolve_asset(core.tokenizer_path))->vocab_size());
   } catch (const Error&) {  // the flavor's own vocabulary, as `titan config check` does
   }
-  parallel = std::make_unique<ParallelSetup>(world, plan);
+  parallel = std::make_unique<ParallelSetup>(world, plan, *observer);
   accumulation_ = accumulation_steps(core.training, parallel->dp_degree());
   build_model();
   for (const StepHook* hook : model->step_hooks()) {
@@ -254,7 +254,8 @@ void TrainingRun::build_model() {
     if (!planned) throw Error("pipeline: the run was not planned (no pp mesh dim)");
     PipelineModel built = build_pipeline_model(plan, *planned, parallel->mesh(), world.rank, device,
                                                [&](CausalLM& part) {
-                                                 auto building = dry_run_build_lock();
+                                                 std::unique_lock<std::mutex> building;
+                                                 if (seams.plugin_mutex) building = std::unique_lock(*seams.plugin_mutex);
                                                  apply_plugins(part, plan.parallelizers, plan.precision.get(), context);
                                                });
     model = built.model;
@@ -264,7 +265,7 @@ void TrainingRun::build_model() {
     model = titan::build_model(*plan.model, plan.parallelizers, plan.precision.get(), context);
     first_stage = model.get();
   }
-  hooks.attach(*first_stage);
+  observer->attach(*first_stage);
   // Whether any stage has step hooks: every pp rank must agree before it
   // joins the merge of their metrics, so the stages ask each other once.
   const DeviceMesh* mesh = parallel->mesh();
@@ -273,7 +274,7 @@ void TrainingRun::build_model() {
     mesh->group("pp").all_reduce(hooks_held, ReduceOp::max);
     hook_metrics_over_pp_ = hooks_held.item<int64_t>() > 0;
   }
-  if (!current_dry_rank()) model->init_weights(static_cast<uint64_t>(plan.core.training.seed));  // meta: no values
+  if (!seams.shapes_only) model->init_weights(static_cast<uint64_t>(plan.core.training.seed));  // meta: no values
   model->train();
   int64_t local_bytes = 0;
   for (const auto& param : model->parameters()) local_bytes += param.numel() * param.element_size();

@@ -17,7 +17,7 @@
 #include "validator.hpp"
 #include "parallel_setup.hpp"
 #include "step_metrics.hpp"
-#include "test_hooks.hpp"
+#include "run_seams.hpp"
 #include "train_state.hpp"
 #include "titan/data.hpp"
 #include "titan/grad_clip.hpp"
@@ -39,7 +39,9 @@ struct StepOutcome {
 
 class TrainingRun {
  public:
-  TrainingRun(RunPlan& plan, const World& world);
+  // `seams`: the dry run's shapes_only, and the observer (fault hooks) that
+  // watches the run.
+  TrainingRun(RunPlan& plan, const World& world, const RunSeams& seams);
   ~TrainingRun();
 
   // Forward and backward over the step's microbatches (gradient
@@ -72,7 +74,8 @@ class TrainingRun {
   int64_t resumed_step = 0;  // the step a checkpoint resumed after (0: a fresh start)
   std::unique_ptr<StepMetrics> metrics;
   std::unique_ptr<Validator> validator;  // the validation section (null when off)
-  TestHooks hooks;
+  const RunSeams seams;
+  const std::shared_ptr<RunObserver> observer;  // seams.observer, or one that does nothing
 
  private:
   void build_model();

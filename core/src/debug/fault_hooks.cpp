@@ -1,4 +1,4 @@
-#include "test_hooks.hpp"
+#include "fault_hooks.hpp"
 
 #include <csignal>
 #include <cmath>
@@ -7,9 +7,11 @@
 
 namespace titan {
 
-TestHooks::TestHooks(const DebugConfig& debug, int rank) : debug_(debug), rank_(rank) {}
+FaultHooks::FaultHooks(const DebugConfig& debug, int rank) : debug_(debug), rank_(rank) {}
 
-void TestHooks::attach(CausalLM& first_stage) {
+void FaultHooks::before_rendezvous() { test_signal_point("startup", 0); }  // a rank lost before the job meets
+
+void FaultHooks::attach(CausalLM& first_stage) {
   const bool forward = test_signal_armed("forward"), backward = test_signal_armed("backward");
   const int64_t out_of_memory_at = debug_.inject_out_of_memory_at_step;
   if (!forward && !backward && out_of_memory_at < 0) return;
@@ -30,13 +32,13 @@ void TestHooks::attach(CausalLM& first_stage) {
   });
 }
 
-at::Tensor TestHooks::loss_seen(const at::Tensor& loss) {
+at::Tensor FaultHooks::loss_seen(const at::Tensor& loss) {
   return *step_ == debug_.inject_nonfinite_loss_at_step ? at::full_like(loss, std::nan("")) : loss;
 }
 
-void TestHooks::before_optimizer() { test_signal_point("optimizer", *step_); }
+void FaultHooks::before_optimizer() { test_signal_point("optimizer", *step_); }
 
-void TestHooks::after_step() const {
+void FaultHooks::after_step() {
   if (rank_ == debug_.crash_rank && *step_ == debug_.crash_at_step) std::raise(SIGKILL);
 }
 
