@@ -1,6 +1,7 @@
 // The `activation_checkpoint` plugin: options (TorchTitan's names) and the
 // descriptor.
 #include "ac_parallelizer.h"
+#include "titan/error.hpp"
 #include "titan/plugin.hpp"
 
 namespace {
@@ -37,7 +38,18 @@ AcOptions read_options(const titan::ConfigNode& node) {
   return options;
 }
 
+// titan plan's activation checkpointing modes in this plugin's options.
+std::string plan_entry(const titan::PlannedLayout& layout, const std::string& name) {
+  const std::string& mode = layout.activation_checkpoint;
+  if (mode == "none") return "";
+  if (mode == "every_2nd") return "  - name: " + name + "\n    mode: selective\n    selective_ac_option: \"2\"\n";
+  if (mode == "op") return "  - name: " + name + "\n    mode: selective\n    selective_ac_option: op\n";
+  if (mode == "full") return "  - name: " + name + "\n    mode: full\n";
+  throw titan::Error("activation_checkpoint: titan plan asked for mode '" + mode + "', which it does not know");
+}
+
 }  // namespace
 
-TITAN_PLUGIN_OF(parallelizer, titan::activation_checkpoint::AcParallelizer, "1.0",
-                "activation checkpointing: full, every N-th block, or planned to a memory budget", read_options)
+TITAN_PLUGIN_OF_PLANNED(parallelizer, titan::activation_checkpoint::AcParallelizer, "1.0",
+                        "activation checkpointing: full, every N-th block, or planned to a memory budget", plan_entry,
+                        read_options)

@@ -23,8 +23,16 @@ CpOptions read_options(const titan::ConfigNode& node) {
   return options;
 }
 
+// titan plan's context parallelism: K/V passed around the ring, overlapping attention.
+std::string plan_entry(const titan::PlannedLayout& layout, const std::string& name) {
+  if (layout.cp == 1) return "";
+  return "  - name: " + name + "\n    context_parallel_degree: " + std::to_string(layout.cp) +
+         "\n    context_parallel_rotate_method: alltoall   # K/V around the ring, overlapping attention\n";
+}
+
 }  // namespace
 
-TITAN_PLUGIN_OF(parallelizer, titan::context_parallel::CpParallelizer, "1.0",
-                "context parallelism over the cp mesh dim (ring attention with head-tail balancing, or Ulysses)",
-                read_options)
+TITAN_PLUGIN_OF_PLANNED(parallelizer, titan::context_parallel::CpParallelizer, "1.0",
+                        "context parallelism over the cp mesh dim (ring attention with head-tail balancing, or "
+                        "Ulysses)",
+                        plan_entry, read_options)

@@ -15,8 +15,15 @@ titan::expert_parallel::EpOptions read_options(const titan::ConfigNode& node) {
   return options;
 }
 
+// titan plan's expert parallelism.
+std::string plan_entry(const titan::PlannedLayout& layout, const std::string& name) {
+  if (layout.ep == 1) return "";
+  return "  - name: " + name + "\n    expert_parallel_degree: " + std::to_string(layout.ep) + "\n";
+}
+
 }  // namespace
 
-TITAN_PLUGIN_OF(parallelizer, titan::expert_parallel::ExpertParallelizer, "1.0",
-                "expert parallelism: MoE routed experts split over ep (from dp_shard x cp), tokens by all-to-all",
-                read_options)
+TITAN_PLUGIN_OF_PLANNED(parallelizer, titan::expert_parallel::ExpertParallelizer, "1.0",
+                        "expert parallelism: MoE routed experts split over ep (from dp_shard x cp), tokens by "
+                        "all-to-all",
+                        plan_entry, read_options)

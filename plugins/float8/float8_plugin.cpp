@@ -159,8 +159,20 @@ Float8Options read_options(const titan::ConfigNode& node) {
   return options;
 }
 
+// titan plan's float8: tensorwise, the output head in high precision,
+// bf16 parameters; FSDP gathers float8 weights unless TP wraps the layers
+// (its float8 all-gather does not reach them).
+std::string plan_entry(const titan::PlannedLayout& layout, const std::string& name) {
+  if (!layout.float8) return "";
+  const std::string gather_float8 = layout.tp == 1 ? "true" : "false";
+  return "  - name: " + name +
+         "\n    recipe_name: tensorwise\n    filter_fqns: [output]\n    param_dtype: bfloat16\n"
+         "    reduce_dtype: float32\n    enable_fsdp_float8_all_gather: " + gather_float8 +
+         "\n    precompute_float8_dynamic_scale_for_fsdp: " + gather_float8 + "\n";
+}
+
 }  // namespace
 
-TITAN_PLUGIN_OF(precision, Float8Policy, "0.1",
-                "float8 linear layers (torchao recipes tensorwise, rowwise, rowwise_with_gw_hp; FSDP float8 "
-                "all-gather; exact CPU emulation)", read_options)
+TITAN_PLUGIN_OF_PLANNED(precision, Float8Policy, "0.1",
+                        "float8 linear layers (torchao recipes tensorwise, rowwise, rowwise_with_gw_hp; FSDP float8 "
+                        "all-gather; exact CPU emulation)", plan_entry, read_options)

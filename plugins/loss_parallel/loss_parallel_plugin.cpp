@@ -29,7 +29,13 @@ class LossParallel : public titan::Parallelizer {
   }
 };
 
+// titan plan: the loss on the vocab-sharded logits wherever TP splits the head.
+std::string plan_entry(const titan::PlannedLayout& layout, const std::string& name) {
+  return layout.tp > 1 ? "  - name: " + name + "\n" : "";
+}
+
 }  // namespace
 
-TITAN_PLUGIN_OF(parallelizer, LossParallel, "1.0",
-                "cross-entropy on vocab-sharded logits (with tensor_parallel), never gathering them")
+TITAN_PLUGIN_OF_PLANNED(parallelizer, LossParallel, "1.0",
+                        "cross-entropy on vocab-sharded logits (with tensor_parallel), never gathering them",
+                        plan_entry)

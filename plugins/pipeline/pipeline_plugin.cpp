@@ -110,8 +110,17 @@ PipelineOptions read_options(const titan::ConfigNode& node) {
   return options;
 }
 
+// titan plan's pipeline: the degree, schedule and microbatch size it chose.
+std::string plan_entry(const titan::PlannedLayout& layout, const std::string& name) {
+  if (layout.pp == 1) return "";
+  return "  - name: " + name + "\n    pipeline_parallel_degree: " + std::to_string(layout.pp) +
+         "\n    pipeline_parallel_schedule: " + layout.pp_schedule +
+         "\n    pipeline_parallel_microbatch_size: " + std::to_string(layout.pp_microbatch_size) + "   # " +
+         std::to_string(layout.pp_microbatches) + " microbatches a step\n";
+}
+
 }  // namespace
 
-TITAN_PLUGIN_OF(pipeline_splitter, titan::pipeline::StageSplitter, "1.0",
-                "pipeline parallelism: the stage split and the schedule settings (core runs the schedule)",
-                read_options)
+TITAN_PLUGIN_OF_PLANNED(pipeline_splitter, titan::pipeline::StageSplitter, "1.0",
+                        "pipeline parallelism: the stage split and the schedule settings (core runs the schedule)",
+                        plan_entry, read_options)

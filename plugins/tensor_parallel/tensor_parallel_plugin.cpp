@@ -24,7 +24,16 @@ TpOptions read_options(const titan::ConfigNode& node) {
   return options;
 }
 
+// titan plan's tensor parallelism, with sequence parallelism except under
+// a pipeline (Titan does not yet pass sequence shards across stages).
+std::string plan_entry(const titan::PlannedLayout& layout, const std::string& name) {
+  if (layout.tp == 1) return "";
+  return "  - name: " + name + "\n    tensor_parallel_degree: " + std::to_string(layout.tp) +
+         "\n    enable_sequence_parallel: " + (layout.pp == 1 ? "true" : "false") + "\n";
+}
+
 }  // namespace
 
-TITAN_PLUGIN_OF(parallelizer, titan::tensor_parallel::TpParallelizer, "1.0",
-                "tensor and sequence parallelism over the tp mesh dim (async TP optional)", read_options)
+TITAN_PLUGIN_OF_PLANNED(parallelizer, titan::tensor_parallel::TpParallelizer, "1.0",
+                        "tensor and sequence parallelism over the tp mesh dim (async TP optional)", plan_entry,
+                        read_options)

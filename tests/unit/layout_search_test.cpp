@@ -9,6 +9,8 @@
 #include "titan/device_mesh.hpp"
 #include "titan/device_table.hpp"
 #include "titan/layout_search.hpp"
+#include "titan/plan_entry.hpp"
+#include "titan/registry.hpp"
 #include "titan/run_plan.hpp"
 #include "titan/step_estimate.hpp"
 
@@ -151,5 +153,40 @@ TEST_SUITE("layout_search") {
     request = llama3_8b_on_8();
     request.fixed = {{"tq", 2}};
     CHECK_THROWS_WITH_AS(titan::search_layouts(request), doctest::Contains("unknown mesh dim 'tq'"), titan::Error);
+  }
+
+  TEST_CASE("each role's plugin writes its own entry of a planned config, and one that writes none is named") {
+    titan::PluginRegistry& registry = titan::PluginRegistry::instance();
+    titan::PlannedLayout layout;
+    layout.dp_shard = 4;
+    layout.tp = 2;
+    layout.pp = 2;
+    layout.pp_schedule = "1F1B";
+    layout.pp_microbatch_size = 1;
+    layout.pp_microbatches = 8;
+    layout.activation_checkpoint = "every_2nd";
+    std::string written;
+    for (const char* role : titan::kPlanRoles) {
+      const std::string plugin = titan::PluginRegistry::default_plugin(std::string("plan.") + role);
+      REQUIRE_MESSAGE(!plugin.empty(), role);
+      written += registry.plan_entry(plugin, layout);
+    }
+    CAPTURE(written);
+    // Under a pipeline TP runs without sequence parallelism; no cp, ep or float8 entry.
+    CHECK(has(written, "  - name: fsdp\n    dp_shard: 4\n  - name: tensor_parallel\n    tensor_parallel_degree: 2\n"
+                       "    enable_sequence_parallel: false\n  - name: loss_parallel\n  - name: pipeline\n"));
+    CHECK(has(written, "selective_ac_option: \"2\""));
+    CHECK_FALSE(has(written, "context_parallel"));
+    CHECK_FALSE(has(written, "float8"));
+    // What the plugins wrote is a plugins: list the trainer accepts on 4 x 2 x 2 ranks.
+    const std::string yaml = "model: {name: llama3, flavor: debugmodel}\ntraining: {local_batch_size: 8}\nplugins:\n" +
+                             written;
+    titan::RunPlan run = titan::plan_run(titan::ConfigNode::parse(yaml, "planned.yaml"), 0, 16);
+    CHECK_NOTHROW(titan::validate_parallelism(run, titan::resolve_mesh_degrees(titan::mesh_requests(run), 16)));
+    // adamw has no role: asked anyway, the error names it.
+    CHECK_THROWS_WITH_AS(registry.plan_entry("adamw", layout), doctest::Contains("plugin 'adamw'"), titan::Error);
+    layout.activation_checkpoint = "every_3rd";
+    CHECK_THROWS_WITH_AS(registry.plan_entry("activation_checkpoint", layout), doctest::Contains("every_3rd"),
+                         titan::Error);
   }
 }

@@ -13,6 +13,7 @@
 #include <type_traits>
 
 #include "titan/config.hpp"
+#include "titan/plan_entry.hpp"
 
 namespace titan {
 
@@ -38,7 +39,8 @@ namespace titan {
 //     read_loads; CausalLM::last_position
 // 13: CausalLM step hooks (StepHook, StepHookContext, add_step_hook, virtual step_hooks) and add_moe_step_hook
 //     (MoE's load balancing and expert biases leave the trainer); TrainingConfig::cuda_graph is an enum (auto)
-constexpr int kPluginAbiVersion = 13;
+// 14: PluginRegistrar::plan_entry (a plugin writes its own entry of the configs titan plan writes)
+constexpr int kPluginAbiVersion = 14;
 
 // The kinds a plugin registers one factory of: name, interface, PluginKind
 // bit. The enum below (kind_model, ...), the registrar's methods (model(),
@@ -98,6 +100,8 @@ class PluginRegistrar {
   // One call per schedule (a plugin may register several); `name` as users write it in
   // pipeline_parallel_schedule (matched case-insensitively), equal to the object's name().
   virtual void pipeline_schedule(const std::string& name, Factory<PipelineSchedule> factory) = 0;
+  // What the plugin writes into a config `titan plan` chose (plan_entry.hpp); optional.
+  virtual void plan_entry(PlanEntry entry) = 0;
 };
 
 struct PluginDescriptor {
@@ -172,6 +176,15 @@ constexpr const char* plugin_name_from_cmake() {
 #define TITAN_PLUGIN_OF(KIND, TYPE, VERSION, SUMMARY, ...)                           \
   static void titan_register_plugin_factories(::titan::PluginRegistrar& registrar) { \
     registrar.KIND(::titan::make_factory<TYPE>(__VA_ARGS__));                        \
+  }                                                                                  \
+  TITAN_PLUGIN(TITAN_PLUGIN_NAME, VERSION, ::titan::kind_##KIND, SUMMARY, titan_register_plugin_factories)
+
+// The same for a plugin that also writes its entry of the configs `titan
+// plan` chooses (PLAN_ENTRY: a PlanEntry, titan/plan_entry.hpp).
+#define TITAN_PLUGIN_OF_PLANNED(KIND, TYPE, VERSION, SUMMARY, PLAN_ENTRY, ...)          \
+  static void titan_register_plugin_factories(::titan::PluginRegistrar& registrar) { \
+    registrar.KIND(::titan::make_factory<TYPE>(__VA_ARGS__));                        \
+    registrar.plan_entry(PLAN_ENTRY);                                                \
   }                                                                                  \
   TITAN_PLUGIN(TITAN_PLUGIN_NAME, VERSION, ::titan::kind_##KIND, SUMMARY, titan_register_plugin_factories)
 

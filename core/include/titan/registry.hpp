@@ -55,6 +55,9 @@ class PluginRegistry {
   std::unique_ptr<PipelineSchedule> create_pipeline_schedule(const std::string& name, const PluginContext& context);
   // Names of the pipeline schedules the loaded plugins provide.
   std::vector<std::string> pipeline_schedules() const;
+  // Plugin `name`'s entry of the `plugins:` list for a layout titan plan
+  // chose (plan_entry.hpp); loads it; an Error when it registered none.
+  std::string plan_entry(const std::string& name, const PlannedLayout& layout);
 
   struct Impl;
 

@@ -5,8 +5,11 @@
 #include <sstream>
 
 #include "titan/assets.hpp"
+#include "titan/error.hpp"
 #include "titan/device_mesh.hpp"
 #include "titan/layout_search.hpp"
+#include "titan/plan_entry.hpp"
+#include "titan/registry.hpp"
 #include "titan/run_plan.hpp"
 #include "titan/tokenizer.hpp"
 
@@ -30,45 +33,40 @@ std::string launch_line(const DeviceSpec& device, int64_t devices) {
          " ... -- titan train THIS.yaml";
 }
 
-void write_plugins(std::ostream& out, const Layout& layout) {
+PlannedLayout planned(const Layout& layout) {
+  PlannedLayout out;
   const MeshShape& mesh = layout.mesh;
-  out << "plugins:\n";
-  out << "  - name: fsdp\n    dp_shard: " << mesh.dp_shard << "\n";
-  if (mesh.dp_replicate > 1) out << "    dp_replicate: " << mesh.dp_replicate << "\n";
-  if (mesh.tp > 1) {
-    // Titan does not yet pass sequence shards across pipeline stages.
-    out << "  - name: tensor_parallel\n    tensor_parallel_degree: " << mesh.tp
-        << "\n    enable_sequence_parallel: " << (mesh.pp == 1 ? "true" : "false") << "\n";
-    out << "  - name: loss_parallel\n";
-  }
-  if (mesh.cp > 1) {
-    out << "  - name: context_parallel\n    context_parallel_degree: " << mesh.cp
-        << "\n    context_parallel_rotate_method: alltoall   # K/V around the ring, overlapping attention\n";
-  }
-  if (mesh.pp > 1) {
-    out << "  - name: pipeline\n    pipeline_parallel_degree: " << mesh.pp
-        << "\n    pipeline_parallel_schedule: " << layout.schedule
-        << "\n    pipeline_parallel_microbatch_size: " << layout.microbatch_size << "   # " << layout.microbatches
-        << " microbatches a step\n";
-  }
-  if (mesh.ep > 1) out << "  - name: expert_parallel\n    expert_parallel_degree: " << mesh.ep << "\n";
+  out.dp_replicate = mesh.dp_replicate;
+  out.dp_shard = mesh.dp_shard;
+  out.tp = mesh.tp;
+  out.cp = mesh.cp;
+  out.pp = mesh.pp;
+  out.ep = mesh.ep;
+  out.pp_schedule = layout.schedule;
+  out.pp_microbatch_size = layout.microbatch_size;
+  out.pp_microbatches = layout.microbatches;
   switch (layout.ac) {
-    case AcMode::none: break;
-    case AcMode::every_2nd:
-      out << "  - name: activation_checkpoint\n    mode: selective\n    selective_ac_option: \"2\"\n";
-      break;
-    case AcMode::op:
-      out << "  - name: activation_checkpoint\n    mode: selective\n    selective_ac_option: op\n";
-      break;
-    case AcMode::full: out << "  - name: activation_checkpoint\n    mode: full\n"; break;
+    case AcMode::none: out.activation_checkpoint = "none"; break;
+    case AcMode::every_2nd: out.activation_checkpoint = "every_2nd"; break;
+    case AcMode::op: out.activation_checkpoint = "op"; break;
+    case AcMode::full: out.activation_checkpoint = "full"; break;
   }
-  if (layout.float8) {
-    // FSDP's float8 all-gather does not reach layers TP wrapped.
-    const bool gather_float8 = mesh.tp == 1;
-    out << "  - name: float8\n    recipe_name: tensorwise\n    filter_fqns: [output]\n"
-        << "    param_dtype: bfloat16\n    reduce_dtype: float32\n"
-        << "    enable_fsdp_float8_all_gather: " << (gather_float8 ? "true" : "false") << "\n"
-        << "    precompute_float8_dynamic_scale_for_fsdp: " << (gather_float8 ? "true" : "false") << "\n";
+  out.float8 = layout.float8;
+  return out;
+}
+
+// Each role's plugin (the build's plan.<role>) writes its own entry.
+void write_plugins(std::ostream& out, const Layout& layout) {
+  const PlannedLayout chosen = planned(layout);
+  out << "plugins:\n";
+  for (const char* role : kPlanRoles) {
+    const std::string key = std::string("plan.") + role;
+    const std::string plugin = PluginRegistry::default_plugin(key);
+    if (plugin.empty()) {
+      throw Error("titan plan: this build gives no plugin the role '" + std::string(role) +
+                  "'; add " + key + "=<plugin> to TITAN_PLAN_PLUGINS and rebuild");
+    }
+    out << PluginRegistry::instance().plan_entry(plugin, chosen);
   }
 }
 

@@ -82,6 +82,7 @@ struct PluginRegistry::Impl : PluginRegistrar {
     TITAN_SINGLE_FACTORY_KINDS(TITAN_FACTORY_SLOT)
 #undef TITAN_FACTORY_SLOT
     std::vector<std::pair<std::string, Factory<PipelineSchedule>>> pipeline_schedules;  // as registered
+    PlanEntry plan_entry;  // empty: the plugin writes nothing into titan plan's configs
   };
 
   std::mutex mutex;
@@ -108,6 +109,8 @@ struct PluginRegistry::Impl : PluginRegistrar {
     }
     registering->pipeline_schedules.emplace_back(name, std::move(f));
   }
+
+  void plan_entry(PlanEntry entry) override { registering->plan_entry = std::move(entry); }
 
   static std::string lower(std::string text) {
     for (char& c : text) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
@@ -295,6 +298,22 @@ std::vector<PluginInfo> PluginRegistry::loaded() const {
   }
 TITAN_SINGLE_FACTORY_KINDS(TITAN_REGISTRY_CREATE)
 #undef TITAN_REGISTRY_CREATE
+
+std::string PluginRegistry::plan_entry(const std::string& name, const PlannedLayout& layout) {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  const Impl::Loaded& plugin = impl_->get(name);
+  if (!plugin.plan_entry) {
+    throw Error("plugin '" + plugin.info.name + "' (" + plugin.info.path + ") writes no entry for titan plan's " +
+                "configs (it registers no plan_entry); give the role another plugin in TITAN_PLAN_PLUGINS");
+  }
+  try {
+    return plugin.plan_entry(layout, plugin.info.name);
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& error) {
+    throw Error("plugin '" + plugin.info.name + "': its plan entry failed: " + error.what());
+  }
+}
 
 std::vector<std::string> PluginRegistry::pipeline_schedules() const {
   std::lock_guard<std::mutex> lock(impl_->mutex);
