@@ -63,7 +63,7 @@ target_precompile_headers(titan_pch PRIVATE <torch/torch.h>)
 # The large targets compile as unity batches: each batch loads the PCH and
 # instantiates LibTorch's templates once for several files, which roughly
 # quarters their compile time (docs/testing.md). A plugin file that a test
-# mutant swaps stays an object of its own (tests/test_plugins).
+# mutant swaps stays an object of its own (tests/harness_plugins).
 option(TITAN_UNITY_BUILD "Compile core, the CLI, the harness, the plugins and the tests in unity batches" ON)
 function(titan_unity_build target)
   if(TITAN_UNITY_BUILD)

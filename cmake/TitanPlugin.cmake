@@ -13,7 +13,7 @@
 # sets TITAN_PLUGIN_NOT_IN_ALL (the test plugins).
 # The sources compile into the object library titan_plugin_<NAME>_objects
 # (compile settings go there), which the plugin links: a variant built from
-# the same sources less one (tests/test_plugins' mutants) links those
+# the same sources less one (tests/harness_plugins' mutants) links those
 # objects through OBJECTS instead of compiling them again.
 set(TITAN_PLUGIN_VERSION_SCRIPT ${CMAKE_CURRENT_LIST_DIR}/titan_plugin.map)
 # The kinds of titan/plugin.hpp (TITAN_SINGLE_FACTORY_KINDS, then pipeline_schedule).
@@ -39,7 +39,7 @@ function(titan_add_plugin name)
   endif()
   add_library(${target}_objects OBJECT ${ARG_SOURCES})
   set_target_properties(${target}_objects PROPERTIES POSITION_INDEPENDENT_CODE ON)
-  # One source can then build under several names (tests/test_plugins' mutants).
+  # One source can then build under several names (tests/harness_plugins' mutants).
   target_compile_definitions(${target}_objects PRIVATE TITAN_PLUGIN_NAME="${name}")
   target_link_libraries(${target}_objects PRIVATE ${core} ${ARG_LIBRARIES})
   add_library(${target} MODULE $<TARGET_OBJECTS:${target}_objects> ${ARG_OBJECTS})

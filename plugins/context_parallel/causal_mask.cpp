@@ -1,7 +1,7 @@
 // Ring attention's causal mask, in a file of its own so that a test build
 // can link a wrong mask in its place, with every other line of the plugin
 // the real one, to check that titan-conformance catches it
-// (tests/test_plugins: local_mask_cp).
+// (tests/harness_plugins: local_mask_cp).
 #include "ring_attention.h"
 
 #include <ATen/ATen.h>

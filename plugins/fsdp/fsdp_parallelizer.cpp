@@ -104,66 +104,72 @@ struct FsdpState {
   }
 };
 
-}  // namespace
-
-std::vector<MeshDimRequest> FsdpParallelizer::mesh_dims() const {
-  std::vector<MeshDimRequest> dims{{"dp_shard", options_.dp_shard}};
-  if (options_.dp_replicate != 1) dims.push_back({"dp_replicate", options_.dp_replicate});
-  return dims;
-}
-
-void FsdpParallelizer::parallelize(CausalLM& model, const ParallelizeContext& context) {
-  if (!context.mesh) throw Error("fsdp: no device mesh (the trainer builds one when a plugin asks for mesh dims)");
-  const DeviceMesh& mesh = *context.mesh;
-  UnitGroups groups;
-  // Under context parallelism each cp rank holds other tokens of the same
-  // sequences: FSDP shards over dp_shard x cp and averages over both, as
-  // TorchTitan's dp_shard_cp mesh does.
-  const std::string shard_dim = mesh.size("cp") > 1 ? "dp_shard_cp" : "dp_shard";
-  groups.shard = &mesh.group(shard_dim);
-  if (mesh.size("dp_replicate") > 1) groups.replicate = &mesh.group("dp_replicate");
-  const int64_t ranks = groups.shard->size();
-
-  // A parameter sharded over a mesh split's inner dim (experts over ep) is
-  // data-parallel over the split's outer dim (efsdp) instead: sharded and
-  // averaged there. Its gradient is divided by `presummed` more: the inner
-  // dim's backward (the all-to-all) already summed the tokens of
-  // dp_shard_cp / efsdp data-parallel ranks (ep, or ep / tp where ep also
-  // borrows the tp ranks, which share data but split its tokens), so the
-  // whole divides by dp_shard_cp as the dense weights' mean does. The split
-  // must regroup the ranks FSDP shards over (and at most tp besides).
-  struct DataParallelDim {
+// The ranks each parameter is sharded and averaged over: dp_shard (x cp:
+// under context parallelism each cp rank holds other tokens of the same
+// sequences, so FSDP shards over dp_shard x cp and averages over both, as
+// TorchTitan's dp_shard_cp mesh does), or, for a parameter sharded over a
+// mesh split's inner dim (experts over ep), the split's outer dim (efsdp).
+// Such a gradient is divided by `presummed` more: the inner dim's backward
+// (the all-to-all) already summed the tokens of dp_shard_cp / efsdp
+// data-parallel ranks (ep, or ep / tp where ep also borrows the tp ranks,
+// which share data but split its tokens), so the whole divides by
+// dp_shard_cp as the dense weights' mean does. The split must regroup the
+// ranks FSDP shards over (and at most tp besides).
+class DataParallelDims {
+ public:
+  struct Dim {
     std::string name;
     double presummed = 1;
   };
-  auto dims_above_one = [&](const std::string& name, bool skip_tp) {
-    std::vector<std::string> dims;
-    for (const auto& dim : mesh_dims_of(name)) {
-      if (mesh.size(dim) > 1 && !(skip_tp && dim == "tp")) dims.push_back(dim);
-    }
-    return dims;
-  };
-  auto data_parallel_dim = [&](const std::string& param, const TensorLayout* inner) -> DataParallelDim {
-    if (!inner) return {shard_dim, 1};
-    for (const auto& split : mesh.splits()) {
+
+  explicit DataParallelDims(const DeviceMesh& mesh)
+      : mesh_(mesh), shard_dim_(mesh.size("cp") > 1 ? "dp_shard_cp" : "dp_shard") {}
+
+  const std::string& shard_dim() const { return shard_dim_; }
+
+  Dim of(const std::string& param, const TensorLayout* inner) const {
+    if (!inner) return {shard_dim_, 1};
+    for (const auto& split : mesh_.splits()) {
       for (size_t i = 0; i < inner->mesh_dims.size(); ++i) {
         if (inner->mesh_dims[i] != split.inner || inner->placements[i].kind != Placement::Kind::shard) continue;
-        if (dims_above_one(split.span, /*skip_tp=*/true) != dims_above_one(shard_dim, false)) {
+        if (dims_above_one(split.span, /*skip_tp=*/true) != dims_above_one(shard_dim_, false)) {
           throw Error("fsdp: parameter '" + param + "' is sharded over " + split.inner + ", a split of " + split.span +
-                      ", but FSDP shards over " + shard_dim + " (other ranks); the split must regroup FSDP's ranks");
+                      ", but FSDP shards over " + shard_dim_ + " (other ranks); the split must regroup FSDP's ranks");
         }
-        return {split.outer, static_cast<double>(mesh.size(shard_dim)) / static_cast<double>(mesh.size(split.outer))};
+        return {split.outer,
+                static_cast<double>(mesh_.size(shard_dim_)) / static_cast<double>(mesh_.size(split.outer))};
       }
     }
-    return {shard_dim, 1};
-  };
-
-  // Which block owns each parameter (by tensor identity).
-  std::map<const void*, int64_t> block_of;
-  for (int64_t i = 0; i < model.num_blocks(); ++i) {
-    for (const auto& param : model.block(i)->parameters()) block_of[param.unsafeGetTensorImpl()] = i;
+    return {shard_dim_, 1};
   }
-  // Parameters whose layer gathers them its own way (float8 codes), by identity.
+
+ private:
+  std::vector<std::string> dims_above_one(const std::string& name, bool skip_tp) const {
+    std::vector<std::string> dims;
+    for (const auto& dim : mesh_dims_of(name)) {
+      if (mesh_.size(dim) > 1 && !(skip_tp && dim == "tp")) dims.push_back(dim);
+    }
+    return dims;
+  }
+
+  const DeviceMesh& mesh_;
+  std::string shard_dim_;
+};
+
+using ParamsByDim = std::map<std::string, std::vector<ShardedParam>>;
+
+// Every trainable parameter cut to this rank's rows, per FSDP unit (each
+// block, and the root: the rest) and data-parallel dim.
+struct ShardedModel {
+  std::vector<ParamsByDim> blocks;
+  ParamsByDim root;
+  std::map<std::string, double> presummed_over;  // per data-parallel dim
+  int64_t on_dim_1 = 0;    // expert parameters with fewer experts than ranks, sharded on dim 1
+  size_t extensions = 0;   // parameters gathered by their layer's all-gather extension (float8)
+};
+
+// Parameters whose layer gathers them its own way (float8 codes), by identity.
+std::map<const void*, std::shared_ptr<AllGatherExtension>> all_gather_extensions(CausalLM& model) {
   std::map<const void*, std::shared_ptr<AllGatherExtension>> extension_of;
   for (const auto& module : model.modules(/*include_self=*/false)) {
     if (auto extension = std::dynamic_pointer_cast<AllGatherExtension>(module)) {
@@ -171,18 +177,63 @@ void FsdpParallelizer::parallelize(CausalLM& model, const ParallelizeContext& co
       if (param.defined()) extension_of[param.unsafeGetTensorImpl()] = extension;
     }
   }
-  // Per block (and the root, last), the parameters by data-parallel dim.
-  using ParamsByDim = std::map<std::string, std::vector<ShardedParam>>;
-  std::vector<ParamsByDim> block_params(static_cast<size_t>(model.num_blocks()));
-  ParamsByDim root_params;
-  std::map<std::string, double> presummed_over{{shard_dim, 1.0}};
-  int64_t on_dim_1 = 0;
+  return extension_of;
+}
+
+// One parameter's rows on this rank of `group` and its layout (under 2-D
+// parallelism the parameter is already a tensor-parallel piece: FSDP
+// shards that piece's rows, as FSDP2 does over a TP DTensor); records the
+// layout and leaves the meta parameter shaped as this rank's rows.
+ShardedParam shard_parameter(CausalLM& model, const std::string& name, at::Tensor param, const TensorLayout* inner,
+                             const DataParallelDims::Dim& dp, const Comm& group, const std::string& shard_dim) {
+  const int64_t ranks = group.size(), rank = group.rank();
+  ShardedParam p;
+  p.name = name;
+  p.param = param;
+  p.unsharded_shape = param.sizes().vec();
+  // Experts with fewer rows (this rank's experts) than efsdp ranks are
+  // split on dim 1 instead, so every rank holds a share (TorchTitan's
+  // Shard(1) where efsdp x ep > num_experts).
+  const bool on_split = dp.name != shard_dim;
+  p.shard_dim = on_split && param.dim() >= 2 && p.unsharded_shape[0] < ranks ? 1 : 0;
+  const int64_t dim_rows = p.unsharded_shape[p.shard_dim];
+  for (int64_t d = 0; d < p.shard_dim; ++d) p.outer *= p.unsharded_shape[d];
+  p.rows = even_row_shard(dim_rows, ranks, rank);
+  p.chunk_rows = (dim_rows + ranks - 1) / ranks;
+  p.row_numel = dim_rows == 0 || p.outer == 0 ? 0 : param.numel() / (p.outer * dim_rows);
+  std::vector<int64_t> local_shape = p.unsharded_shape;
+  local_shape[p.shard_dim] = p.rows.length;
+
+  TensorLayout layout = inner ? *inner : TensorLayout::replicated(p.unsharded_shape);
+  layout.local_offset[p.shard_dim] += p.rows.begin;
+  layout.local_shape[p.shard_dim] = p.rows.length;
+  layout.mesh_dims.insert(layout.mesh_dims.begin(), {"dp_replicate", dp.name});
+  layout.placements.insert(layout.placements.begin(), {Placement::replicate(), Placement::shard(p.shard_dim)});
+  model.set_layout(p.name, layout);
+
+  // Still on meta: materialization then allocates this rank's rows only.
+  if (!param.is_meta()) {
+    throw Error("fsdp: parameter '" + p.name + "' is already materialized; FSDP must run on the meta model");
+  }
+  param.set_data(at::empty(local_shape, param.options()));
+  return p;
+}
+
+ShardedModel shard_parameters(CausalLM& model, const DeviceMesh& mesh, const DataParallelDims& dims) {
+  // Which block owns each parameter (by tensor identity).
+  std::map<const void*, int64_t> block_of;
+  for (int64_t i = 0; i < model.num_blocks(); ++i) {
+    for (const auto& param : model.block(i)->parameters()) block_of[param.unsafeGetTensorImpl()] = i;
+  }
+  const auto extension_of = all_gather_extensions(model);
+  ShardedModel sharded;
+  sharded.blocks.resize(static_cast<size_t>(model.num_blocks()));
+  sharded.presummed_over[dims.shard_dim()] = 1.0;
+  sharded.extensions = extension_of.size();
   for (auto& item : model.named_parameters()) {
     at::Tensor param = item.value();
     if (!param.requires_grad()) continue;
     if (param.dim() == 0) throw Error("fsdp: parameter '" + item.key() + "' is a scalar; FSDP shards dim 0");
-    // Under 2-D parallelism the parameter is already a tensor-parallel
-    // piece: FSDP shards that piece's rows, as FSDP2 does over a TP DTensor.
     const TensorLayout* inner = model.layout(item.key());
     for (const auto& dim : inner ? inner->mesh_dims : std::vector<std::string>{}) {
       if (dim == "dp_shard" || dim == "dp_replicate" || dim == "dp_shard_cp" || dim == "cp") {
@@ -190,25 +241,10 @@ void FsdpParallelizer::parallelize(CausalLM& model, const ParallelizeContext& co
                     inner->describe() + "); apply one data-parallel plugin");
       }
     }
-    const DataParallelDim dp = data_parallel_dim(item.key(), inner);
-    presummed_over[dp.name] = dp.presummed;
-    const Comm& dp_group = mesh.group(dp.name);
-    const int64_t ranks = dp_group.size(), rank = dp_group.rank();
-    ShardedParam p;
-    p.name = item.key();
-    p.param = param;
-    p.unsharded_shape = param.sizes().vec();
-    // Experts with fewer rows (this rank's experts) than efsdp ranks are
-    // split on dim 1 instead, so every rank holds a share (TorchTitan's
-    // Shard(1) where efsdp x ep > num_experts).
-    const bool on_split = dp.name != shard_dim;
-    p.shard_dim = on_split && param.dim() >= 2 && p.unsharded_shape[0] < ranks ? 1 : 0;
-    on_dim_1 += p.shard_dim;
-    const int64_t dim_rows = p.unsharded_shape[p.shard_dim];
-    for (int64_t d = 0; d < p.shard_dim; ++d) p.outer *= p.unsharded_shape[d];
-    p.rows = even_row_shard(dim_rows, ranks, rank);
-    p.chunk_rows = (dim_rows + ranks - 1) / ranks;
-    p.row_numel = dim_rows == 0 || p.outer == 0 ? 0 : param.numel() / (p.outer * dim_rows);
+    const DataParallelDims::Dim dp = dims.of(item.key(), inner);
+    sharded.presummed_over[dp.name] = dp.presummed;
+    ShardedParam p = shard_parameter(model, item.key(), param, inner, dp, mesh.group(dp.name), dims.shard_dim());
+    sharded.on_dim_1 += p.shard_dim;
     if (auto extension = extension_of.find(param.unsafeGetTensorImpl()); extension != extension_of.end()) {
       if (p.shard_dim != 0) {
         throw Error("fsdp: parameter '" + p.name + "' is sharded on dim 1 (fewer experts than " + dp.name +
@@ -217,57 +253,46 @@ void FsdpParallelizer::parallelize(CausalLM& model, const ParallelizeContext& co
       }
       p.extension = extension->second;
     }
-    std::vector<int64_t> local_shape = p.unsharded_shape;
-    local_shape[p.shard_dim] = p.rows.length;
-
-    TensorLayout layout = inner ? *inner : TensorLayout::replicated(p.unsharded_shape);
-    layout.local_offset[p.shard_dim] += p.rows.begin;
-    layout.local_shape[p.shard_dim] = p.rows.length;
-    layout.mesh_dims.insert(layout.mesh_dims.begin(), {"dp_replicate", dp.name});
-    layout.placements.insert(layout.placements.begin(), {Placement::replicate(), Placement::shard(p.shard_dim)});
-    model.set_layout(p.name, layout);
-
-    // Still on meta: materialization then allocates this rank's rows only.
-    if (!param.is_meta()) {
-      throw Error("fsdp: parameter '" + p.name + "' is already materialized; FSDP must run on the meta model");
-    }
-    param.set_data(at::empty(local_shape, param.options()));
-
     auto found = block_of.find(param.unsafeGetTensorImpl());
-    if (found == block_of.end()) {
-      root_params[dp.name].push_back(std::move(p));
-    } else {
-      block_params[static_cast<size_t>(found->second)][dp.name].push_back(std::move(p));
-    }
+    ParamsByDim& unit = found == block_of.end() ? sharded.root : sharded.blocks[static_cast<size_t>(found->second)];
+    unit[dp.name].push_back(std::move(p));
   }
-  // Every rank makes the same units in the same order (dims by name), so
-  // their collectives match.
+  return sharded;
+}
+
+// The units: one per block and the root, each one Unit per data-parallel
+// dim. Every rank makes the same units in the same order (dims by name),
+// so their collectives match.
+std::shared_ptr<FsdpState> build_units(CausalLM& model, ShardedModel& sharded, const DeviceMesh& mesh,
+                                       const UnitGroups& groups, const DataParallelDims& dims,
+                                       const ParallelizeContext& context, bool reshard_after_forward) {
   auto unit_set = [&](const std::string& label, ParamsByDim& params) {
     auto set = std::make_unique<UnitSet>();
     for (auto& [dim, list] : params) {
       UnitGroups unit_groups = groups;
       unit_groups.shard = &mesh.group(dim);
-      unit_groups.presummed = presummed_over.at(dim);
-      set->units.push_back(std::make_unique<Unit>(dim == shard_dim ? label : label + " over " + dim, std::move(list),
-                                                  unit_groups, context.param_dtype, context.reduce_dtype));
+      unit_groups.presummed = sharded.presummed_over.at(dim);
+      set->units.push_back(std::make_unique<Unit>(dim == dims.shard_dim() ? label : label + " over " + dim,
+                                                  std::move(list), unit_groups, context.param_dtype,
+                                                  context.reduce_dtype));
     }
     return set;
   };
-
   auto state = std::make_shared<FsdpState>();
-  // TorchTitan's default: under pipelining a block runs forward once per
-  // microbatch before its backwards, so freeing would cost an all-gather each time.
+  state->reshard_after_forward = reshard_after_forward;
   const bool pipelined = mesh.size("pp") > 1;
-  const ReshardAfterForward reshard = options_.reshard_after_forward;
-  state->reshard_after_forward = reshard == ReshardAfterForward::always ||
-                                 (reshard == ReshardAfterForward::pipeline_aware && !pipelined);
-  for (size_t i = 0; i < block_params.size(); ++i) {
-    state->blocks.push_back(unit_set("layers." + std::to_string(i), block_params[i]));
+  for (size_t i = 0; i < sharded.blocks.size(); ++i) {
+    state->blocks.push_back(unit_set("layers." + std::to_string(i), sharded.blocks[i]));
     if (pipelined) state->blocks.back()->deferred_by = &model;  // the model owns the wrapper that holds state
   }
-  if (!root_params.empty()) state->root = unit_set("root", root_params);
+  if (!sharded.root.empty()) state->root = unit_set("root", sharded.root);
+  return state;
+}
 
-  const bool prefetch = options_.prefetch;
+// The units into the model's block wrapper (gather, prefetch, the
+// backward markers), its forward wrapper (the root) and its gradient
+// finalizer.
+void wire_units(CausalLM& model, const std::shared_ptr<FsdpState>& state, bool prefetch) {
   model.add_block_wrapper([state, prefetch](int64_t index, const at::Tensor& hidden, const BlockBody& inner) {
     const size_t i = static_cast<size_t>(index);
     UnitSet& unit = *state->blocks.at(i);
@@ -291,28 +316,55 @@ void FsdpParallelizer::parallelize(CausalLM& model, const ParallelizeContext& co
     return out;
   });
   model.add_gradient_finalizer([state] { state->finalize(); });
+}
+
+}  // namespace
+
+std::vector<MeshDimRequest> FsdpParallelizer::mesh_dims() const {
+  std::vector<MeshDimRequest> dims{{"dp_shard", options_.dp_shard}};
+  if (options_.dp_replicate != 1) dims.push_back({"dp_replicate", options_.dp_replicate});
+  return dims;
+}
+
+void FsdpParallelizer::parallelize(CausalLM& model, const ParallelizeContext& context) {
+  if (!context.mesh) throw Error("fsdp: no device mesh (the trainer builds one when a plugin asks for mesh dims)");
+  const DeviceMesh& mesh = *context.mesh;
+  const DataParallelDims dims(mesh);
+  UnitGroups groups;
+  groups.shard = &mesh.group(dims.shard_dim());
+  if (mesh.size("dp_replicate") > 1) groups.replicate = &mesh.group("dp_replicate");
+
+  ShardedModel sharded = shard_parameters(model, mesh, dims);
+  // TorchTitan's default: under pipelining a block runs forward once per
+  // microbatch before its backwards, so freeing would cost an all-gather each time.
+  const bool pipelined = mesh.size("pp") > 1;
+  const ReshardAfterForward reshard = options_.reshard_after_forward;
+  const bool reshard_after_forward =
+      reshard == ReshardAfterForward::always || (reshard == ReshardAfterForward::pipeline_aware && !pipelined);
+  auto state = build_units(model, sharded, mesh, groups, dims, context, reshard_after_forward);
+  wire_units(model, state, options_.prefetch);
 
   const char* reshard_why =
       reshard != ReshardAfterForward::pipeline_aware ? ""
       : pipelined                                    ? " (default: never under pipeline parallelism)"
                                                      : " (default)";
   spdlog::info("fsdp: {} blocks + root sharded over {}={}{}, params {} / reduce {}, reshard after forward: {}{}, prefetch: {}",
-               state->blocks.size(), shard_dim, ranks,
+               state->blocks.size(), dims.shard_dim(), groups.shard->size(),
                groups.replicate ? " x dp_replicate=" + std::to_string(groups.replicate->size()) : std::string(),
                c10::toString(context.param_dtype), c10::toString(context.reduce_dtype),
-               state->reshard_after_forward ? "yes" : "no", reshard_why, prefetch ? "yes" : "no");
-  if (on_dim_1 > 0) {
-    spdlog::info("fsdp: {} expert parameters have fewer experts than FSDP ranks: sharded on dim 1", on_dim_1);
+               reshard_after_forward ? "yes" : "no", reshard_why, options_.prefetch ? "yes" : "no");
+  if (sharded.on_dim_1 > 0) {
+    spdlog::info("fsdp: {} expert parameters have fewer experts than FSDP ranks: sharded on dim 1", sharded.on_dim_1);
   }
-  for (const auto& [dim, presummed] : presummed_over) {
-    if (dim != shard_dim) {
+  for (const auto& [dim, presummed] : sharded.presummed_over) {
+    if (dim != dims.shard_dim()) {
       spdlog::info("fsdp: parameters sharded over a mesh split are sharded over {}={} (gradients divided by {} more)",
                    dim, mesh.size(dim), presummed);
     }
   }
-  if (!extension_of.empty()) {
+  if (sharded.extensions > 0) {
     spdlog::info("fsdp: {} parameters are gathered as their layers ask (all-gather extensions, e.g. float8 codes)",
-                 extension_of.size());
+                 sharded.extensions);
   }
 }
 

@@ -3,7 +3,7 @@
 // reduce_partial_output, which the vocab-parallel embedding shares. In a
 // file of its own so that a test build can link reductions that never
 // happen in its place, with every other line of the plugin the real one,
-// to check that titan-conformance catches it (tests/test_plugins: unreduced_tp).
+// to check that titan-conformance catches it (tests/harness_plugins: unreduced_tp).
 #include "tp_layers.h"
 
 #include <ATen/ATen.h>

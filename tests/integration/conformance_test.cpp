@@ -214,7 +214,7 @@ TEST_CASE("titan-conformance: an activation checkpointing that keeps every activ
 
 TEST_CASE("titan-conformance: on a model with dropout, activation checkpointing that replays the generator passes and "
           "one that recomputes with a fresh generator fails by name") {
-  // The mutant's declaration (tests/test_plugins/ac_rng.conformance.yaml), copied beside it by the build.
+  // The mutant's declaration (tests/harness_plugins/ac_rng.conformance.yaml), copied beside it by the build.
   const std::string declaration =
       (test_plugin("fresh_rng_ac").parent_path() / "libtitan_plugin_fresh_rng_ac.conformance.yaml").string();
   const std::string path = "TITAN_PLUGIN_PATH=" + test_plugin("fresh_rng_ac").parent_path().string() + " ";
@@ -318,7 +318,7 @@ TEST_CASE("titan-conformance: a context_parallel whose causal mask ignores where
   CHECK(report.results["parallelizer.sharding@2"] == "pass");
 }
 
-// Expert parallelism's two mutants (tests/test_plugins): a dispatcher bug
+// Expert parallelism's two mutants (tests/harness_plugins): a dispatcher bug
 // the loss sees at once, and a load-balancing bug only the expert biases
 // show.
 TEST_CASE("titan-conformance: an expert_parallel that feeds the experts its arrived rows unregrouped fails the "

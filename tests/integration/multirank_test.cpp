@@ -1,4 +1,4 @@
-// The comm layer on real processes: titan_dist_checks (tests/multirank) run
+// The comm layer on real processes: titan_dist_checks (tests/multirank_programs) run
 // as 2 to 4 ranks under `titan launch`, each check comparing collectives,
 // observers, meshes, layouts and autograd collectives with their
 // definitions. Several checks share one launch: each start costs ~0.7 s.

@@ -71,7 +71,7 @@ inline CommandResult run_command(const std::string& command) {
 }
 
 inline std::string titan_binary() { return env_or("TITAN_BINARY", paths::titan_binary); }
-// The comm layer's multi-rank check program (tests/multirank).
+// The comm layer's multi-rank check program (tests/multirank_programs).
 inline std::string dist_checks_binary() { return env_or("TITAN_DIST_CHECKS", paths::dist_checks_binary); }
 inline std::string dcp_checks_binary() { return env_or("TITAN_DCP_CHECKS", paths::dcp_checks_binary); }
 inline std::string tp_checks_binary() { return env_or("TITAN_TP_CHECKS", paths::tp_checks_binary); }
