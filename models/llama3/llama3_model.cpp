@@ -6,10 +6,7 @@
 
 #include <cmath>
 
-#include "titan/compat.hpp"
-#include "titan/error.hpp"
 #include "titan/layers.hpp"
-#include "titan/module_path.hpp"
 
 namespace titan::llama3 {
 
@@ -43,7 +40,8 @@ GroupedQueryAttention::Shape attention_shape(const Llama3Args& args) {
 }  // namespace
 
 Transformer::Transformer(const Llama3Args& args, const c10::Device& device)
-    : Decoder({"llama3", args.vocab_size, args.dim, args.n_layers, args.max_seq_len, args.head_dim(), args.norm_eps},
+    : Decoder({"llama3", args.vocab_size, args.dim, args.n_layers, args.max_seq_len, args.head_dim(), args.norm_eps,
+               /*rope_note=*/""},
               device,
               [args](int64_t layer_id, const at::TensorOptions& options) {
                 auto attention =

@@ -4,8 +4,6 @@
 
 #include <torch/torch.h>
 
-#include "titan/error.hpp"
-#include "titan/module_path.hpp"
 #include "titan/moe.hpp"
 
 namespace titan::qwen3 {
@@ -37,7 +35,8 @@ GroupedQueryAttention::Shape attention_shape(const Qwen3Args& args) {
 }  // namespace
 
 Transformer::Transformer(const Qwen3Args& args, const c10::Device& device)
-    : Decoder({"qwen3", args.vocab_size, args.dim, args.n_layers, args.max_seq_len, args.head_dim, args.norm_eps},
+    : Decoder({"qwen3", args.vocab_size, args.dim, args.n_layers, args.max_seq_len, args.head_dim, args.norm_eps,
+               /*rope_note=*/""},
               device,
               [args](int64_t layer_id, const at::TensorOptions& options) {
                 auto attention = std::make_shared<GroupedQueryAttention>(

@@ -265,7 +265,8 @@ ShardedModel shard_parameters(CausalLM& model, const DeviceMesh& mesh, const Dat
 // so their collectives match.
 std::shared_ptr<FsdpState> build_units(CausalLM& model, ShardedModel& sharded, const DeviceMesh& mesh,
                                        const UnitGroups& groups, const DataParallelDims& dims,
-                                       const ParallelizeContext& context, bool reshard_after_forward) {
+                                       const ParallelizeContext& context, bool reshard_after_forward,
+                                       bool pipelined) {
   auto unit_set = [&](const std::string& label, ParamsByDim& params) {
     auto set = std::make_unique<UnitSet>();
     for (auto& [dim, list] : params) {
@@ -280,7 +281,6 @@ std::shared_ptr<FsdpState> build_units(CausalLM& model, ShardedModel& sharded, c
   };
   auto state = std::make_shared<FsdpState>();
   state->reshard_after_forward = reshard_after_forward;
-  const bool pipelined = mesh.size("pp") > 1;
   for (size_t i = 0; i < sharded.blocks.size(); ++i) {
     state->blocks.push_back(unit_set("layers." + std::to_string(i), sharded.blocks[i]));
     if (pipelined) state->blocks.back()->deferred_by = &model;  // the model owns the wrapper that holds state
@@ -341,7 +341,7 @@ void FsdpParallelizer::parallelize(CausalLM& model, const ParallelizeContext& co
   const ReshardAfterForward reshard = options_.reshard_after_forward;
   const bool reshard_after_forward =
       reshard == ReshardAfterForward::always || (reshard == ReshardAfterForward::pipeline_aware && !pipelined);
-  auto state = build_units(model, sharded, mesh, groups, dims, context, reshard_after_forward);
+  auto state = build_units(model, sharded, mesh, groups, dims, context, reshard_after_forward, pipelined);
   wire_units(model, state, options_.prefetch);
 
   const char* reshard_why =

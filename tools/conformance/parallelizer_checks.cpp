@@ -16,7 +16,6 @@
 #include "titan/dist_runtime.hpp"
 #include "titan/training_step.hpp"
 #include "titan/model_builder.hpp"
-#include "titan/moe.hpp"
 #include "titan/parallelizer.hpp"
 #include "titan/peak_memory.hpp"
 #include "titan/placement.hpp"

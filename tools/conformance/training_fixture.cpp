@@ -86,14 +86,6 @@ void SgdOptimizer::zero_grad() {
   for (auto& param : params_) param.mutable_grad().reset();
 }
 
-std::vector<at::Tensor> trainable(CausalLM& model) {
-  std::vector<at::Tensor> params;
-  for (const auto& param : model.parameters()) {
-    if (param.requires_grad()) params.push_back(param);
-  }
-  return params;
-}
-
 std::map<std::string, at::Tensor> expert_biases(CausalLM& model) {
   std::map<std::string, at::Tensor> biases;
   for (const auto& [path, router] : find_routers(model)) {

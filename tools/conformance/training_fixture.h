@@ -58,8 +58,6 @@ class SgdOptimizer : public Optimizer {
   std::vector<at::Tensor> params_;
 };
 
-std::vector<at::Tensor> trainable(CausalLM& model);
-
 // The fixture's steps through the trainer's own step (titan/training_step.hpp:
 // forward and backward, gradient finalization, the loss over the job, the
 // global norm, the model's step hooks, the optimizer) on `model`, one

@@ -14,7 +14,6 @@
 #include "titan/training_step.hpp"
 #include "titan/host_value.hpp"
 #include "titan/logging.hpp"
-#include "titan/profile_range.hpp"
 
 namespace titan {
 

@@ -20,7 +20,6 @@
 #include "run_seams.hpp"
 #include "train_state.hpp"
 #include "titan/data.hpp"
-#include "titan/grad_clip.hpp"
 #include "titan/optimizer.hpp"
 #include "titan/run_plan.hpp"
 #include "titan/schedule.hpp"

@@ -19,7 +19,7 @@ JobLossTensors loss_over_job(const DeviceMesh* mesh, const at::Tensor& local_los
     mesh->group("dp_cp").all_reduce(loss, ReduceOp::avg);
     if (with_max) mesh->group("dp_cp").all_reduce(largest, ReduceOp::max);
   }
-  return {loss, with_max ? largest : loss};
+  return {loss, largest};
 }
 
 NormTensorReduceFn norm_reduce_over(const DeviceMesh* mesh) {
