@@ -19,6 +19,7 @@
 #include <new>
 
 #include "plan/dry_rank.hpp"
+#include "titan/error.hpp"
 #include "titan/peak_memory.hpp"
 
 #ifdef TITAN_WITH_CUDA
@@ -36,25 +37,45 @@
 
 namespace titan::compat {
 
-at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+namespace {
+
+// [batch, 1, seq, seq]: true where a query sees a key of its own document at
+// or before it.
+at::Tensor block_causal_mask(const at::Tensor& documents, int64_t seq) {
+  if (documents.dim() != 2 || documents.size(1) != seq) {
+    throw Error("block-causal attention: documents " + c10::str(documents.sizes()) + " for a sequence of " +
+                std::to_string(seq) + " tokens; expected [batch, " + std::to_string(seq) + "]");
+  }
+  at::Tensor earlier = at::ones({seq, seq}, documents.options().dtype(at::kBool)).tril();
+  return documents.unsqueeze(2).eq(documents.unsqueeze(1)).logical_and_(earlier).unsqueeze(1);
+}
+
+}  // namespace
+
+at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& documents) {
   // enable_gqa: fewer kv heads without repeating them (and, on CUDA, not
   // the slow math path; gpu-facts.md).
   const bool gqa = q.size(1) != k.size(1);
+  std::optional<at::Tensor> mask;
+  if (documents.defined()) mask = block_causal_mask(documents, q.size(2));
   // Meta tensors (the dry run): SDPA chooses its kernel per device type and
   // meta falls back to the math path, which keeps the whole score matrix.
   // CPU and CUDA run a fused kernel that keeps the output and its
   // logsumexp: take that one (meta_kernels.cpp gives its shapes).
-  if (q.is_meta()) return std::get<0>(at::_scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, true));
-  return at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true, std::nullopt, gqa);
+  if (q.is_meta()) {
+    return std::get<0>(at::_scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, !mask.has_value(), mask));
+  }
+  return at::scaled_dot_product_attention(q, k, v, mask, 0.0, /*is_causal=*/!mask.has_value(), std::nullopt, gqa);
 }
 
 std::pair<at::Tensor, at::Tensor> causal_attention_with_weights(const at::Tensor& q, const at::Tensor& k,
-                                                                const at::Tensor& v) {
+                                                                const at::Tensor& v, const at::Tensor& documents) {
   // The math path written out: SDPA does not return the weights.
   const int64_t seq = q.size(2), keys = k.size(2);
   at::Tensor scores = at::matmul(q, k.transpose(-2, -1)) / std::sqrt(static_cast<double>(q.size(-1)));
-  at::Tensor future = at::ones({seq, keys}, q.options().dtype(at::kBool)).triu(1);
-  at::Tensor weights = at::softmax(scores.masked_fill(future, -std::numeric_limits<double>::infinity()), -1);
+  at::Tensor hidden = documents.defined() ? block_causal_mask(documents, seq).logical_not()
+                                          : at::ones({seq, keys}, q.options().dtype(at::kBool)).triu(1);
+  at::Tensor weights = at::softmax(scores.masked_fill(hidden, -std::numeric_limits<double>::infinity()), -1);
   return {at::matmul(weights, v), weights};
 }
 

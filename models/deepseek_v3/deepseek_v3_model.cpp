@@ -59,7 +59,7 @@ Attention::Attention(const DeepSeekV3Args& args, const at::TensorOptions& option
   register_module("sdpa", std::make_shared<AttentionCore>());
 }
 
-at::Tensor Attention::forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
+at::Tensor Attention::forward(const at::Tensor& x, const AttentionContext& context) {
   const int64_t nope = args_.qk_nope_head_dim, rope_dim = args_.qk_rope_head_dim, v_dim = args_.v_head_dim;
   const int64_t batch = x.size(0), seq = x.size(1);
   at::Tensor q = args_.q_lora_rank == 0
@@ -70,12 +70,13 @@ at::Tensor Attention::forward(const at::Tensor& x, const at::Tensor& cos, const 
   q = q.view({batch, seq, -1, args_.qk_head_dim()});
   auto rope = std::dynamic_pointer_cast<Rotary>(find_module(*this, "rope"));
   if (!rope) throw Error("deepseek_v3: rotary embedding 'rope' is missing or not a titan::Rotary");
-  at::Tensor q_pe = rope->forward(q.narrow(3, nope, rope_dim).contiguous(), cos, sin);
+  at::Tensor q_pe = rope->forward(q.narrow(3, nope, rope_dim).contiguous(), context.cos, context.sin);
   q = at::cat({q.narrow(3, 0, nope), q_pe}, 3);
 
   // The kv latent and one rotary key part shared by every head.
   at::Tensor kv = child_layer(*this, "wkv_a")->forward(x);
-  at::Tensor k_pe = rope->forward(kv.narrow(2, args_.kv_lora_rank, rope_dim).unsqueeze(2).contiguous(), cos, sin);
+  at::Tensor k_pe = rope->forward(kv.narrow(2, args_.kv_lora_rank, rope_dim).unsqueeze(2).contiguous(), context.cos,
+                                  context.sin);
   kv = child_layer(*this, "wkv_b")->forward(child_layer(*this, "kv_norm")->forward(kv.narrow(2, 0, args_.kv_lora_rank)));
   kv = kv.view({batch, seq, -1, nope + v_dim});
   const int64_t heads = kv.size(2);
@@ -85,7 +86,7 @@ at::Tensor Attention::forward(const at::Tensor& x, const at::Tensor& cos, const 
 
   auto core = std::dynamic_pointer_cast<AttentionCore>(find_module(*this, "sdpa"));
   if (!core) throw Error("deepseek_v3: attention core 'sdpa' is missing or not a titan::AttentionCore");
-  at::Tensor out = core->forward(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2));
+  at::Tensor out = core->forward(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), context.documents);
   out = out.transpose(1, 2).contiguous().view({batch, seq, -1});
   return child_layer(*this, "wo")->forward(out);
 }

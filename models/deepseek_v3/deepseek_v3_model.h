@@ -20,7 +20,7 @@ std::pair<at::Tensor, at::Tensor> rope_tables(const DeepSeekV3Args& args);
 class Attention : public DecoderAttention {
  public:
   Attention(const DeepSeekV3Args& args, const at::TensorOptions& options);
-  at::Tensor forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) override;
+  at::Tensor forward(const at::Tensor& x, const AttentionContext& context) override;
 
  private:
   DeepSeekV3Args args_;

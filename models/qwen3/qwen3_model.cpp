@@ -16,11 +16,10 @@ std::pair<at::Tensor, at::Tensor> rope_tables(const Qwen3Args& args) {
 }
 
 at::Tensor RotateHalfRotary::forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
-  int64_t seq = x.size(1), half = x.size(3) / 2;
+  const int64_t half = x.size(3) / 2;
   at::Tensor xf = x.to(at::kFloat);
   at::Tensor first = xf.narrow(3, 0, half), second = xf.narrow(3, half, half);
-  at::Tensor c = cos.narrow(0, 0, seq).to(at::kFloat).view({1, seq, 1, half});
-  at::Tensor s = sin.narrow(0, 0, seq).to(at::kFloat).view({1, seq, 1, half});
+  at::Tensor c = rows_for(cos, x), s = rows_for(sin, x);
   return at::cat({first * c - second * s, second * c + first * s}, 3).to(x.scalar_type());
 }
 

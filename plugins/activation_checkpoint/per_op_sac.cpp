@@ -101,12 +101,13 @@ at::Tensor SacLinear::forward(const at::Tensor& input) {
   return ReplayLinear::apply(input, weight, next_saved(*cache));
 }
 
-at::Tensor SacAttention::forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+at::Tensor SacAttention::forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                 const at::Tensor& documents) {
   OpCache* cache = current_cache;
-  if (!cache) return inner_->forward(q, k, v);
+  if (!cache) return inner_->forward(q, k, v, documents);
   at::Tensor key = repeat_heads(k, q.size(1)), value = repeat_heads(v, q.size(1));
   if (cache->mode == OpCache::Mode::record) {
-    auto [output, weights] = compat::causal_attention_with_weights(q, key, value);
+    auto [output, weights] = compat::causal_attention_with_weights(q, key, value, documents);
     cache->outputs.push_back(output);
     cache->outputs.push_back(weights);
     return output;

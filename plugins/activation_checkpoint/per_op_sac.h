@@ -51,7 +51,8 @@ class SacLinear : public LayerWrapper {
 class SacAttention : public AttentionCore {
  public:
   explicit SacAttention(std::shared_ptr<AttentionCore> inner) : inner_(std::move(inner)) {}
-  at::Tensor forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) override;
+  at::Tensor forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                     const at::Tensor& documents) override;
 
  private:
   std::shared_ptr<AttentionCore> inner_;

@@ -59,11 +59,24 @@ std::vector<Segment> segments_of(const at::Tensor& positions) {
   return segments;
 }
 
-// The causal mask between two chunks, or undefined when every key is
-// visible; nullopt when no query sees any key (the pair is skipped, which
-// is what head-tail balancing evens out).
+// Which of a chunk's keys each query of another chunk is in the same
+// document as: [batch, 1, queries, keys], from the whole sequence's
+// documents ([batch, seq] on the device) at the chunks' global positions.
+at::Tensor same_document(const at::Tensor& documents, const at::Tensor& query_positions, const Segment& queries,
+                         const at::Tensor& key_positions, const Segment& keys) {
+  auto at_positions = [&](const at::Tensor& positions, const Segment& segment) {
+    return documents.index_select(1, positions.narrow(0, segment.begin, segment.length).to(documents.device()));
+  };
+  return at_positions(query_positions, queries).unsqueeze(2).eq(at_positions(key_positions, keys).unsqueeze(1)).unsqueeze(1);
+}
+
+// The mask between two chunks ([queries, keys] causal, or [batch, 1,
+// queries, keys] with documents), or undefined when every key is visible;
+// nullopt when no query sees any key (the pair is skipped, which is what
+// head-tail balancing evens out).
 std::optional<at::Tensor> pair_mask(const at::Tensor& query_positions, const Segment& queries,
-                                    const at::Tensor& key_positions, const Segment& keys, const c10::Device& device) {
+                                    const at::Tensor& key_positions, const Segment& keys, const at::Tensor& documents,
+                                    const c10::Device& device) {
   // Positions run consecutively within a segment, so its corners decide the
   // common cases without building the [queries x keys] mask (at 262k
   // tokens, 64 MiB per pair, dozens of pairs per layer): the last query
@@ -73,17 +86,26 @@ std::optional<at::Tensor> pair_mask(const at::Tensor& query_positions, const Seg
   // them): the corners are read in place, never from the device.
   auto query = query_positions.accessor<int64_t, 1>(), key = key_positions.accessor<int64_t, 1>();
   const int64_t last_query = queries.begin + queries.length - 1, last_key = keys.begin + keys.length - 1;
-  switch (pair_visibility(query[queries.begin], query[last_query], key[keys.begin], key[last_key])) {
-    case PairVisibility::none: return std::nullopt;
-    case PairVisibility::all: return at::Tensor();
-    case PairVisibility::partial: break;
-  }
+  const PairVisibility visibility =
+      pair_visibility(query[queries.begin], query[last_query], key[keys.begin], key[last_key]);
+  if (visibility == PairVisibility::none) return std::nullopt;
   if (device.is_meta()) {  // the dry run: a mask's shape, no values to compute
+    if (documents.defined()) {
+      return at::empty({documents.size(0), 1, queries.length, keys.length},
+                       at::TensorOptions().dtype(at::kBool).device(device));
+    }
+    if (visibility == PairVisibility::all) return at::Tensor();
     return at::empty({queries.length, keys.length}, at::TensorOptions().dtype(at::kBool).device(device));
   }
-  at::Tensor mask = causally_visible(query_positions.narrow(0, queries.begin, queries.length),
-                                     key_positions.narrow(0, keys.begin, keys.length));
-  return mask.to(device);
+  at::Tensor mask;
+  if (visibility == PairVisibility::partial) {
+    mask = causally_visible(query_positions.narrow(0, queries.begin, queries.length),
+                            key_positions.narrow(0, keys.begin, keys.length))
+               .to(device);
+  }
+  if (!documents.defined()) return mask;
+  at::Tensor documents_agree = same_document(documents, query_positions, queries, key_positions, keys);
+  return mask.defined() ? documents_agree.logical_and(mask) : documents_agree;
 }
 
 // This rank's queries: the whole sequence's length, their positions and
@@ -94,13 +116,15 @@ struct QueryChunks {
   int64_t seq;
   at::Tensor positions;
   std::vector<Segment> segments;
+  at::Tensor documents;  // of the whole sequence; undefined: causal
   c10::Device device;
 
-  QueryChunks(const RingSetup& ring, const at::Tensor& q, int rank)
+  QueryChunks(const RingSetup& ring, const at::Tensor& q, int rank, at::Tensor whole_documents)
       : setup(ring),
         seq(q.size(2) * ring.comm->size()),
         positions(ring.layout.positions(seq, rank)),
         segments(segments_of(positions)),
+        documents(std::move(whole_documents)),
         device(q.device()) {}
 
   // visit(i, rows, columns, mask) for every pair (query chunk i, a chunk of
@@ -111,7 +135,7 @@ struct QueryChunks {
     const std::vector<Segment> key_segments = segments_of(key_positions);
     for (size_t i = 0; i < segments.size(); ++i) {
       for (const Segment& columns : key_segments) {
-        auto mask = pair_mask(positions, segments[i], key_positions, columns, device);
+        auto mask = pair_mask(positions, segments[i], key_positions, columns, documents, device);
         if (mask) visit(i, segments[i], columns, *mask);
       }
     }
@@ -192,7 +216,7 @@ const RingSetup& setup_of(int64_t handle) { return *reinterpret_cast<const RingS
 
 struct RingAttentionFunction : torch::autograd::Function<RingAttentionFunction> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& q_in, const at::Tensor& k, const at::Tensor& v,
-                            int64_t handle) {
+                            const at::Tensor& documents, int64_t handle) {
     const RingSetup& setup = setup_of(handle);
     Comm& comm = *setup.comm;
     CallSite site("context_parallel ring attention");
@@ -202,7 +226,7 @@ struct RingAttentionFunction : torch::autograd::Function<RingAttentionFunction> 
     const int ranks = comm.size(), rank = comm.rank();
     const double scale = scale_of(q);
     // Chunk by chunk: a pair of chunks wholly in the queries' future costs nothing.
-    const QueryChunks queries(setup, q, rank);
+    const QueryChunks queries(setup, q, rank, documents);
     std::vector<Partial> acc(queries.segments.size());
     auto attend_block = [&](int owner, const at::Tensor& block) {
       const int64_t heads = q.size(1);
@@ -235,7 +259,7 @@ struct RingAttentionFunction : torch::autograd::Function<RingAttentionFunction> 
       lses.push_back(part.lse);
     }
     at::Tensor out = at::cat(outs, 2), lse = at::cat(lses, 2);
-    ctx->save_for_backward({q, kv, out, lse});
+    ctx->save_for_backward({q, kv, out, lse, documents});
     return out.to(q_in.scalar_type());
   }
 
@@ -250,7 +274,7 @@ struct RingAttentionFunction : torch::autograd::Function<RingAttentionFunction> 
     at::Tensor grad_q = at::zeros_like(q);
     const int ranks = comm.size(), rank = comm.rank();
     const double scale = scale_of(q);
-    const QueryChunks queries(setup, q, rank);
+    const QueryChunks queries(setup, q, rank, saved[4]);
     auto gradients_of = [&](int owner, const at::Tensor& block, at::Tensor& grad_block) {
       queries.for_each_visible_pair(owner, [&](size_t, const Segment& rows, const Segment& columns,
                                                const at::Tensor& mask) {
@@ -287,18 +311,19 @@ struct RingAttentionFunction : torch::autograd::Function<RingAttentionFunction> 
     }
     auto q_dtype = static_cast<at::ScalarType>(ctx->saved_data["q_dtype"].toInt());
     auto kv_dtype = static_cast<at::ScalarType>(ctx->saved_data["kv_dtype"].toInt());
-    return {grad_q.to(q_dtype), grad_kv[0].to(kv_dtype), grad_kv[1].to(kv_dtype), at::Tensor()};
+    return {grad_q.to(q_dtype), grad_kv[0].to(kv_dtype), grad_kv[1].to(kv_dtype), at::Tensor(), at::Tensor()};
   }
 };
 
 }  // namespace
 
-at::Tensor RingAttention::forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+at::Tensor RingAttention::forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                  const at::Tensor& documents) {
   if (k.size(1) == 0 || q.size(1) % k.size(1) != 0) {
     throw Error("context_parallel: " + std::to_string(q.size(1)) + " query heads do not group over " +
                 std::to_string(k.size(1)) + " key/value heads");
   }
-  return RingAttentionFunction::apply(q, k, v, reinterpret_cast<int64_t>(setup_.get()));
+  return RingAttentionFunction::apply(q, k, v, documents, reinterpret_cast<int64_t>(setup_.get()));
 }
 
 }  // namespace titan::context_parallel

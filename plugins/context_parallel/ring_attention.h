@@ -1,5 +1,5 @@
 // Ring attention: each cp rank's queries attend to every key/value block
-// of the sequence that the causal mask lets them see, one block at a time,
+// of the sequence that the causal (or block-causal) mask lets them see, one block at a time,
 // the partial results merged by the log-sum-exp rule. The blocks come from
 // one all-gather (`allgather`) or travel around the ring by point-to-point
 // (`alltoall`: a rank holds its own block and the one in flight). The
@@ -33,7 +33,8 @@ PairVisibility pair_visibility(int64_t first_query, int64_t last_query, int64_t 
 class RingAttention : public AttentionCore {
  public:
   explicit RingAttention(std::shared_ptr<const RingSetup> setup) : setup_(std::move(setup)) {}
-  at::Tensor forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) override;
+  at::Tensor forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                     const at::Tensor& documents) override;
 
  private:
   std::shared_ptr<const RingSetup> setup_;

@@ -11,7 +11,8 @@ namespace titan::context_parallel {
 
 UlyssesAttention::UlyssesAttention(std::shared_ptr<const RingSetup> setup) : setup_(std::move(setup)) {}
 
-at::Tensor UlyssesAttention::forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+at::Tensor UlyssesAttention::forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                     const at::Tensor& documents) {
   Comm& comm = *setup_->comm;
   const int64_t ranks = comm.size(), heads = q.size(1);
   if (heads % ranks != 0) {
@@ -32,7 +33,8 @@ at::Tensor UlyssesAttention::forward(const at::Tensor& q, const at::Tensor& k, c
   at::Tensor rank_order = at::cat(pieces).to(q.device());  // global position of each gathered row
   at::Tensor sequence_order = at::argsort(rank_order);
   auto sorted = [&](const at::Tensor& x) { return whole_sequence(x).index_select(2, sequence_order); };
-  at::Tensor out = compat::causal_attention(sorted(q), sorted(key), sorted(value));
+  // Sorted, the rows are the whole sequence: its documents apply as they are.
+  at::Tensor out = compat::causal_attention(sorted(q), sorted(key), sorted(value), documents);
   // Back to rank order, then each rank's piece of every head.
   return all_to_all_autograd(out.index_select(2, rank_order).contiguous(), comm, 2, 1);
 }

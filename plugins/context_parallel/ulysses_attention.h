@@ -11,7 +11,8 @@ namespace titan::context_parallel {
 class UlyssesAttention : public AttentionCore {
  public:
   explicit UlyssesAttention(std::shared_ptr<const RingSetup> setup);
-  at::Tensor forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) override;
+  at::Tensor forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                     const at::Tensor& documents) override;
 
  private:
   std::shared_ptr<const RingSetup> setup_;

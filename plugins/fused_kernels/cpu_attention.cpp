@@ -141,8 +141,9 @@ at::Tensor cpu_causal_attention(const at::Tensor& q, const at::Tensor& k, const 
   return CausalAttentionFunction::apply(qs, ks, vs);
 }
 
-at::Tensor CpuAttention::forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
-  if (!cpu_attention_takes_kernel(q, k, v)) return AttentionCore::forward(q, k, v);
+at::Tensor CpuAttention::forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                 const at::Tensor& documents) {
+  if (documents.defined() || !cpu_attention_takes_kernel(q, k, v)) return AttentionCore::forward(q, k, v, documents);
   return cpu_causal_attention(q, k, v);
 }
 

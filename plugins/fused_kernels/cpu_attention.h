@@ -4,7 +4,8 @@
 // while seq x head_dim <= 65536 (5x at the Llama debug shape), as an
 // AttentionCore for the layer seam. Where it is not faster,
 // or cannot run (not fp32 CPU tensors, meta tensors of the dry run, a CPU
-// without AVX2/FMA), the layer takes ATen's path. Plugin-private header.
+// without AVX2/FMA, block-causal documents: the kernel knows only one
+// document a row), the layer takes ATen's path. Plugin-private header.
 #pragma once
 #include "titan/layers.hpp"
 
@@ -16,7 +17,8 @@ namespace titan::fused {
 // ATen's attention elsewhere.
 class CpuAttention : public AttentionCore {
  public:
-  at::Tensor forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) override;
+  at::Tensor forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                     const at::Tensor& documents) override;
 };
 
 // Whether the kernel can run these inputs at all (fp32 CPU strided tensors

@@ -235,6 +235,7 @@ at::Tensor CpuRMSNorm::forward(const at::Tensor &input) {
 }
 
 at::Tensor CpuRotary::forward(const at::Tensor &x, const at::Tensor &cos, const at::Tensor &sin) {
+  if (cos.dim() == 3 && x.dim() == 4) return forward_by_token(x, cos, sin);
   if (!runs_on_kernels({&x}) || x.dim() != 4 || x.size(3) % 2 != 0 || !cos.device().is_cpu() ||
       !sin.device().is_cpu() || cos.dim() != 2 || sin.dim() != 2 || cos.size(0) < x.size(1) ||
       sin.size(0) < x.size(1) || cos.size(1) != x.size(3) / 2 || sin.size(1) != x.size(3) / 2) {

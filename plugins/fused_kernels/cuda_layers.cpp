@@ -308,6 +308,7 @@ at::Tensor CudaRMSNorm::forward(const at::Tensor& input) {
 }
 
 at::Tensor CudaRotary::forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
+  if (cos.dim() == 3) return forward_by_token(x, cos, sin);
   // The tables as the kernel reads them: dense fp32 rows (the model's are).
   return RotaryFunction::apply(x.contiguous(), cos.to(at::kFloat).contiguous(), sin.to(at::kFloat).contiguous());
 }

@@ -70,6 +70,7 @@ struct SwigluFunction : torch::autograd::Function<SwigluFunction> {
 }  // namespace
 
 at::Tensor EmulatedRotary::forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
+  if (cos.dim() == 3) return forward_by_token(x, cos, sin);
   return RotaryFunction::apply(x, cos, sin);
 }
 

@@ -33,7 +33,7 @@ bool any_starts_with(const std::set<std::string>& names, const std::string& pref
   return false;
 }
 
-std::string train_command(const fs::path& dump) {
+std::string profiled_train_command(const fs::path& dump) {
   return titan::test::titan_binary() + " train " + titan::test::source_dir() +
          "/configs/llama3_debugmodel.yaml --set model.dim=64 --set model.n_layers=2 --set model.n_heads=4"
          " --set training.seq_len=32 --set training.threads=1 --set checkpoint.enable=false"
@@ -47,7 +47,7 @@ TEST_SUITE("profiling") {
   TEST_CASE("profiling: one process writes a trace at the end of each period with ops and Titan's ranges") {
     fs::path dump = titan::test::temp_dir("profiling_one") / "out";
     // Periods of 3 steps: step 1 waits, step 2 warms up, step 3 is recorded.
-    auto result = titan::test::run_command("timeout 300 " + train_command(dump) +
+    auto result = titan::test::run_command("timeout 300 " + profiled_train_command(dump) +
                                            " --set training.steps=6 --set training.local_batch_size=2"
                                            " --set profiling.profile_freq=3 --set profiling.profiler_warmup=1"
                                            " --set profiling.profiler_active=1");
@@ -72,7 +72,7 @@ TEST_SUITE("profiling") {
     fs::path dump = titan::test::temp_dir("profiling_fsdp") / "out";
     auto result = titan::test::run_command(
         "timeout 300 " + titan::test::titan_binary() +
-        " launch --nproc-per-node 2 --master-port 29991 --grace-period-s 5 -- " + train_command(dump) +
+        " launch --nproc-per-node 2 --master-port 29991 --grace-period-s 5 -- " + profiled_train_command(dump) +
         " --set training.steps=2 --set training.local_batch_size=2 --set 'plugins=[{name: fsdp}]'"
         " --set profiling.profile_freq=2 --set profiling.profiler_warmup=0 --set profiling.profiler_active=1");
     REQUIRE_MESSAGE(result.exit_code == 0, result.output);

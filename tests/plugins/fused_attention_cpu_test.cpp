@@ -12,7 +12,9 @@
 
 #include "cpu_attention.h"
 #include "doctest_torch.hpp"
+#include "titan/compat.hpp"
 #include "titan/error.hpp"
+#include "titan/layers.hpp"
 
 namespace {
 
@@ -123,21 +125,28 @@ TEST_CASE(
   const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
   at::Tensor q = at::randn({2, 16, 128, 16}), k = at::randn({2, 16, 128, 16}), v = at::randn({2, 16, 128, 16});
   CHECK(fused::cpu_attention_takes_kernel(q, k, v) == avx2);
-  check_close(layer.forward(q, k, v), at::scaled_dot_product_attention(q, k, v, {}, 0.0, true), "layer, debug shape");
+  check_close(layer.forward(q, k, v, {}), at::scaled_dot_product_attention(q, k, v, {}, 0.0, true), "layer, debug shape");
 
   SUBCASE(
       "meta tensors (titan plan's dry run) give a meta result of the right "
       "shape") {
     at::Tensor qm = at::empty({8, 16, 128, 16}, at::kMeta), km = at::empty({8, 4, 128, 16}, at::kMeta);
     CHECK(!fused::cpu_attention_takes_kernel(qm, km, km));
-    at::Tensor out = layer.forward(qm, km, km);
+    at::Tensor out = layer.forward(qm, km, km, {});
     CHECK(out.is_meta());
     CHECK(out.sizes() == qm.sizes());
+  }
+  SUBCASE("block-causal documents take ATen's masked attention (the kernel knows one document a row)") {
+    at::Tensor positions = at::arange(128, at::kLong).remainder(40).unsqueeze(0).expand({2, 128}).contiguous();
+    at::Tensor documents = titan::document_ids(positions);
+    at::Tensor out = layer.forward(q, k, v, documents);
+    CHECK(at::equal(out, titan::compat::causal_attention(q, k, v, documents)));
+    CHECK(!at::allclose(out, layer.forward(q, k, v, {}), 1e-3, 1e-3));
   }
   SUBCASE("bf16 takes ATen") {
     at::Tensor qb = q.to(at::kBFloat16), kb = k.to(at::kBFloat16), vb = v.to(at::kBFloat16);
     CHECK(!fused::cpu_attention_kernel_supports(qb, kb, vb));
-    at::Tensor out = layer.forward(qb, kb, vb);
+    at::Tensor out = layer.forward(qb, kb, vb, {});
     CHECK((out.scalar_type() == at::kBFloat16));
     CHECK(at::equal(out, at::scaled_dot_product_attention(qb, kb, vb, {}, 0.0, true)));
   }
@@ -154,7 +163,7 @@ TEST_CASE(
     CHECK(!fused::cpu_attention_takes_kernel(q256, q256, q256));            // head_dim 256: not measured
     CHECK(fused::cpu_attention_kernel_supports(q4096x64, q4096x64, q4096x64) == avx2);
     CHECK(!fused::cpu_attention_takes_kernel(q4096x64, q4096x64, q4096x64));
-    CHECK(at::equal(layer.forward(q4096x64, q4096x64, q4096x64),
+    CHECK(at::equal(layer.forward(q4096x64, q4096x64, q4096x64, {}),
                     at::scaled_dot_product_attention(q4096x64, q4096x64, q4096x64, {}, 0.0, true)));
   }
   SUBCASE("the kernel refuses what it cannot run, saying what it got") {

@@ -18,7 +18,7 @@ namespace fused = titan::fused;
 
 constexpr double kTolerance = 1e-5;  // relative to the reference's largest magnitude
 
-void check_close(const at::Tensor& actual, const at::Tensor& expected, const std::string& what) {
+void check_linear_close(const at::Tensor& actual, const at::Tensor& expected, const std::string& what) {
   titan::test::check_close_to_reference(actual, expected, kTolerance, what);
 }
 
@@ -41,9 +41,9 @@ TEST_CASE("fused_kernels cpu linear: a @ b^T equals at::mm for contiguous and tr
   for (auto [m, k, n] : {std::tuple<int64_t, int64_t, int64_t>{64, 32, 48}, {5, 37, 3}, {1, 8, 1}, {300, 256, 129}}) {
     at::Tensor a = at::randn({m, k}), b = at::randn({n, k});
     std::string shape = std::to_string(m) + "x" + std::to_string(k) + "x" + std::to_string(n);
-    check_close(titan::matmul_nt(a, b), at::mm(a, b.t()), shape);
+    check_linear_close(titan::matmul_nt(a, b), at::mm(a, b.t()), shape);
     at::Tensor a_view = at::randn({k, m}).t(), b_view = at::randn({k, n}).t();  // strides (1, m), (1, n)
-    check_close(titan::matmul_nt(a_view, b_view), at::mm(a_view, b_view.t()), shape + " transposed views");
+    check_linear_close(titan::matmul_nt(a_view, b_view), at::mm(a_view, b_view.t()), shape + " transposed views");
   }
 }
 
@@ -62,10 +62,10 @@ TEST_CASE("fused_kernels cpu linear: forward and backward equal at::linear on 2-
     y_ref.backward(grad);
     y.backward(grad);
     const std::string name = std::to_string(sizes.size()) + "-D input";
-    check_close(y, y_ref, name + " y");
-    check_close(x_fused.grad(), x_ref.grad(), name + " grad_input");
+    check_linear_close(y, y_ref, name + " y");
+    check_linear_close(x_fused.grad(), x_ref.grad(), name + " grad_input");
     // The wrapper keeps the inner layer's parameter under its name.
-    check_close(layer->named_parameters()["weight"].grad(), reference->weight.grad(), name + " grad_weight");
+    check_linear_close(layer->named_parameters()["weight"].grad(), reference->weight.grad(), name + " grad_weight");
   }
 }
 
@@ -78,12 +78,12 @@ TEST_CASE("fused_kernels cpu linear: a frozen weight, an input without grad, gra
     at::NoGradGuard no_grad;
     at::Tensor y = layer->forward(x);
     CHECK_FALSE(y.requires_grad());
-    check_close(y, at::linear(x, weight), "grad mode off");
+    check_linear_close(y, at::linear(x, weight), "grad mode off");
   }
   // Only the weight wants a gradient: the input's product is skipped.
   at::Tensor y = layer->forward(x);
   y.sum().backward();
-  check_close(layer->named_parameters()["weight"].grad(), at::ones({3, 6}).t().mm(x), "weight grad alone");
+  check_linear_close(layer->named_parameters()["weight"].grad(), at::ones({3, 6}).t().mm(x), "weight grad alone");
 
   auto meta = std::make_shared<fused::CpuLinear>(std::make_shared<titan::Linear>(4, 6, at::kMeta));
   at::Tensor meta_out = meta->forward(at::empty({2, 5, 4}, at::kMeta));

@@ -91,6 +91,61 @@ class Llama3(ref.Transformer):
         return self.output(self.norm(h))
 
 
+def document_positions(tokens, bos_id, eos_id):
+    """Each token's position within its document: a document starts at a row's first token, at BOS, after EOS."""
+    positions = torch.zeros_like(tokens)
+    rows, seq = tokens.shape
+    for r in range(rows):
+        for i in range(1, seq):
+            starts = tokens[r, i] == bos_id or tokens[r, i - 1] == eos_id
+            positions[r, i] = 0 if starts else positions[r, i - 1] + 1
+    return positions
+
+
+class BlockCausalLlama3(Llama3):
+    """Llama3 with an explicit document mask: a token sees only earlier tokens of its own document, and its
+    rotary position counts from its document's start (TorchTitan's attn_mask_type: block_causal)."""
+
+    def __init__(self, config, bos_id, eos_id):
+        super().__init__(config)
+        self.bos_id, self.eos_id = bos_id, eos_id
+
+    def forward(self, tokens):
+        positions = document_positions(tokens, self.bos_id, self.eos_id)
+        documents = (positions == 0).cumsum(1)
+        seq = tokens.shape[1]
+        earlier = torch.ones(seq, seq, dtype=torch.bool).tril()
+        mask = (documents[:, :, None] == documents[:, None, :]) & earlier  # [batch, query, key]
+        cos, sin = self.cos[positions], self.sin[positions]  # [batch, seq, head_dim / 2]
+        h = self.tok_embeddings(tokens)
+        for layer in self.layers:
+            h = masked_block(layer, h, cos, sin, mask)
+        return self.output(self.norm(h))
+
+
+def masked_block(block, x, cos, sin, mask):
+    """ref.Block.forward with per-row rotary tables and an explicit mask in the attention's softmax."""
+    b, s, _ = x.shape
+
+    def rope(t):
+        pairs = t.float().reshape(b, s, t.shape[2], -1, 2)
+        even, odd = pairs[..., 0], pairs[..., 1]
+        c, n = cos.view(b, s, 1, -1), sin.view(b, s, 1, -1)
+        return torch.stack((even * c - odd * n, even * n + odd * c), -1).flatten(3).type_as(t)
+
+    h = block.attention_norm(x)
+    q = rope(block.wq(h).view(b, s, -1, block.head_dim)).transpose(1, 2)
+    k = rope(block.wk(h).view(b, s, -1, block.head_dim)).transpose(1, 2)
+    v = block.wv(h).view(b, s, -1, block.head_dim).transpose(1, 2)
+    groups = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(groups, 1), v.repeat_interleave(groups, 1)
+    scores = (q @ k.transpose(-2, -1)) / math.sqrt(block.head_dim)
+    weights = scores.masked_fill(~mask[:, None], float("-inf")).softmax(-1)
+    x = x + block.wo((weights @ v).transpose(1, 2).reshape(b, s, -1))
+    h = block.ffn_norm(x)
+    return x + block.w2(F.silu(block.w1(h)) * block.w3(h))
+
+
 def hf_to_reference(hf, config):
     """HF names and q/k row order -> the reference's (Meta's interleaved rotary pairs)."""
     def unpermute(w, heads):  # inverse of convert_llama_weights_to_hf.py's permute
@@ -175,6 +230,8 @@ def main():
                    help="torch.compile each Transformer block, as TorchTitan's compile.enable does")
     p.add_argument("--timing-warmup", type=int, default=0, help="steps left out of tokens_per_sec")
     p.add_argument("--titan-final", help="Titan's debug.save_final_model file, to compare the final parameters")
+    p.add_argument("--block-causal", nargs=2, type=int, metavar=("BOS_ID", "EOS_ID"),
+                   help="attention masked by document (documents begin at BOS and after EOS)")
     args = p.parse_args()
 
     torch.set_num_threads(args.threads)
@@ -182,7 +239,7 @@ def main():
     hf = {}
     for path in sorted(args.hf.glob("*.safetensors")):
         hf.update(read_safetensors(path))
-    model = Llama3(config)
+    model = BlockCausalLlama3(config, *args.block_causal) if args.block_causal else Llama3(config)
     model.load_state_dict(hf_to_reference(hf, config), strict=True)
     model.train()
     if args.compile_blocks:

@@ -19,12 +19,17 @@ inline const char* torch_version_string() { return TORCH_VERSION; }
 namespace compat {
 
 // Causal scaled-dot-product attention on [batch, heads, seq, head_dim]
-// tensors; kv heads may be fewer than q heads (GQA).
-at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v);
+// tensors; kv heads may be fewer than q heads (GQA). With `documents`
+// ([batch, seq] int64, each token's document: document_ids() in
+// layers.hpp) a query sees only earlier keys of its own document
+// (block-causal).
+at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                            const at::Tensor& documents = at::Tensor());
 // The same on equal head counts, also returning the attention weights
 // (softmax probabilities [batch, heads, seq, seq]) a replaying backward needs.
 std::pair<at::Tensor, at::Tensor> causal_attention_with_weights(const at::Tensor& q, const at::Tensor& k,
-                                                                const at::Tensor& v);
+                                                                const at::Tensor& v,
+                                                                const at::Tensor& documents = at::Tensor());
 
 // Gives a tensor (e.g. a parameter built on the meta device) fresh,
 // uninitialized storage on `device` in place, keeping its identity and

@@ -15,7 +15,8 @@
 // (a plugin may swap one by path, or drop tok_embeddings / norm / output as a
 // pipeline stage does: a stage without tok_embeddings takes hidden states);
 // positions() (context parallelism) pick the rotary rows of this rank's
-// piece of the sequence.
+// piece of the sequence; document positions (CausalLM::run) restart them at
+// each document and make attention block-causal.
 #pragma once
 #include <torch/nn/module.h>
 #include <torch/nn/modules/container/moduledict.h>
@@ -33,11 +34,21 @@ namespace titan {
 struct MoEOptions;
 class Rotary;
 
+// What each block's attention takes of this forward's sequence: the rotary
+// rows of its tokens (cos, sin: [seq, rope_dim / 2], or [batch, seq,
+// rope_dim / 2] when each document starts at position 0) and, for
+// block-causal attention, the documents of the whole sequence (undefined:
+// causal; AttentionCore::forward says how a core reads them).
+struct AttentionContext {
+  at::Tensor cos, sin;
+  at::Tensor documents;
+};
+
 // A block's attention: the normalized hidden states and this forward's
-// rotary rows (cos, sin [seq, rope_dim / 2]) in, the block's update out.
+// AttentionContext in, the block's update out.
 class DecoderAttention : public torch::nn::Module {
  public:
-  virtual at::Tensor forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) = 0;
+  virtual at::Tensor forward(const at::Tensor& x, const AttentionContext& context) = 0;
 };
 
 // Grouped-query attention (Llama 3's; with q/k norms, Qwen3's): the
@@ -53,7 +64,7 @@ class GroupedQueryAttention : public DecoderAttention {
     double qk_norm_eps = 0;  // > 0: q_norm and k_norm with this eps
   };
   GroupedQueryAttention(const Shape& shape, std::shared_ptr<Rotary> rope, const at::TensorOptions& options);
-  at::Tensor forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) override;
+  at::Tensor forward(const at::Tensor& x, const AttentionContext& context) override;
 
  private:
   std::string model_;
@@ -73,7 +84,7 @@ class DecoderBlock : public torch::nn::Module {
   static std::shared_ptr<DecoderBlock> make(int64_t layer_id, std::shared_ptr<DecoderAttention> attention,
                                             int64_t dim, double norm_eps, int64_t hidden_dim, const MoEOptions* moe,
                                             const at::TensorOptions& options);
-  at::Tensor forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
+  at::Tensor forward(const at::Tensor& x, const AttentionContext& context);
   const int64_t layer_id;
 
  private:
@@ -103,7 +114,10 @@ class Decoder : public CausalLM {
   // computed and the parameters hold undefined values until init_weights().
   Decoder(DecoderShape shape, const c10::Device& device, const BlockFactory& make_block, RopeTables rope_tables);
 
+  // With document positions (CausalLM::run), rotary rows by position
+  // within the document and block-causal attention.
   at::Tensor forward(const at::Tensor& tokens) override;
+  bool supports_documents() const override { return true; }
   int64_t num_blocks() const override;
   std::shared_ptr<torch::nn::Module> block(int64_t index) override;
   // The rotary tables (a model with more buffers, e.g. MoE routers', adds its own).

@@ -43,23 +43,42 @@ class RMSNorm : public Layer {
   double eps;
 };
 
+// Each token's document ([batch, seq] int64: how many documents started at
+// or before it in its row) from its position within its document (0 where
+// one starts), as CausalLM::run receives them.
+at::Tensor document_ids(const at::Tensor& document_positions);
+
 // Causal attention of q [batch, heads, seq, head_dim] over k, v [batch,
 // kv_heads, seq, head_dim] (grouped-query when kv_heads < heads): the core
 // a model calls as `sdpa`, which context parallelism or selective
-// checkpointing may replace.
+// checkpointing may replace. `documents` (undefined: causal) are the
+// document ids of the whole sequence ([batch, whole seq], document_ids()):
+// a query then sees only earlier keys of its own document. A core that
+// holds a piece of the sequence (context parallelism) finds its tokens'
+// documents there by their global positions.
 class AttentionCore : public torch::nn::Module {
  public:
   ~AttentionCore() override;
-  virtual at::Tensor forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v);
+  virtual at::Tensor forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                             const at::Tensor& documents);
 };
 
 // Rotary position embedding of x [batch, seq, heads, head_dim] by the first
-// seq rows of cos/sin [>= seq, head_dim / 2], rotating interleaved pairs
+// seq rows of cos/sin [>= seq, head_dim / 2], or, with documents, by each
+// row's own cos/sin [batch, seq, head_dim / 2], rotating interleaved pairs
 // (x[2i], x[2i+1]) in fp32 (Meta's layout): a seam fused kernels replace.
 class Rotary : public torch::nn::Module {
  public:
   ~Rotary() override;
   virtual at::Tensor forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
+  // cos or sin as fp32 [1 or batch, seq, 1, half], to broadcast over x's heads.
+  static at::Tensor rows_for(const at::Tensor& table, const at::Tensor& x);
+
+ protected:
+  // forward() of [batch, seq, half] tables through [seq, half] ones: x's
+  // tokens as one row, each with its own table row (the rotation is per
+  // token), for a kernel that takes one table for every row.
+  at::Tensor forward_by_token(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
 };
 
 // silu(gate) * up, the elementwise part of a SwiGLU feed-forward: a seam

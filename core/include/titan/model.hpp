@@ -81,7 +81,18 @@ class CausalLM : public torch::nn::Module {
 
   // The trainer's entry point: forward() inside the model-level wrappers
   // (e.g. FSDP's root unit gathers the embeddings and output around it).
-  at::Tensor run(const at::Tensor& tokens);
+  // `document_positions` ([batch, seq] int64 on the tokens' device, each
+  // token's position within its document, 0 where one starts; undefined:
+  // one document a row) asks for block-causal attention over the whole
+  // sequence's documents (model.attn_mask_type: block_causal): forward()
+  // reads it through document_positions() while this call runs. On a later
+  // pipeline stage `tokens` are hidden states and the positions still the
+  // microbatch's.
+  at::Tensor run(const at::Tensor& tokens, const at::Tensor& document_positions = at::Tensor());
+  // Whether forward() honours document_positions (block-causal attention
+  // and rotary positions by document); the trainer refuses block_causal
+  // for a model that does not.
+  virtual bool supports_documents() const { return false; }
 
   // Wrappers compose like middleware: the last added runs outermost.
   void add_block_wrapper(BlockWrapper wrapper) { wrappers_.push_back(std::move(wrapper)); }
@@ -127,6 +138,8 @@ class CausalLM : public torch::nn::Module {
 
  protected:
   at::Tensor run_block(int64_t index, const at::Tensor& hidden, const BlockBody& body) const;
+  // The document positions of the run() in progress (undefined: causal).
+  const at::Tensor& document_positions() const { return document_positions_; }
 
  private:
   BlockBody wrapped_body(int64_t index, size_t depth, const BlockBody& body) const;
@@ -140,6 +153,7 @@ class CausalLM : public torch::nn::Module {
   LossFn loss_ = cross_entropy_loss;
   std::string logits_vocab_sharded_over_;
   PositionsFn positions_;
+  at::Tensor document_positions_;
 };
 
 // Allocates every parameter and buffer still on the meta device on `device`,

@@ -40,7 +40,9 @@ namespace titan {
 // 13: CausalLM step hooks (StepHook, StepHookContext, add_step_hook, virtual step_hooks) and add_moe_step_hook
 //     (MoE's load balancing and expert biases leave the trainer); TrainingConfig::cuda_graph is an enum (auto)
 // 14: PluginRegistrar::plan_entry (a plugin writes its own entry of the configs titan plan writes)
-constexpr int kPluginAbiVersion = 14;
+// 15: block-causal attention: AttentionCore::forward and DecoderAttention::forward take the documents
+//     (AttentionContext), CausalLM::run takes document positions, Microbatch::document_positions
+constexpr int kPluginAbiVersion = 15;
 
 // The kinds a plugin registers one factory of: name, interface, PluginKind
 // bit. The enum below (kind_model, ...), the registrar's methods (model(),

@@ -15,6 +15,9 @@ namespace titan {
 struct Microbatch {
   at::Tensor inputs;  // [batch, seq] int64
   at::Tensor labels;  // [batch, seq] int64
+  // Each input token's position within its document ([batch, seq] int64);
+  // undefined unless model.attn_mask_type is block_causal (CausalLM::run).
+  at::Tensor document_positions;
 };
 
 class Schedule {

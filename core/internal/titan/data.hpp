@@ -11,6 +11,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include "titan/schedule.hpp"
 #include "titan/tokenizer.hpp"
 
 namespace titan {
@@ -54,5 +55,25 @@ class TokenWindowLoader {
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
+
+// Where documents begin in a token stream: at a BOS token and after an EOS
+// token (a stream of text sources is [BOS] doc [EOS] ...; pre-tokenized
+// shards separate documents by either).
+struct DocumentBoundaries {
+  int64_t bos_id = -1;
+  int64_t eos_id = -1;
+};
+
+// Each token's position within its document ([batch, seq] int64): 0 at the
+// row's first token (a window may start inside a document; its positions
+// count from there) and at each document start, else one more than the
+// token before.
+at::Tensor document_positions(const at::Tensor& inputs, const DocumentBoundaries& boundaries);
+
+// A microbatch from loaded windows [batch, seq + 1] (host memory): inputs
+// and labels moved to `device`, and with `boundaries` (block-causal
+// attention) the inputs' document positions, found on the host.
+Microbatch microbatch_of(const at::Tensor& windows, const c10::Device& device,
+                         const std::optional<DocumentBoundaries>& boundaries);
 
 }  // namespace titan

@@ -1,7 +1,8 @@
 // The core sections of a run's YAML, with TorchTitan's knob names. Plugin
 // sections (model, optimizer, lr_scheduler, checkpoint, plugins[*]) are
-// read by the plugins themselves, except model.tokenizer_path: the
-// tokenizer, not the model, decides the vocabulary.
+// read by the plugins themselves, except model.tokenizer_path (the
+// tokenizer, not the model, decides the vocabulary) and
+// model.attn_mask_type (the data decides where documents begin).
 #pragma once
 #include <cstdint>
 #include <string>
@@ -114,6 +115,9 @@ struct CoreConfig {
   CommConfig comm;
   DebugConfig debug;
   std::string tokenizer_path;
+  // model.attn_mask_type (TorchTitan's knob): a query sees every earlier
+  // token of its window, or only those of its own document.
+  bool block_causal = false;
 };
 
 // Reads the core sections (and model.tokenizer_path), validating values.

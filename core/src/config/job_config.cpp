@@ -177,6 +177,11 @@ CoreConfig read_core_config(const ConfigNode& root) {
 
   config.tokenizer_path = root.child("model").get<std::string>(
       "tokenizer_path", "assets/tokenizer/stories_bpe.json", "tokenizer file (tiktoken, tokenizer.json, or 'bytes')");
+  config.block_causal =
+      root.child("model").choice("attn_mask_type", "causal", {"causal", "block_causal"},
+                                 "causal: a token attends to every earlier token of its window; block_causal: only to "
+                                 "those of its own document (documents begin at BOS and after EOS), its rotary "
+                                 "positions restarting at each document") == "block_causal";
   return config;
 }
 

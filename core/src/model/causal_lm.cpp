@@ -26,7 +26,13 @@ BlockBody CausalLM::wrapped_body(int64_t index, size_t depth, const BlockBody& b
   return [this, depth, index, inner](const at::Tensor& x) { return wrappers_[depth - 1](index, x, inner); };
 }
 
-at::Tensor CausalLM::run(const at::Tensor& tokens) {
+at::Tensor CausalLM::run(const at::Tensor& tokens, const at::Tensor& document_positions) {
+  // Held for this call only: each microbatch (and pipeline stage) brings its own.
+  struct Held {
+    at::Tensor& slot;
+    ~Held() { slot = at::Tensor(); }
+  } held{document_positions_};
+  document_positions_ = document_positions;
   std::function<at::Tensor(size_t, const at::Tensor&)> call = [&](size_t depth, const at::Tensor& t) {
     if (depth == 0) return forward(t);
     ForwardBody inner = [&, depth](const at::Tensor& x) { return call(depth - 1, x); };

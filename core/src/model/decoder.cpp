@@ -5,6 +5,7 @@
 #include <torch/torch.h>
 
 #include <cmath>
+#include <optional>
 
 #include "titan/error.hpp"
 #include "titan/feed_forward.hpp"
@@ -30,7 +31,7 @@ GroupedQueryAttention::GroupedQueryAttention(const Shape& shape, std::shared_ptr
   register_module("sdpa", std::make_shared<AttentionCore>());
 }
 
-at::Tensor GroupedQueryAttention::forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
+at::Tensor GroupedQueryAttention::forward(const at::Tensor& x, const AttentionContext& context) {
   // Under tensor parallelism the widths are n_heads / tp and n_kv_heads /
   // tp; the sequence is the projections' too (sequence parallelism gathers
   // it before wq/wk/wv).
@@ -47,11 +48,11 @@ at::Tensor GroupedQueryAttention::forward(const at::Tensor& x, const at::Tensor&
   }
   auto rope = std::dynamic_pointer_cast<Rotary>(find_module(*this, "rope"));
   if (!rope) throw Error(model_ + ": rotary embedding 'rope' is missing or not a titan::Rotary");
-  q = rope->forward(q, cos, sin);
-  k = rope->forward(k, cos, sin);
+  q = rope->forward(q, context.cos, context.sin);
+  k = rope->forward(k, context.cos, context.sin);
   auto core = std::dynamic_pointer_cast<AttentionCore>(find_module(*this, "sdpa"));
   if (!core) throw Error(model_ + ": attention core 'sdpa' is missing or not a titan::AttentionCore");
-  at::Tensor out = core->forward(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2));
+  at::Tensor out = core->forward(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), context.documents);
   out = out.transpose(1, 2).contiguous().view({batch, seq, -1});
   return child_layer(*this, "wo")->forward(out);
 }
@@ -78,12 +79,12 @@ std::shared_ptr<DecoderBlock> DecoderBlock::make(int64_t layer_id, std::shared_p
                                         std::make_shared<FeedForward>(dim, hidden_dim, options), dim, norm_eps, options);
 }
 
-at::Tensor DecoderBlock::forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
+at::Tensor DecoderBlock::forward(const at::Tensor& x, const AttentionContext& context) {
   auto attention = std::dynamic_pointer_cast<DecoderAttention>(find_module(*this, "attention"));
   if (!attention) {
     throw Error("layers." + std::to_string(layer_id) + ".attention is missing or not a titan::DecoderAttention");
   }
-  at::Tensor h = x + attention->forward(child_layer(*this, "attention_norm")->forward(x), cos, sin);
+  at::Tensor h = x + attention->forward(child_layer(*this, "attention_norm")->forward(x), context);
   return h + child_layer(*this, ffn_name_)->forward(child_layer(*this, "ffn_norm")->forward(h));
 }
 
@@ -127,22 +128,32 @@ at::Tensor Decoder::forward(const at::Tensor& tokens) {
     throw Error(shape_.model + ": position " + std::to_string(last) + " is past the rotary tables (max_seq_len " +
                 std::to_string(freqs_cos_.size(0)) + "); raise model.max_seq_len" + shape_.rope_note);
   }
-  at::Tensor cos, sin;
-  if (has_positions()) {
+  AttentionContext context;
+  // Rows of the whole sequence this forward's tokens are (context
+  // parallelism's piece of it), in host memory.
+  const std::optional<at::Tensor> rows = has_positions() ? std::optional(positions(seq)) : std::nullopt;
+  if (const at::Tensor& by_document = document_positions(); by_document.defined()) {
+    // Each row's tokens by their position within their document.
+    at::Tensor mine = rows ? by_document.index_select(1, rows->to(by_document.device())) : by_document;
+    at::Tensor flat = mine.reshape({-1}).to(freqs_cos_.device());
+    context.cos = freqs_cos_.index_select(0, flat).view({mine.size(0), mine.size(1), -1});
+    context.sin = freqs_sin_.index_select(0, flat).view({mine.size(0), mine.size(1), -1});
+    context.documents = document_ids(by_document);
+  } else if (rows) {
     // A piece of a longer sequence (context parallelism): its global rows.
-    at::Tensor rows = positions(seq).to(freqs_cos_.device());
-    cos = freqs_cos_.index_select(0, rows);
-    sin = freqs_sin_.index_select(0, rows);
+    at::Tensor global = rows->to(freqs_cos_.device());
+    context.cos = freqs_cos_.index_select(0, global);
+    context.sin = freqs_sin_.index_select(0, global);
   } else {
-    cos = freqs_cos_.narrow(0, 0, seq);
-    sin = freqs_sin_.narrow(0, 0, seq);
+    context.cos = freqs_cos_.narrow(0, 0, seq);
+    context.sin = freqs_sin_.narrow(0, 0, seq);
   }
   auto blocks = layers_->named_children();
   for (size_t i = 0; i < blocks.size(); ++i) {
     auto block = std::dynamic_pointer_cast<DecoderBlock>(blocks[i].value());
     if (!block) throw Error(shape_.model + ": layers." + blocks[i].key() + " is not a titan::DecoderBlock");
     // By value: activation checkpointing runs the body again in backward.
-    h = run_block(static_cast<int64_t>(i), h, [block, cos, sin](const at::Tensor& x) { return block->forward(x, cos, sin); });
+    h = run_block(static_cast<int64_t>(i), h, [block, context](const at::Tensor& x) { return block->forward(x, context); });
   }
   if (auto norm = find_child_layer(*this, "norm")) h = norm->forward(h);
   if (auto output = find_child_layer(*this, "output")) h = output->forward(h);

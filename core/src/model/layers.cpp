@@ -36,19 +36,36 @@ at::Tensor RMSNorm::forward(const at::Tensor& input) {
 
 AttentionCore::~AttentionCore() = default;
 
-at::Tensor AttentionCore::forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
-  return compat::causal_attention(q, k, v);
+at::Tensor document_ids(const at::Tensor& document_positions) {
+  return document_positions.eq(0).cumsum(1);
+}
+
+at::Tensor AttentionCore::forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                  const at::Tensor& documents) {
+  return compat::causal_attention(q, k, v, documents);
 }
 
 Rotary::~Rotary() = default;
+
+at::Tensor Rotary::forward_by_token(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
+  const int64_t half = cos.size(-1);
+  return forward(x.reshape({1, -1, x.size(2), x.size(3)}), cos.reshape({-1, half}), sin.reshape({-1, half}))
+      .view(x.sizes());
+}
+
+at::Tensor Rotary::rows_for(const at::Tensor& table, const at::Tensor& x) {
+  const int64_t seq = x.size(1), half = table.size(-1);
+  // [batch, seq, half] tables: each row's tokens by their own positions.
+  if (table.dim() == 3) return table.to(at::kFloat).view({x.size(0), seq, 1, half});
+  return table.narrow(0, 0, seq).to(at::kFloat).view({1, seq, 1, half});
+}
 
 at::Tensor Rotary::forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
   // Same fp32 steps as TorchTitan's apply_rotary_emb (complex multiply of pairs).
   int64_t seq = x.size(1), half = x.size(3) / 2;
   at::Tensor pairs = x.to(at::kFloat).reshape({x.size(0), seq, x.size(2), half, 2});
   at::Tensor even = pairs.select(-1, 0), odd = pairs.select(-1, 1);
-  at::Tensor c = cos.narrow(0, 0, seq).to(at::kFloat).view({1, seq, 1, half});
-  at::Tensor s = sin.narrow(0, 0, seq).to(at::kFloat).view({1, seq, 1, half});
+  at::Tensor c = rows_for(cos, x), s = rows_for(sin, x);
   at::Tensor rotated = at::stack({even * c - odd * s, even * s + odd * c}, -1);
   return rotated.flatten(3).to(x.scalar_type());
 }

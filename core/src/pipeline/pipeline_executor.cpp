@@ -62,6 +62,7 @@ struct PipelineExecutor::Slot {
 
 struct PipelineExecutor::Run {
   std::vector<at::Tensor> inputs, labels;  // per microbatch
+  std::vector<at::Tensor> document_positions;  // per microbatch; empty: causal
   double scale = 1;
   bool last_batch = true;
   bool forward_only = false;  // evaluate(): no gradients, the lists' forwards only
@@ -117,6 +118,7 @@ void PipelineExecutor::split(Run& run, const Microbatch& batch, int64_t batches)
   }
   run.inputs = batch.inputs.chunk(microbatches, 0);
   run.labels = batch.labels.chunk(microbatches, 0);
+  if (batch.document_positions.defined()) run.document_positions = batch.document_positions.chunk(microbatches, 0);
   run.scale = 1.0 / static_cast<double>(microbatches * batches);
   run.weight_passes.assign(parts_.size(), 0);
   // On the batch's device: the loss stays there until a log step reads it.
@@ -226,7 +228,9 @@ void PipelineExecutor::run_action(Run& run, const Action& action, size_t positio
         }
         input = slot.input;
       }
-      at::Tensor out = part.run(input);
+      // Every stage's attention needs the microbatch's documents.
+      at::Tensor out = part.run(input, run.document_positions.empty() ? at::Tensor()
+                                                                      : run.document_positions.at(static_cast<size_t>(m)));
       if (s == last_stage) {
         slot.target = part.loss()(out, run.labels.at(static_cast<size_t>(m))) * run.scale;
         run.loss_sum += slot.target.detach().to(at::kDouble).reshape({1});

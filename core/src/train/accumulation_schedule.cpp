@@ -20,7 +20,7 @@ at::Tensor AccumulationSchedule::forward_backward(CausalLM& model, const std::ve
       ProfileRange range("forward");
       std::optional<compat::AutocastScope> autocast;
       if (autocast_) autocast.emplace(autocast_->first, autocast_->second);
-      at::Tensor logits = model.run(microbatch.inputs);
+      at::Tensor logits = model.run(microbatch.inputs, microbatch.document_positions);
       value = loss(logits, microbatch.labels) * scale;
     }
     {

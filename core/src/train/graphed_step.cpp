@@ -48,7 +48,9 @@ at::Tensor GraphedStep::run(const std::vector<Microbatch>& microbatches, const F
 
 void GraphedStep::capture(const std::vector<Microbatch>& microbatches, const ForwardBackward& forward_backward) {
   for (const auto& microbatch : microbatches) {
-    static_microbatches_.push_back({microbatch.inputs.clone(), microbatch.labels.clone()});
+    at::Tensor documents = microbatch.document_positions;
+    static_microbatches_.push_back(
+        {microbatch.inputs.clone(), microbatch.labels.clone(), documents.defined() ? documents.clone() : documents});
   }
   for (auto& param : parameters_) {
     if (param.grad().defined()) {
@@ -87,6 +89,9 @@ void GraphedStep::copy_into_static(const std::vector<Microbatch>& microbatches) 
     }
     into.inputs.copy_(microbatches[i].inputs, /*non_blocking=*/true);
     into.labels.copy_(microbatches[i].labels, /*non_blocking=*/true);
+    if (into.document_positions.defined()) {
+      into.document_positions.copy_(microbatches[i].document_positions, /*non_blocking=*/true);
+    }
   }
 }
 

@@ -96,11 +96,9 @@ std::vector<Microbatch> TrainingRun::next_microbatches() {
   const TrainingConfig& training = plan.core.training;
   std::vector<Microbatch> microbatches;
   for (int64_t i = 0; i < accumulation_; ++i) {
-    at::Tensor windows = loader ? loader->next_batch(training.local_batch_size).to(device)
-                                : at::zeros({training.local_batch_size, training.seq_len + 1},
-                                            at::TensorOptions().dtype(at::kLong).device(device));  // the dry run
-    const int64_t length = windows.size(1) - 1;
-    microbatches.push_back({windows.narrow(1, 0, length), windows.narrow(1, 1, length)});
+    at::Tensor windows = loader ? loader->next_batch(training.local_batch_size)
+                                : at::zeros({training.local_batch_size, training.seq_len + 1}, at::kLong);  // the dry run
+    microbatches.push_back(microbatch_of(windows, device, documents_));
   }
   return microbatches;
 }

@@ -115,6 +115,7 @@ TrainingRun::TrainingRun(RunPlan& plan_, const World& world_, const RunSeams& se
 
   auto tokenizer = std::shared_ptr<const Tokenizer>(load_tokenizer(resolve_asset(core.tokenizer_path)));
   plan.model->set_vocab_size(tokenizer->vocab_size());
+  if (core.block_causal) documents_ = DocumentBoundaries{tokenizer->bos_id(), tokenizer->eos_id()};
   const std::string data = training.dataset_path.empty() ? training.dataset : resolve_asset(training.dataset_path);
 
   profiler = std::make_unique<StepProfiler>(core.profiling, core.job.dump_folder, world.rank, device.is_cuda());
@@ -132,7 +133,7 @@ TrainingRun::TrainingRun(RunPlan& plan_, const World& world_, const RunSeams& se
 
   build_model();
   if (core.validation.enable) {
-    validator = std::make_unique<Validator>(core.validation, tokenizer, *parallel, device, pipeline.get());
+    validator = std::make_unique<Validator>(core.validation, tokenizer, documents_, *parallel, device, pipeline.get());
   }
   if (core.debug.exit_after_init) return;
   build_optimizer_and_schedule();
@@ -216,6 +217,7 @@ void TrainingRun::build_dry_run() {
     plan.model->set_vocab_size(load_tokenizer(resolve_asset(core.tokenizer_path))->vocab_size());
   } catch (const Error&) {  // the flavor's own vocabulary, as `titan config check` does
   }
+  if (core.block_causal) documents_ = DocumentBoundaries{};  // zeros for tokens: one document a row
   parallel = std::make_unique<ParallelSetup>(world, plan, *observer);
   accumulation_ = accumulation_steps(core.training, parallel->dp_degree());
   build_model();
@@ -264,6 +266,11 @@ void TrainingRun::build_model() {
   } else {
     model = titan::build_model(*plan.model, plan.parallelizers, plan.precision.get(), context);
     first_stage = model.get();
+  }
+  if (plan.core.block_causal && !first_stage->supports_documents()) {
+    throw Error("model.attn_mask_type: block_causal, but model " + plan.model_plugin +
+                " does not read document positions (CausalLM::supports_documents; titan::Decoder's models do); set "
+                "model.attn_mask_type: causal");
   }
   observer->attach(*first_stage);
   // Whether any stage has step hooks: every pp rank must agree before it

@@ -12,8 +12,14 @@
 namespace titan {
 
 Validator::Validator(const ValidationConfig& config, std::shared_ptr<const Tokenizer> tokenizer,
-                     const ParallelSetup& parallel, const c10::Device& device, PipelineExecutor* pipeline)
-    : config_(config), tokenizer_(std::move(tokenizer)), parallel_(parallel), device_(device), pipeline_(pipeline) {}
+                     std::optional<DocumentBoundaries> documents, const ParallelSetup& parallel,
+                     const c10::Device& device, PipelineExecutor* pipeline)
+    : config_(config),
+      tokenizer_(std::move(tokenizer)),
+      documents_(documents),
+      parallel_(parallel),
+      device_(device),
+      pipeline_(pipeline) {}
 
 // Every rank of the job votes, so that data-, context-, tensor- and
 // pipeline-parallel peers leave the loop at the same batch.
@@ -37,11 +43,10 @@ ValidationResult Validator::run(CausalLM& model) {
   at::Tensor total = at::zeros({}, at::TensorOptions(device_).dtype(at::kDouble));
   ValidationResult result;
   while (config_.steps < 0 ? all_ranks_continue(loader.epoch() == 0) : result.batches < config_.steps) {
-    at::Tensor windows = loader.next_batch(config_.local_batch_size).to(device_);
-    const int64_t length = windows.size(1) - 1;
-    at::Tensor inputs = windows.narrow(1, 0, length), labels = windows.narrow(1, 1, length);
+    const Microbatch batch = microbatch_of(loader.next_batch(config_.local_batch_size), device_, documents_);
     // Through the pipeline only the last stage's rank has a loss (0 elsewhere).
-    at::Tensor loss = pipeline_ ? pipeline_->evaluate({inputs, labels}) : model.loss()(model.run(inputs), labels);
+    at::Tensor loss = pipeline_ ? pipeline_->evaluate(batch)
+                                : model.loss()(model.run(batch.inputs, batch.document_positions), batch.labels);
     total += loss.detach().to(total.device(), at::kDouble);
     ++result.batches;
   }
