@@ -97,11 +97,21 @@ void CpParallelizer::parallelize(CausalLM& model, const ParallelizeContext& cont
   model.add_forward_wrapper([layout, rank](const at::Tensor& tokens, const ForwardBody& inner) {
     return inner(layout.shard(tokens, 1, rank));
   });
-  // Each rank's loss is the mean over its piece; the data-parallel plugin
-  // averages gradients over cp and the trainer the logged loss.
+  // The data-parallel plugin averages gradients over cp and the trainer the
+  // logged loss: each rank's loss is its piece's mean weighted by the
+  // piece's share of the sequence's labels that carry loss (-100, PyTorch's
+  // ignore_index: none) x cp, so the average is the whole sequence's mean
+  // however the ignored labels fall. (Without ignored labels the weight is
+  // exactly 1.)
   LossFn piece_loss = model.loss();
-  model.set_loss([piece_loss, layout, rank](const at::Tensor& logits, const at::Tensor& labels) {
-    return piece_loss(logits, layout.shard(labels, 1, rank));
+  model.set_loss([piece_loss, layout, rank, ranks](const at::Tensor& logits, const at::Tensor& labels) {
+    const at::Tensor piece = layout.shard(labels, 1, rank);
+    const at::Tensor carrying = piece.ne(-100).sum();
+    const at::Tensor share = carrying.to(at::kFloat) * static_cast<double>(ranks) /
+                             labels.ne(-100).sum().clamp_min(1).to(at::kFloat);
+    // A piece with none has a NaN mean (0 / 0): it adds nothing.
+    const at::Tensor mean = piece_loss(logits, piece);
+    return at::where(carrying > 0, mean * share, at::zeros_like(mean));
   });
   spdlog::info("context_parallel: {} attention cores -> {} over cp={} ({}{})", cores.size(),
                ulysses ? "Ulysses all-to-all" : "ring attention", ranks,

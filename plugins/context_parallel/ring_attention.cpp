@@ -119,12 +119,13 @@ struct QueryChunks {
   at::Tensor documents;  // of the whole sequence; undefined: causal
   c10::Device device;
 
-  QueryChunks(const RingSetup& ring, const at::Tensor& q, int rank, at::Tensor whole_documents)
+  // `whole_documents` empty: causal (autograd's apply takes no undefined tensor).
+  QueryChunks(const RingSetup& ring, const at::Tensor& q, int rank, const at::Tensor& whole_documents)
       : setup(ring),
         seq(q.size(2) * ring.comm->size()),
         positions(ring.layout.positions(seq, rank)),
         segments(segments_of(positions)),
-        documents(std::move(whole_documents)),
+        documents(whole_documents.numel() > 0 ? whole_documents : at::Tensor()),
         device(q.device()) {}
 
   // visit(i, rows, columns, mask) for every pair (query chunk i, a chunk of
@@ -323,7 +324,9 @@ at::Tensor RingAttention::forward(const at::Tensor& q, const at::Tensor& k, cons
     throw Error("context_parallel: " + std::to_string(q.size(1)) + " query heads do not group over " +
                 std::to_string(k.size(1)) + " key/value heads");
   }
-  return RingAttentionFunction::apply(q, k, v, documents, reinterpret_cast<int64_t>(setup_.get()));
+  const at::Tensor causal = at::empty({0}, q.options().dtype(at::kLong));
+  return RingAttentionFunction::apply(q, k, v, documents.defined() ? documents : causal,
+                                      reinterpret_cast<int64_t>(setup_.get()));
 }
 
 }  // namespace titan::context_parallel

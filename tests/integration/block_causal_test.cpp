@@ -7,8 +7,6 @@
 // documents change the run (block-causal is not causal on this data).
 #include "equivalence_runs.hpp"
 
-#include <fstream>
-
 namespace {
 
 namespace fs = std::filesystem;
@@ -20,28 +18,8 @@ using titan::test::RunOutput;
 // Four blocks: ZBVZeroBubble's two stages a rank on PP2 each get one.
 const std::string kModel = " --set model.dim=64 --set model.n_layers=4 --set model.n_heads=4";
 
-// 300 documents of 1 to 24 words: a window of 64 tokens holds several.
-fs::path write_documents() {
-  const fs::path path = titan::test::temp_dir("block_causal_data") / "documents.jsonl";
-  const char* words[] = {"the", "cat", "sat", "on", "a", "mat", "and", "then", "ran", "far", "away", "from",
-                         "home", "to", "find", "its", "friend", "who", "lived", "by", "river"};
-  std::ofstream out(path);
-  uint32_t state = 7;
-  for (int document = 0; document < 300; ++document) {
-    state = state * 1664525u + 1013904223u;
-    const int length = 1 + static_cast<int>(state >> 27) % 24;
-    std::string text;
-    for (int i = 0; i < length; ++i) {
-      state = state * 1664525u + 1013904223u;
-      text += std::string(i ? " " : "") + words[(state >> 24) % 21];
-    }
-    out << "{\"text\": \"" << text << ".\"}\n";
-  }
-  return path;
-}
-
 std::string block_causal(const std::string& more = "") {
-  static const fs::path documents = write_documents();
+  static const fs::path documents = titan::test::write_uneven_documents("block_causal_data");
   return kModel + " --set training.dataset_path=" + documents.string() + " --set model.attn_mask_type=block_causal" +
          more;
 }

@@ -21,8 +21,8 @@ TEST_CASE("titan-conformance: lr_schedules is finite, non-negative and determini
                  {"lr_schedule.finite_nonnegative", "lr_schedule.deterministic"});
 }
 
-TEST_CASE("titan-conformance: a reverse-order accumulation schedule equals one whole-batch pass, and forgetting 1/N "
-          "fails schedule.loss and schedule.grads") {
+TEST_CASE("titan-conformance: a reverse-order accumulation schedule equals one whole-batch pass; forgetting 1/N or "
+          "averaging the microbatch means fails schedule.loss and schedule.grads") {
   check_all_pass(conformance_json(test_plugin("reverse_accumulation")),
                  {"schedule.loss", "schedule.grads", "schedule.gradient_sync"});
   Report broken = conformance_json(test_plugin("unscaled_accumulation"));
@@ -32,6 +32,15 @@ TEST_CASE("titan-conformance: a reverse-order accumulation schedule equals one w
   CHECK(broken.results["schedule.grads"] == "fail");
   CHECK(broken.results["schedule.gradient_sync"] == "pass");
   CHECK(broken.output.find("conformance check failed: schedule.loss") != std::string::npos);
+  // Averaging the microbatch means is right only when every microbatch
+  // holds as many labels that carry loss: the check's first microbatch
+  // holds fewer.
+  Report mean_of_means = conformance_json(test_plugin("mean_of_means_accumulation"));
+  INFO(mean_of_means.output);
+  CHECK(mean_of_means.exit_code == 1);
+  CHECK(mean_of_means.results["schedule.loss"] == "fail");
+  CHECK(mean_of_means.results["schedule.grads"] == "fail");
+  CHECK(mean_of_means.results["schedule.gradient_sync"] == "pass");
 }
 
 TEST_CASE("titan-conformance: a bf16 policy stays within its honest loss tolerance, and one claiming 1e-9 fails "

@@ -8,6 +8,7 @@
 #include "test_support.hpp"
 
 #include <nlohmann/json.hpp>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -26,6 +27,27 @@ struct RunOutput {
   c10::Dict<std::string, at::Tensor> params;
 };
 
+// 300 short documents of 1 to 24 words as JSONL in a fresh folder `name`:
+// a window of 64 tokens holds several, of uneven lengths.
+inline std::filesystem::path write_uneven_documents(const std::string& name) {
+  const std::filesystem::path path = temp_dir(name) / "documents.jsonl";
+  const char* words[] = {"the", "cat", "sat", "on", "a", "mat", "and", "then", "ran", "far", "away", "from",
+                         "home", "to", "find", "its", "friend", "who", "lived", "by", "river"};
+  std::ofstream out(path);
+  uint32_t state = 7;
+  for (int document = 0; document < 300; ++document) {
+    state = state * 1664525u + 1013904223u;
+    const int length = 1 + static_cast<int>(state >> 27) % 24;
+    std::string text;
+    for (int i = 0; i < length; ++i) {
+      state = state * 1664525u + 1013904223u;
+      text += std::string(i ? " " : "") + words[(state >> 24) % 21];
+    }
+    out << "{\"text\": \"" << text << ".\"}\n";
+  }
+  return path;
+}
+
 inline std::string common_sets(const std::filesystem::path& dump) {
   return " --set training.steps=10 --set training.seq_len=64 --set training.threads=1"
          " --set lr_scheduler.warmup_steps=3 --set metrics.log_freq=1 --set job.dump_folder=" + dump.string() +
@@ -38,6 +60,7 @@ inline RunOutput read_run(const std::filesystem::path& dump) {
   std::istringstream lines(read_file(dump / "metrics.jsonl"));
   for (std::string line; std::getline(lines, line);) {
     auto record = nlohmann::json::parse(line);
+    if (!record.contains("loss_metrics/global_avg_loss")) continue;  // a validation pass's line
     out.losses.push_back(record["loss_metrics/global_avg_loss"].get<double>());
     out.max_losses.push_back(record["loss_metrics/global_max_loss"].get<double>());
     out.grad_norms.push_back(record["grad_norm"].get<double>());

@@ -16,6 +16,7 @@
 namespace {
 
 namespace fs = std::filesystem;
+using titan::test::relative;
 using titan::test::run_command;
 
 // The run both sides train, with every hyperparameter spelled out so that
@@ -72,7 +73,7 @@ constexpr uint16_t kBos = 1442, kEos = 1443;
 // follows from the one two places back. Ids below 97 (the shipped
 // tokenizer has 1444); raw uint16, little-endian, as Titan's *.u16 shards.
 // With `documents`, documents of 3 to 18 tokens, each [BOS] ... [EOS].
-void write_token_shard(const fs::path& path, int64_t count, bool documents = false) {
+void write_reference_shard(const fs::path& path, int64_t count, bool documents = false) {
   std::vector<uint16_t> ids(static_cast<size_t>(count));
   uint32_t state = 12345;
   int64_t left_in_document = 0;
@@ -111,8 +112,6 @@ nlohmann::json last_json_line(const std::string& output) {
   return nlohmann::json::parse(json);
 }
 
-double relative(double got, double expected) { return std::abs(got - expected) / std::abs(expected); }
-
 // Titan's run of `recipe` on `tokens` (with `sets`) and the script's replay
 // (with `script_args`) agree step by step and in the final parameters.
 void check_against_pytorch(const std::string& name, bool documents, const std::string& sets,
@@ -125,7 +124,7 @@ void check_against_pytorch(const std::string& name, bool documents, const std::s
   const Recipe recipe;
   const fs::path dir = titan::test::temp_dir(name);
   const fs::path tokens = dir / "tokens.u16", hf = dir / "initial_hf", run = dir / "run";
-  write_token_shard(tokens, std::max(recipe.steps, recipe.pretrain_steps) * recipe.batch * (recipe.seq + 1),
+  write_reference_shard(tokens, std::max(recipe.steps, recipe.pretrain_steps) * recipe.batch * (recipe.seq + 1),
                     documents);
 
   // The starting weights: Titan's init trained pretrain_steps, the last

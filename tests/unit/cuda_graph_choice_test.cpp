@@ -37,13 +37,13 @@ TEST_CASE("training.cuda_graph: auto captures a one-rank CUDA run and nothing on
   CHECK((off.training.cuda_graph == CudaGraph::off));
 }
 
-TEST_CASE("training.cuda_graph: auto runs a pipeline, a multi-rank run, an MoE model and a device mesh of one rank "
-          "eagerly with the reason; true refuses them with it") {
+TEST_CASE("training.cuda_graph: auto runs a pipeline, a multi-rank run, an MoE model, a device mesh of one rank and "
+          "varying loss weights eagerly with the reason; true refuses them with it") {
   struct Refused {
     CudaGraphFacts facts;
     std::string reason;
   };
-  std::vector<Refused> cases(4, {cuda_run(), ""});
+  std::vector<Refused> cases(5, {cuda_run(), ""});
   cases[0].facts.pipeline = true;
   cases[0].reason = "the pipeline's schedule runs from the host action by action";
   cases[1].facts.world_size = 4;
@@ -52,6 +52,9 @@ TEST_CASE("training.cuda_graph: auto runs a pipeline, a multi-rank run, an MoE m
   cases[2].reason = cases[2].facts.host_driven;  // a model step hook's (add_moe_step_hook)
   cases[3].facts.collectives = true;
   cases[3].reason = "the parallelism plugins' collectives (a device mesh, even of one rank) are not captured yet";
+  cases[4].facts.varying_loss_weights = true;
+  cases[4].reason = "the loss weights change every step with the labels that carry loss "
+                    "(training.ignore_cross_document_labels), and a graph would replay the captured ones";
   for (const auto& refused : cases) {
     INFO(refused.reason);
     const auto choice = titan::choose_cuda_graph(CudaGraph::automatic, refused.facts);

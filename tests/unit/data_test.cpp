@@ -414,3 +414,36 @@ TEST_CASE("data: a run resumed on another dp degree sees every document exactly 
   for (size_t i = 0; i < seen.size(); ++i) CHECK_MESSAGE(seen[i] == static_cast<int>(i), "document #", i);
   MESSAGE(seen.size() << " documents, " << first_after_boundary - 1 << " completed before the degree change");
 }
+
+TEST_CASE("data: every dp rank counts the labels that carry loss in the whole global batch, its own rows and the "
+          "others'") {
+  auto tokenizer = titan::load_tokenizer("bytes");
+  const titan::DocumentBoundaries boundaries{tokenizer->bos_id(), tokenizer->eos_id()};
+  auto single = make_loader(5);
+  auto rank0 = make_loader(5, 0, 2);
+  auto rank1 = make_loader(5, 1, 2);
+  // Without a rule every label counts: batch x seq over all ranks.
+  CHECK(rank1.next_batch(2).size(0) == 2);
+  CHECK(rank1.global_labels() == 4 * 5);
+  rank1.set_position(0);
+  for (auto* loader : {&single, &rank0, &rank1}) loader->ignore_cross_document_labels(boundaries);
+  int64_t differing = 0;
+  for (int step = 0; step < 10; ++step) {
+    at::Tensor whole = single.next_batch(4);
+    rank0.next_batch(2);
+    rank1.next_batch(2);
+    // Counted here by hand: a label crosses where the token is EOS or the next is BOS.
+    int64_t expected = 0;
+    for (int64_t r = 0; r < 4; ++r) {
+      std::vector<int64_t> tokens = row(whole, r);
+      for (size_t i = 0; i + 1 < tokens.size(); ++i) {
+        expected += !(tokens[i] == boundaries.eos_id || tokens[i + 1] == boundaries.bos_id);
+      }
+    }
+    CHECK(single.global_labels() == expected);
+    CHECK(rank0.global_labels() == expected);
+    CHECK(rank1.global_labels() == expected);
+    differing += expected != 4 * 5;
+  }
+  CHECK(differing > 0);  // the documents are short enough for labels to be ignored
+}

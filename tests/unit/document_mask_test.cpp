@@ -13,6 +13,8 @@
 #include "titan/data.hpp"
 #include "titan/error.hpp"
 #include "titan/layers.hpp"
+#include "titan/model.hpp"
+#include "titan/schedule.hpp"
 
 namespace {
 
@@ -53,11 +55,12 @@ TEST_CASE("document positions restart at a row's start, at BOS and after EOS") {
 
 TEST_CASE("a microbatch from windows carries inputs, labels and, for block_causal, their document positions") {
   at::Tensor windows = longs({{kBos, 5, kEos, kBos, 6}});
-  titan::Microbatch causal = titan::microbatch_of(windows, at::kCPU, std::nullopt);
+  titan::Microbatch causal = titan::microbatch_of(windows, at::kCPU, {});
   CHECK(at::equal(causal.inputs, longs({{kBos, 5, kEos, kBos}})));
   CHECK(at::equal(causal.labels, longs({{5, kEos, kBos, 6}})));
   CHECK_FALSE(causal.document_positions.defined());
-  titan::Microbatch documents = titan::microbatch_of(windows, at::kCPU, titan::DocumentBoundaries{kBos, kEos});
+  titan::Microbatch documents =
+      titan::microbatch_of(windows, at::kCPU, {{kBos, kEos}, /*positions=*/true, /*ignore_crossing_labels=*/false});
   CHECK(at::equal(documents.document_positions, longs({{0, 1, 2, 0}})));
 }
 
@@ -115,4 +118,39 @@ TEST_CASE("rotary tables per row rotate each row's tokens by its own positions")
   }
   // Row 0's token 2 starts a document: rotated as position 0, i.e. not at all.
   CHECK(at::allclose(got[0][2], x[0][2], 1e-6, 1e-6));
+}
+
+TEST_CASE("labels across a document end carry no loss, and each row weighs its labels that do") {
+  //                        BOS  a  EOS BOS  b   c
+  at::Tensor windows = longs({{kBos, 5, kEos, kBos, 6, 7}, {5, 6, 7, 8, 9, 10}});
+  titan::DocumentOptions options{{kBos, kEos}, /*positions=*/false, /*ignore_crossing_labels=*/true};
+  titan::Microbatch batch = titan::microbatch_of(windows, at::kCPU, options, /*weight_per_label=*/0.5);
+  const int64_t ignored = titan::kIgnoredLabel;
+  // EOS's label (the next BOS) crosses a document end; a's label (EOS) is still its document's.
+  CHECK(at::equal(batch.labels, longs({{5, kEos, ignored, 6, 7}, {6, 7, 8, 9, 10}})));
+  CHECK(at::equal(batch.inputs, windows.narrow(1, 0, 5)));
+  REQUIRE(batch.row_weights.size() == 2);
+  CHECK(batch.row_weights[0] == 4 * 0.5);
+  CHECK(batch.row_weights[1] == 5 * 0.5);
+  CHECK(titan::loss_weight(batch, 1.0) == 4.5);
+  CHECK(titan::loss_weight(batch, 1.0, 1, 2) == 2.5);
+  // Without weights: the fallback, shared by rows.
+  titan::Microbatch plain = titan::microbatch_of(windows, at::kCPU, {});
+  CHECK(plain.row_weights.empty());
+  CHECK(at::equal(plain.labels, windows.narrow(1, 1, 5)));
+  CHECK(titan::loss_weight(plain, 0.5) == 0.5);
+  CHECK(titan::loss_weight(plain, 0.5, 0, 1) == 0.25);
+  CHECK_THROWS_AS(titan::loss_weight(batch, 1.0, 1, 3), titan::Error);
+}
+
+TEST_CASE("a microbatch with no label that carries loss adds 0 to the loss and to the gradients") {
+  at::Tensor logits = at::randn({1, 3, 5}).requires_grad_();
+  at::Tensor labels = at::full({1, 3}, titan::kIgnoredLabel, at::kLong);
+  at::Tensor mean = titan::cross_entropy_loss(logits, labels);
+  CHECK(std::isnan(mean.item<double>()));
+  at::Tensor weighted = titan::weighted_loss(mean, 0.0);
+  CHECK(weighted.item<double>() == 0.0);
+  weighted.backward();
+  CHECK(at::equal(logits.grad(), at::zeros_like(logits)));
+  CHECK(titan::weighted_loss(at::full({}, 2.0), 0.25).item<double>() == 0.5);
 }

@@ -61,8 +61,15 @@ CheckResults check_schedule(const std::string& plugin, const ConfigNode& declara
 
   at::Tensor windows = fixture_windows(fixture, 1);
   const int64_t length = fixture.seq_len;
+  const int64_t rows = fixture.batch / declared.microbatches;
+  // The first microbatch's rows ignore their first half of labels (-100):
+  // microbatches hold uneven counts of labels that carry loss, and the step
+  // must weigh them as the trainer's microbatches say (row_weights), not
+  // average the microbatch means.
+  at::Tensor inputs = windows.narrow(1, 0, length), labels = windows.narrow(1, 1, length).clone();
+  labels.narrow(0, 0, rows).narrow(1, 0, length / 2).fill_(-100);
   auto reference_model = build_single_process(fixture);
-  at::Tensor reference_loss = next_token_loss(*reference_model, windows);
+  at::Tensor reference_loss = reference_model->loss()(reference_model->run(inputs), labels);
   reference_loss.backward();
   auto reference_grads = gradients_of(*reference_model);
 
@@ -83,10 +90,13 @@ CheckResults check_schedule(const std::string& plugin, const ConfigNode& declara
     return out;
   });
   std::vector<Microbatch> microbatches;
-  const int64_t rows = fixture.batch / declared.microbatches;
+  const double carrying = labels.ne(-100).sum().item<double>();
   for (int64_t i = 0; i < declared.microbatches; ++i) {
-    at::Tensor part = windows.narrow(0, i * rows, rows);
-    microbatches.push_back({part.narrow(1, 0, length), part.narrow(1, 1, length)});
+    Microbatch microbatch{inputs.narrow(0, i * rows, rows), labels.narrow(0, i * rows, rows), {}, {}};
+    for (int64_t row = 0; row < rows; ++row) {
+      microbatch.row_weights.push_back(microbatch.labels[row].ne(-100).sum().item<double>() / carrying);
+    }
+    microbatches.push_back(std::move(microbatch));
   }
   at::Tensor loss = schedule->forward_backward(*model, microbatches, model->loss());
   auto grads = gradients_of(*model);

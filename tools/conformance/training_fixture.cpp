@@ -117,7 +117,10 @@ StepResult FixtureStep::run(const at::Tensor& windows, double lr, StepObserver* 
   options.lr = lr;
   options.log_step = true;
   options.observer = observer;
-  return run_training_step(parts_, {{windows.narrow(1, 0, length), windows.narrow(1, 1, length)}}, options);
+  Microbatch batch;
+  batch.inputs = windows.narrow(1, 0, length);
+  batch.labels = windows.narrow(1, 1, length);
+  return run_training_step(parts_, {batch}, options);
 }
 
 namespace {

@@ -28,7 +28,9 @@ using ForwardWrapper = std::function<at::Tensor(const at::Tensor& tokens, const 
 // The global positions ([seq] int64, on the CPU) of the `seq` tokens a
 // forward sees.
 using PositionsFn = std::function<at::Tensor(int64_t seq)>;
-// What forward() returned, labels -> mean loss over the microbatch's tokens.
+// What forward() returned, labels -> mean loss over the labels that carry
+// loss (-100, PyTorch's ignore_index, carries none); the schedules weight it
+// by the microbatch's share of the step's labels (schedule.hpp).
 using LossFn = std::function<at::Tensor(const at::Tensor& logits, const at::Tensor& labels)>;
 
 // The default loss: mean token cross-entropy in float32 over whole logits

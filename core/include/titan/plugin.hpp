@@ -41,7 +41,8 @@ namespace titan {
 //     (MoE's load balancing and expert biases leave the trainer); TrainingConfig::cuda_graph is an enum (auto)
 // 14: PluginRegistrar::plan_entry (a plugin writes its own entry of the configs titan plan writes)
 // 15: block-causal attention: AttentionCore::forward and DecoderAttention::forward take the documents
-//     (AttentionContext), CausalLM::run takes document positions, Microbatch::document_positions
+//     (AttentionContext), CausalLM::run takes document positions, Microbatch::document_positions;
+//     the loss over the global batch's real labels: Microbatch::row_weights, loss_weight, weighted_loss
 constexpr int kPluginAbiVersion = 15;
 
 // The kinds a plugin registers one factory of: name, interface, PluginKind

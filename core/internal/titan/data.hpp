@@ -38,6 +38,23 @@ std::unique_ptr<DocumentSource> open_dataset(const std::string& name_or_path);
 // The built-in corpus: deterministic generated English stories.
 std::string generate_story(uint64_t seed, int64_t index);
 
+// Where documents begin in a token stream: at a BOS token and after an EOS
+// token (a stream of text sources is [BOS] doc [EOS] ...; pre-tokenized
+// shards separate documents by either).
+struct DocumentBoundaries {
+  int64_t bos_id = -1;
+  int64_t eos_id = -1;
+};
+
+// The label of a document's last token is the next document's first (the
+// stream's token after `token` is `next`): it crosses a document end.
+inline bool label_crosses_document(int64_t token, int64_t next, const DocumentBoundaries& boundaries) {
+  return token == boundaries.eos_id || next == boundaries.bos_id;
+}
+
+// PyTorch's ignore_index: a label that carries no loss.
+constexpr int64_t kIgnoredLabel = -100;
+
 class TokenWindowLoader {
  public:
   TokenWindowLoader(std::unique_ptr<DocumentSource> source, std::shared_ptr<const Tokenizer> tokenizer,
@@ -47,6 +64,12 @@ class TokenWindowLoader {
   // Globally one call consumes local_batch * dp_degree windows; rank r gets
   // windows [pos + r * local_batch, pos + (r + 1) * local_batch).
   at::Tensor next_batch(int64_t local_batch);
+  // From now on the labels that cross a document end carry no loss: the
+  // count of global_labels() leaves them out.
+  void ignore_cross_document_labels(const DocumentBoundaries& boundaries);
+  // The labels that carry loss in the last next_batch() of every
+  // data-parallel rank (each rank reads the whole stream: no communication).
+  int64_t global_labels() const;
   int64_t position() const;  // global windows consumed so far
   void set_position(int64_t windows);  // to resume
   int64_t epoch() const;  // passes over the source before the next window's first token
@@ -56,13 +79,6 @@ class TokenWindowLoader {
   std::unique_ptr<Impl> impl_;
 };
 
-// Where documents begin in a token stream: at a BOS token and after an EOS
-// token (a stream of text sources is [BOS] doc [EOS] ...; pre-tokenized
-// shards separate documents by either).
-struct DocumentBoundaries {
-  int64_t bos_id = -1;
-  int64_t eos_id = -1;
-};
 
 // Each token's position within its document ([batch, seq] int64): 0 at the
 // row's first token (a window may start inside a document; its positions
@@ -70,10 +86,20 @@ struct DocumentBoundaries {
 // token before.
 at::Tensor document_positions(const at::Tensor& inputs, const DocumentBoundaries& boundaries);
 
+// What a microbatch takes of the documents in its windows.
+struct DocumentOptions {
+  DocumentBoundaries boundaries;
+  bool positions = false;               // model.attn_mask_type: block_causal
+  bool ignore_crossing_labels = false;  // training.ignore_cross_document_labels
+};
+
 // A microbatch from loaded windows [batch, seq + 1] (host memory): inputs
-// and labels moved to `device`, and with `boundaries` (block-causal
-// attention) the inputs' document positions, found on the host.
-Microbatch microbatch_of(const at::Tensor& windows, const c10::Device& device,
-                         const std::optional<DocumentBoundaries>& boundaries);
+// and labels moved to `device` (labels across a document end set to
+// kIgnoredLabel when asked), the inputs' document positions for
+// block-causal attention, found on the host, and each row's loss weight:
+// its labels that carry loss x `weight_per_label` (the data-parallel
+// degree / the global batch's labels that carry loss; 0: none).
+Microbatch microbatch_of(const at::Tensor& windows, const c10::Device& device, const DocumentOptions& documents,
+                         double weight_per_label = 0);
 
 }  // namespace titan

@@ -34,6 +34,8 @@ struct TrainingConfig {
   std::string mixed_precision_param = "float32";
   std::string mixed_precision_reduce = "float32";
   std::string on_nonfinite_loss = "error";  // or "skip"
+  // The label of a document's last token (the next document's first) carries no loss.
+  bool ignore_cross_document_labels = false;
   // Forward + backward replayed from a CUDA graph: automatic = on CUDA
   // wherever the run allows it (off, with the reason logged, where not);
   // on = required (a run that does not allow it is refused); off = never.

@@ -63,13 +63,17 @@ CoreConfig read_core_config(const ConfigNode& root) {
                                              "dtype of gradient reduction (FSDP)");
   t.on_nonfinite_loss = training.choice("on_nonfinite_loss", "error", {"error", "skip"},
                                         "NaN/inf loss: stop with an error, or skip the optimizer step");
+  t.ignore_cross_document_labels = training.get<bool>(
+      "ignore_cross_document_labels", false,
+      "the label of a document's last token (the next document's first token) carries no loss; the loss is then "
+      "normalized over the labels that do");
   using CudaGraph = TrainingConfig::CudaGraph;
   t.cuda_graph = training.choice(
       "cuda_graph", CudaGraph::automatic,
       {{"auto", CudaGraph::automatic}, {"true", CudaGraph::on}, {"false", CudaGraph::off}},
       "capture the forward and backward passes into a CUDA graph after cuda_graph_warmup_steps eager steps and "
       "replay it every step: auto = on CUDA wherever the run allows it (one rank, no device mesh, no pipeline, no "
-      "MoE routing, fixed shapes; the log says why not), true = required, false = never");
+      "MoE routing, fixed shapes and loss weights; the log says why not), true = required, false = never");
   t.cuda_graph_warmup_steps = training.get<int64_t>(
       "cuda_graph_warmup_steps", 3,
       "eager steps before the CUDA graph is captured (at least 1: cuBLAS and autograd set up lazily, outside it)");

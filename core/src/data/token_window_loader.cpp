@@ -22,6 +22,9 @@ struct TokenWindowLoader::Impl {
   int64_t tokens_read = 0;            // stream tokens appended to `pending` so far
   bool epoch_has_tokens = false;      // guards against spinning on an empty source
   std::vector<int64_t> epoch_starts;  // stream offset of each epoch after the first
+  std::optional<DocumentBoundaries> ignored_crossings;  // labels across a document end carry no loss
+  int64_t global_labels = 0;  // of the last batch, every rank's
+  std::vector<int64_t> scratch;  // another rank's window, read to count its labels
 
   size_t available() const { return pending.size() - head; }
 
@@ -103,6 +106,30 @@ struct TokenWindowLoader::Impl {
     }
   }
 
+  // The labels of one window (`window` tokens) that carry loss.
+  int64_t labels_in(const int64_t* tokens) const {
+    int64_t count = window - 1;
+    if (!ignored_crossings) return count;
+    for (int64_t i = 0; i + 1 < window; ++i) {
+      count -= label_crosses_document(tokens[i], tokens[i + 1], *ignored_crossings);
+    }
+    return count;
+  }
+
+  // Skips `windows` windows of other ranks, counting their labels.
+  void skip_windows(int64_t windows) {
+    if (!ignored_crossings) {
+      skip_tokens(windows * window);
+      global_labels += windows * (window - 1);
+      return;
+    }
+    scratch.resize(static_cast<size_t>(window));
+    for (int64_t i = 0; i < windows; ++i) {
+      take_tokens(window, scratch.data());
+      global_labels += labels_in(scratch.data());
+    }
+  }
+
   void restart() {
     source->rewind();
     pending.clear();
@@ -140,12 +167,21 @@ at::Tensor TokenWindowLoader::next_batch(int64_t local_batch) {
   }
   Impl& s = *impl_;
   at::Tensor batch = at::empty({local_batch, s.window}, at::TensorOptions().dtype(at::kLong));
-  s.skip_tokens(static_cast<int64_t>(s.dp_rank) * local_batch * s.window);
+  s.global_labels = 0;
+  s.skip_windows(static_cast<int64_t>(s.dp_rank) * local_batch);
   s.take_tokens(local_batch * s.window, batch.data_ptr<int64_t>());
-  s.skip_tokens(static_cast<int64_t>(s.dp_degree - 1 - s.dp_rank) * local_batch * s.window);
+  const int64_t* mine = batch.data_ptr<int64_t>();
+  for (int64_t row = 0; row < local_batch; ++row) s.global_labels += s.labels_in(mine + row * s.window);
+  s.skip_windows(static_cast<int64_t>(s.dp_degree - 1 - s.dp_rank) * local_batch);
   s.windows_consumed += local_batch * s.dp_degree;
   return batch;
 }
+
+void TokenWindowLoader::ignore_cross_document_labels(const DocumentBoundaries& boundaries) {
+  impl_->ignored_crossings = boundaries;
+}
+
+int64_t TokenWindowLoader::global_labels() const { return impl_->global_labels; }
 
 int64_t TokenWindowLoader::position() const { return impl_->windows_consumed; }
 

@@ -63,7 +63,7 @@ struct PipelineExecutor::Slot {
 struct PipelineExecutor::Run {
   std::vector<at::Tensor> inputs, labels;  // per microbatch
   std::vector<at::Tensor> document_positions;  // per microbatch; empty: causal
-  double scale = 1;
+  std::vector<double> weights;  // per microbatch: its share of the step's loss (loss_weight)
   bool last_batch = true;
   bool forward_only = false;  // evaluate(): no gradients, the lists' forwards only
   StageShapes* shapes = nullptr;  // of what this rank's stages receive
@@ -119,7 +119,11 @@ void PipelineExecutor::split(Run& run, const Microbatch& batch, int64_t batches)
   run.inputs = batch.inputs.chunk(microbatches, 0);
   run.labels = batch.labels.chunk(microbatches, 0);
   if (batch.document_positions.defined()) run.document_positions = batch.document_positions.chunk(microbatches, 0);
-  run.scale = 1.0 / static_cast<double>(microbatches * batches);
+  const int64_t rows = batch.inputs.size(0) / microbatches;
+  run.weights.clear();
+  for (int64_t m = 0; m < microbatches; ++m) {
+    run.weights.push_back(loss_weight(batch, 1.0 / static_cast<double>(batches), m * rows, (m + 1) * rows));
+  }
   run.weight_passes.assign(parts_.size(), 0);
   // On the batch's device: the loss stays there until a log step reads it.
   run.loss_sum = at::zeros({1}, batch.inputs.options().dtype(at::kDouble));
@@ -229,10 +233,12 @@ void PipelineExecutor::run_action(Run& run, const Action& action, size_t positio
         input = slot.input;
       }
       // Every stage's attention needs the microbatch's documents.
-      at::Tensor out = part.run(input, run.document_positions.empty() ? at::Tensor()
-                                                                      : run.document_positions.at(static_cast<size_t>(m)));
+      const at::Tensor documents =
+          run.document_positions.empty() ? at::Tensor() : run.document_positions.at(static_cast<size_t>(m));
+      at::Tensor out = part.run(input, documents);
       if (s == last_stage) {
-        slot.target = part.loss()(out, run.labels.at(static_cast<size_t>(m))) * run.scale;
+        slot.target = weighted_loss(part.loss()(out, run.labels.at(static_cast<size_t>(m))),
+                                    run.weights.at(static_cast<size_t>(m)));
         run.loss_sum += slot.target.detach().to(at::kDouble).reshape({1});
       } else {
         slot.target = out;

@@ -11,9 +11,10 @@ namespace titan {
 at::Tensor AccumulationSchedule::forward_backward(CausalLM& model, const std::vector<Microbatch>& microbatches,
                                       const LossFn& loss) {
   at::Tensor total;
-  const double scale = 1.0 / static_cast<double>(microbatches.size());
+  const double mean = 1.0 / static_cast<double>(microbatches.size());
   for (size_t i = 0; i < microbatches.size(); ++i) {
     const Microbatch& microbatch = microbatches[i];
+    const double weight = loss_weight(microbatch, mean);
     model.set_gradient_sync(i + 1 == microbatches.size());
     at::Tensor value;
     {
@@ -21,7 +22,7 @@ at::Tensor AccumulationSchedule::forward_backward(CausalLM& model, const std::ve
       std::optional<compat::AutocastScope> autocast;
       if (autocast_) autocast.emplace(autocast_->first, autocast_->second);
       at::Tensor logits = model.run(microbatch.inputs, microbatch.document_positions);
-      value = loss(logits, microbatch.labels) * scale;
+      value = weighted_loss(loss(logits, microbatch.labels), weight);
     }
     {
       ProfileRange range("backward");

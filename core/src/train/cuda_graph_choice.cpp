@@ -17,6 +17,10 @@ std::string uncapturable(const CudaGraphFacts& run) {
     return "the parallelism plugins' collectives (a device mesh, even of one rank) are not captured yet";
   }
   if (!run.host_driven.empty()) return run.host_driven;
+  if (run.varying_loss_weights) {
+    return "the loss weights change every step with the labels that carry loss (training.ignore_cross_document_labels), "
+           "and a graph would replay the captured ones";
+  }
   return "";
 }
 

@@ -16,6 +16,9 @@ struct CudaGraphFacts {
   int world_size = 1;
   bool collectives = false;  // a device mesh, even of one rank (its groups' collectives)
   std::string host_driven;  // why the model's step hooks need host values ("" for none: StepHook)
+  // The microbatches' loss weights change from step to step (ignored labels:
+  // a graph would replay the captured step's weights).
+  bool varying_loss_weights = false;
 };
 
 struct CudaGraphChoice {

@@ -48,9 +48,13 @@ at::Tensor GraphedStep::run(const std::vector<Microbatch>& microbatches, const F
 
 void GraphedStep::capture(const std::vector<Microbatch>& microbatches, const ForwardBackward& forward_backward) {
   for (const auto& microbatch : microbatches) {
-    at::Tensor documents = microbatch.document_positions;
-    static_microbatches_.push_back(
-        {microbatch.inputs.clone(), microbatch.labels.clone(), documents.defined() ? documents.clone() : documents});
+    // The weights are host numbers the capture bakes in: a run whose
+    // weights change from step to step is not captured (cuda_graph_choice).
+    Microbatch captured = microbatch;
+    captured.inputs = microbatch.inputs.clone();
+    captured.labels = microbatch.labels.clone();
+    if (microbatch.document_positions.defined()) captured.document_positions = microbatch.document_positions.clone();
+    static_microbatches_.push_back(std::move(captured));
   }
   for (auto& param : parameters_) {
     if (param.grad().defined()) {

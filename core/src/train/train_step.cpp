@@ -94,12 +94,20 @@ void TrainingRun::check_nonfinite() {
 
 std::vector<Microbatch> TrainingRun::next_microbatches() {
   const TrainingConfig& training = plan.core.training;
-  std::vector<Microbatch> microbatches;
+  std::vector<at::Tensor> windows;
+  int64_t global_labels = 0;  // that carry loss, over the whole step: the loss's denominator
   for (int64_t i = 0; i < accumulation_; ++i) {
-    at::Tensor windows = loader ? loader->next_batch(training.local_batch_size)
-                                : at::zeros({training.local_batch_size, training.seq_len + 1}, at::kLong);  // the dry run
-    microbatches.push_back(microbatch_of(windows, device, documents_));
+    if (!loader) {  // the dry run: token ids of the right shape
+      windows.push_back(at::zeros({training.local_batch_size, training.seq_len + 1}, at::kLong));
+      continue;
+    }
+    windows.push_back(loader->next_batch(training.local_batch_size));
+    global_labels += loader->global_labels();
   }
+  const double weight_per_label =
+      global_labels > 0 ? static_cast<double>(parallel->dp_degree()) / static_cast<double>(global_labels) : 0;
+  std::vector<Microbatch> microbatches;
+  for (const at::Tensor& batch : windows) microbatches.push_back(microbatch_of(batch, device, documents_, weight_per_label));
   return microbatches;
 }
 

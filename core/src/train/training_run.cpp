@@ -115,7 +115,7 @@ TrainingRun::TrainingRun(RunPlan& plan_, const World& world_, const RunSeams& se
 
   auto tokenizer = std::shared_ptr<const Tokenizer>(load_tokenizer(resolve_asset(core.tokenizer_path)));
   plan.model->set_vocab_size(tokenizer->vocab_size());
-  if (core.block_causal) documents_ = DocumentBoundaries{tokenizer->bos_id(), tokenizer->eos_id()};
+  documents_ = {{tokenizer->bos_id(), tokenizer->eos_id()}, core.block_causal, training.ignore_cross_document_labels};
   const std::string data = training.dataset_path.empty() ? training.dataset : resolve_asset(training.dataset_path);
 
   profiler = std::make_unique<StepProfiler>(core.profiling, core.job.dump_folder, world.rank, device.is_cuda());
@@ -129,6 +129,7 @@ TrainingRun::TrainingRun(RunPlan& plan_, const World& world_, const RunSeams& se
                                           plan.root.dump()});
   loader = std::make_unique<TokenWindowLoader>(open_dataset(data), tokenizer, training.seq_len, parallel->dp_rank(),
                                                parallel->dp_degree());
+  if (documents_.ignore_crossing_labels) loader->ignore_cross_document_labels(documents_.boundaries);
   accumulation_ = accumulation_steps(training, parallel->dp_degree());
 
   build_model();
@@ -195,6 +196,7 @@ void TrainingRun::build_optimizer_and_schedule() {
   facts.pipeline = pipeline != nullptr;
   facts.world_size = world.world_size;
   facts.collectives = parallel->mesh() != nullptr;
+  facts.varying_loss_weights = documents_.ignore_crossing_labels;
   for (const StepHook* hook : model->step_hooks()) {
     if (facts.host_driven.empty()) facts.host_driven = hook->host_driven;
   }
@@ -217,7 +219,7 @@ void TrainingRun::build_dry_run() {
     plan.model->set_vocab_size(load_tokenizer(resolve_asset(core.tokenizer_path))->vocab_size());
   } catch (const Error&) {  // the flavor's own vocabulary, as `titan config check` does
   }
-  if (core.block_causal) documents_ = DocumentBoundaries{};  // zeros for tokens: one document a row
+  documents_.positions = core.block_causal;  // zeros for tokens: one document a row
   parallel = std::make_unique<ParallelSetup>(world, plan, *observer);
   accumulation_ = accumulation_steps(core.training, parallel->dp_degree());
   build_model();

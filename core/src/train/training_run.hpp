@@ -89,7 +89,7 @@ class TrainingRun {
   StepParts step_parts_;
   at::Tensor first_nonfinite_step_;  // [1] int64 on the device, -1 while every step was finite
   int64_t accumulation_ = 1;  // microbatches per step
-  std::optional<DocumentBoundaries> documents_;  // model.attn_mask_type: block_causal
+  DocumentOptions documents_;  // block-causal positions, labels ignored across document ends
   // training.mixed_precision_param where no parallelizer applies it: the forward autocasts to it.
   std::optional<c10::ScalarType> autocast_dtype_;
   c10::ScalarType compute_dtype_ = c10::kFloat;  // the parameters' (the precision plugin's or mixed_precision_param)

@@ -12,7 +12,7 @@
 namespace titan {
 
 Validator::Validator(const ValidationConfig& config, std::shared_ptr<const Tokenizer> tokenizer,
-                     std::optional<DocumentBoundaries> documents, const ParallelSetup& parallel,
+                     DocumentOptions documents, const ParallelSetup& parallel,
                      const c10::Device& device, PipelineExecutor* pipeline)
     : config_(config),
       tokenizer_(std::move(tokenizer)),
@@ -37,22 +37,31 @@ ValidationResult Validator::run(CausalLM& model) {
   // A fresh loader: every validation sees the same windows from the start.
   TokenWindowLoader loader(open_dataset(data), tokenizer_, config_.seq_len, parallel_.dp_rank(),
                            parallel_.dp_degree());
+  if (documents_.ignore_crossing_labels) loader.ignore_cross_document_labels(documents_.boundaries);
   torch::NoGradGuard no_grad;
   model.eval();
   const auto start = std::chrono::steady_clock::now();
   at::Tensor total = at::zeros({}, at::TensorOptions(device_).dtype(at::kDouble));
   ValidationResult result;
+  // As in training: the sum over every batch's labels that carry loss,
+  // divided by their count (each batch weighted by its labels x the
+  // data-parallel degree; the ranks' average divides that back out).
+  const double dp_degree = static_cast<double>(parallel_.dp_degree());
+  int64_t labels = 0;
   while (config_.steps < 0 ? all_ranks_continue(loader.epoch() == 0) : result.batches < config_.steps) {
-    const Microbatch batch = microbatch_of(loader.next_batch(config_.local_batch_size), device_, documents_);
+    const at::Tensor windows = loader.next_batch(config_.local_batch_size);
+    labels += loader.global_labels();
+    const Microbatch batch = microbatch_of(windows, device_, documents_, dp_degree);
     // Through the pipeline only the last stage's rank has a loss (0 elsewhere).
     at::Tensor loss = pipeline_ ? pipeline_->evaluate(batch)
-                                : model.loss()(model.run(batch.inputs, batch.document_positions), batch.labels);
+                                : weighted_loss(model.loss()(model.run(batch.inputs, batch.document_positions), batch.labels),
+                                                loss_weight(batch, 1.0));
     total += loss.detach().to(total.device(), at::kDouble);
     ++result.batches;
   }
   model.train();
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  if (result.batches > 0) result.loss = parallel_.loss_over_job(total / static_cast<double>(result.batches));
+  if (labels > 0) result.loss = parallel_.loss_over_job(total / static_cast<double>(labels));
   result.tokens_per_sec =
       seconds > 0 ? static_cast<double>(result.batches * config_.local_batch_size * config_.seq_len) / seconds : 0;
   return result;

@@ -29,9 +29,9 @@ struct ValidationResult {
 class Validator {
  public:
   // `pipeline`: the executor of a pipelined run (null otherwise).
-  // `documents`: where documents begin (block-causal attention), as in training.
+  // `documents`: block-causal positions and ignored labels, as in training.
   Validator(const ValidationConfig& config, std::shared_ptr<const Tokenizer> tokenizer,
-            std::optional<DocumentBoundaries> documents, const ParallelSetup& parallel, const c10::Device& device,
+            DocumentOptions documents, const ParallelSetup& parallel, const c10::Device& device,
             PipelineExecutor* pipeline);
   bool due(int64_t step) const { return config_.enable && step % config_.freq == 0; }
   ValidationResult run(CausalLM& model);
@@ -40,7 +40,7 @@ class Validator {
   bool all_ranks_continue(bool mine) const;
   ValidationConfig config_;
   std::shared_ptr<const Tokenizer> tokenizer_;
-  std::optional<DocumentBoundaries> documents_;
+  DocumentOptions documents_;
   const ParallelSetup& parallel_;
   c10::Device device_;
   PipelineExecutor* pipeline_;
