@@ -67,3 +67,17 @@ TEST_CASE("loss normalization: with ignored labels, FSDP2, gradient accumulation
                              ignored_labels(), 1),
                    reference, 1e-5);
 }
+
+TEST_CASE("loss normalization: first_fit packing (whole documents, padding that carries no loss) with block-causal "
+          "attention: FSDP2 and PP2 reproduce one process") {
+  static const fs::path documents = titan::test::write_uneven_documents("packing_data");
+  const std::string packed = titan::test::kSmallModel + " --set training.dataset_path=" + documents.string() +
+                             " --set training.packing=first_fit --set model.attn_mask_type=block_causal";
+  const RunOutput reference = run_single("packed_reference", packed);
+  check_equivalent(run_ranks("packed_fsdp2", 2, 29430, "{name: fsdp}", packed), reference, 1e-5);
+  check_equivalent(run_ranks("packed_pp2", 2, 29431,
+                             "{name: pipeline, pipeline_parallel_degree: 2, pipeline_parallel_schedule: 1F1B, "
+                             "num_pp_microbatches: 4}",
+                             packed, 1),
+                   reference, 1e-5);
+}

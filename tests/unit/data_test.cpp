@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <set>
 #include <sstream>
 
@@ -446,4 +447,126 @@ TEST_CASE("data: every dp rank counts the labels that carry loss in the whole gl
     differing += expected != 4 * 5;
   }
   CHECK(differing > 0);  // the documents are short enough for labels to be ignored
+}
+
+namespace {
+
+// The documents (each [BOS] ... [EOS]) a packed window holds, and the
+// padding after them.
+struct PackedRow {
+  std::vector<std::vector<int64_t>> documents;
+  int64_t padding = 0;
+};
+
+PackedRow unpack(const std::vector<int64_t>& tokens, int64_t bos, int64_t eos) {
+  PackedRow row;
+  for (int64_t token : tokens) {
+    if (token == titan::kPaddingToken) {
+      ++row.padding;
+      continue;
+    }
+    REQUIRE(row.padding == 0);  // padding only after the last document
+    if (token == bos || row.documents.empty() || row.documents.back().back() == eos) row.documents.emplace_back();
+    row.documents.back().push_back(token);
+  }
+  return row;
+}
+
+std::unique_ptr<titan::TokenWindowLoader> packed_loader(titan::Packing packing, int rank = 0, int degree = 1) {
+  // Windows of 16 tokens; documents of 2 to 14.
+  auto loader = std::make_unique<titan::TokenWindowLoader>(std::make_unique<VectorSource>(varied_docs()),
+                                                           titan::load_tokenizer("bytes"), 15, rank, degree);
+  loader->set_packing(packing);
+  return loader;
+}
+
+}  // namespace
+
+TEST_CASE("data: carry and first_fit pack whole documents, in order for carry, with padding only at a window's end") {
+  auto tokenizer = titan::load_tokenizer("bytes");
+  const int64_t bos = tokenizer->bos_id(), eos = tokenizer->eos_id();
+  // The stream's documents, in order (four epochs' worth).
+  std::vector<std::vector<int64_t>> stream;
+  for (int epoch = 0; epoch < 4; ++epoch) {
+    for (const auto& text : varied_docs()) {
+      std::vector<int64_t> document{bos};
+      for (int32_t id : tokenizer->encode(text)) document.push_back(id);
+      document.push_back(eos);
+      stream.push_back(document);
+    }
+  }
+  std::map<titan::Packing, int64_t> padding;
+  for (titan::Packing packing : {titan::Packing::carry, titan::Packing::first_fit}) {
+    CAPTURE(static_cast<int>(packing));
+    auto loader = packed_loader(packing);
+    std::vector<std::vector<int64_t>> seen;
+    for (int step = 0; step < 6; ++step) {
+      at::Tensor batch = loader->next_batch(2);
+      for (int64_t r = 0; r < 2; ++r) {
+        PackedRow row = unpack(::row(batch, r), bos, eos);
+        padding[packing] += row.padding;
+        for (auto& document : row.documents) seen.push_back(document);
+      }
+    }
+    REQUIRE(seen.size() > 15);
+    if (packing == titan::Packing::carry) {
+      for (size_t i = 0; i < seen.size(); ++i) CHECK(seen[i] == stream[i]);
+    } else {
+      // Each a whole document of the stream, none twice: a sub-multiset of
+      // the stream's first documents (first-fit holds back at most the 8
+      // open windows' documents, 64 at 2 tokens each).
+      const size_t candidates = std::min(seen.size() + 64, stream.size());
+      std::multiset<std::vector<int64_t>> available(stream.begin(),
+                                                    stream.begin() + static_cast<std::ptrdiff_t>(candidates));
+      for (const auto& document : seen) {
+        auto at = available.find(document);
+        REQUIRE(at != available.end());
+        available.erase(at);
+      }
+    }
+  }
+  MESSAGE("padding tokens in 12 windows of 16: carry " << padding[titan::Packing::carry] << ", first_fit "
+                                                      << padding[titan::Packing::first_fit]);
+  CHECK(padding[titan::Packing::first_fit] < padding[titan::Packing::carry]);
+}
+
+TEST_CASE("data: packed windows: dp ranks together return the single-process batch, resume exactly, count only real "
+          "labels and know their epoch") {
+  for (titan::Packing packing : {titan::Packing::carry, titan::Packing::first_fit}) {
+    CAPTURE(static_cast<int>(packing));
+    auto single = packed_loader(packing);
+    auto rank0 = packed_loader(packing, 0, 2);
+    auto rank1 = packed_loader(packing, 1, 2);
+    for (int step = 0; step < 8; ++step) {
+      at::Tensor whole = single->next_batch(4);
+      at::Tensor r0 = rank0->next_batch(2), r1 = rank1->next_batch(2);
+      CHECK(at::equal(at::cat({r0, r1}, 0), whole));
+      int64_t labels = 0;
+      for (int64_t r = 0; r < 4; ++r) {
+        std::vector<int64_t> tokens = row(whole, r);
+        for (size_t i = 0; i + 1 < tokens.size(); ++i) labels += tokens[i + 1] != titan::kPaddingToken;
+      }
+      CHECK(single->global_labels() == labels);
+      CHECK(rank1->global_labels() == labels);
+    }
+    // Resume: backward (replayed from the start) and forward, the same windows.
+    auto resumed = packed_loader(packing, 1, 2);
+    resumed->set_position(single->position() - 8);
+    single->set_position(single->position() - 8);
+    at::Tensor expected = single->next_batch(4);
+    CHECK(at::equal(resumed->next_batch(2), expected.narrow(0, 2, 2)));
+    // 23 documents of at most 14 tokens: the second epoch starts within 20 windows.
+    auto counting = packed_loader(packing);
+    int64_t windows = 0;
+    while (counting->epoch() == 0 && windows < 100) {
+      counting->next_batch(1);
+      ++windows;
+    }
+    CHECK(windows > 5);
+    CHECK(windows < 20);
+  }
+  auto late = make_loader(15);
+  late.next_batch(1);
+  CHECK_THROWS_AS(late.set_packing(titan::Packing::first_fit), titan::Error);
+  CHECK_THROWS_AS(titan::packing_named("best_fit"), titan::Error);
 }

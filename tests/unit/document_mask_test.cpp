@@ -60,7 +60,8 @@ TEST_CASE("a microbatch from windows carries inputs, labels and, for block_causa
   CHECK(at::equal(causal.labels, longs({{5, kEos, kBos, 6}})));
   CHECK_FALSE(causal.document_positions.defined());
   titan::Microbatch documents =
-      titan::microbatch_of(windows, at::kCPU, {{kBos, kEos}, /*positions=*/true, /*ignore_crossing_labels=*/false});
+      titan::microbatch_of(windows, at::kCPU, {{kBos, kEos}, titan::Packing::concat_then_split, /*positions=*/true,
+                                               /*ignore_crossing_labels=*/false});
   CHECK(at::equal(documents.document_positions, longs({{0, 1, 2, 0}})));
 }
 
@@ -123,7 +124,8 @@ TEST_CASE("rotary tables per row rotate each row's tokens by its own positions")
 TEST_CASE("labels across a document end carry no loss, and each row weighs its labels that do") {
   //                        BOS  a  EOS BOS  b   c
   at::Tensor windows = longs({{kBos, 5, kEos, kBos, 6, 7}, {5, 6, 7, 8, 9, 10}});
-  titan::DocumentOptions options{{kBos, kEos}, /*positions=*/false, /*ignore_crossing_labels=*/true};
+  titan::DocumentOptions options{{kBos, kEos}, titan::Packing::concat_then_split, /*positions=*/false,
+                                 /*ignore_crossing_labels=*/true};
   titan::Microbatch batch = titan::microbatch_of(windows, at::kCPU, options, /*weight_per_label=*/0.5);
   const int64_t ignored = titan::kIgnoredLabel;
   // EOS's label (the next BOS) crosses a document end; a's label (EOS) is still its document's.
@@ -153,4 +155,19 @@ TEST_CASE("a microbatch with no label that carries loss adds 0 to the loss and t
   weighted.backward();
   CHECK(at::equal(logits.grad(), at::zeros_like(logits)));
   CHECK(titan::weighted_loss(at::full({}, 2.0), 0.25).item<double>() == 0.5);
+}
+
+TEST_CASE("padding is an EOS input whose label carries no loss, and a row weighs only its real labels") {
+  const int64_t pad = titan::kPaddingToken, ignored = titan::kIgnoredLabel;
+  //                           BOS  a  EOS  pad  pad  pad
+  at::Tensor windows = longs({{kBos, 5, kEos, pad, pad, pad}});
+  titan::DocumentOptions options{{kBos, kEos}, titan::Packing::first_fit, /*positions=*/true,
+                                 /*ignore_crossing_labels=*/false};
+  titan::Microbatch batch = titan::microbatch_of(windows, at::kCPU, options, /*weight_per_label=*/1.0);
+  CHECK(at::equal(batch.inputs, longs({{kBos, 5, kEos, kEos, kEos}})));
+  CHECK(at::equal(batch.labels, longs({{5, kEos, ignored, ignored, ignored}})));
+  REQUIRE(batch.row_weights.size() == 1);
+  CHECK(batch.row_weights[0] == 2.0);
+  // Each padding token after the EOS is a document of its own.
+  CHECK(at::equal(batch.document_positions, longs({{0, 1, 2, 0, 0}})));
 }

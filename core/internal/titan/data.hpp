@@ -54,6 +54,21 @@ inline bool label_crosses_document(int64_t token, int64_t next, const DocumentBo
 
 // PyTorch's ignore_index: a label that carries no loss.
 constexpr int64_t kIgnoredLabel = -100;
+// What fills a packed window after its last document (training.packing);
+// microbatch_of makes it an EOS input whose label carries no loss.
+constexpr int64_t kPaddingToken = -1;
+
+// How documents become windows (training.packing):
+//   concat_then_split: one stream [BOS] doc [EOS] ... cut every seq_len + 1
+//     tokens; a document at a window's end continues in the next;
+//   carry: windows filled in order with whole documents; one that does not
+//     fit what is left of a window starts the next (the rest is padding);
+//   first_fit: whole documents into the first of several open windows with
+//     room (fewer padded tokens than carry).
+// A document longer than a window is cut into window-sized pieces in every
+// mode.
+enum class Packing { concat_then_split, carry, first_fit };
+Packing packing_named(const std::string& name);  // throws on an unknown name
 
 class TokenWindowLoader {
  public:
@@ -67,6 +82,9 @@ class TokenWindowLoader {
   // From now on the labels that cross a document end carry no loss: the
   // count of global_labels() leaves them out.
   void ignore_cross_document_labels(const DocumentBoundaries& boundaries);
+  // Before the first batch: how documents become windows (documents begin
+  // at the tokenizer's BOS and after its EOS).
+  void set_packing(Packing packing);
   // The labels that carry loss in the last next_batch() of every
   // data-parallel rank (each rank reads the whole stream: no communication).
   int64_t global_labels() const;
@@ -89,13 +107,14 @@ at::Tensor document_positions(const at::Tensor& inputs, const DocumentBoundaries
 // What a microbatch takes of the documents in its windows.
 struct DocumentOptions {
   DocumentBoundaries boundaries;
+  Packing packing = Packing::concat_then_split;  // the loader's (TokenWindowLoader::set_packing)
   bool positions = false;               // model.attn_mask_type: block_causal
   bool ignore_crossing_labels = false;  // training.ignore_cross_document_labels
 };
 
 // A microbatch from loaded windows [batch, seq + 1] (host memory): inputs
-// and labels moved to `device` (labels across a document end set to
-// kIgnoredLabel when asked), the inputs' document positions for
+// and labels moved to `device` (padding an EOS input whose label, like the
+// labels across a document end when asked, is kIgnoredLabel), the inputs' document positions for
 // block-causal attention, found on the host, and each row's loss weight:
 // its labels that carry loss x `weight_per_label` (the data-parallel
 // degree / the global batch's labels that carry loss; 0: none).

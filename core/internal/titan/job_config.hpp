@@ -36,6 +36,7 @@ struct TrainingConfig {
   std::string on_nonfinite_loss = "error";  // or "skip"
   // The label of a document's last token (the next document's first) carries no loss.
   bool ignore_cross_document_labels = false;
+  std::string packing = "concat_then_split";  // or carry, first_fit (titan/data.hpp's Packing)
   // Forward + backward replayed from a CUDA graph: automatic = on CUDA
   // wherever the run allows it (off, with the reason logged, where not);
   // on = required (a run that does not allow it is refused); off = never.

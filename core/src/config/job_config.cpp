@@ -67,6 +67,12 @@ CoreConfig read_core_config(const ConfigNode& root) {
       "ignore_cross_document_labels", false,
       "the label of a document's last token (the next document's first token) carries no loss; the loss is then "
       "normalized over the labels that do");
+  t.packing = training.choice("packing", "concat_then_split", {"concat_then_split", "carry", "first_fit"},
+                              "how documents become windows: concat_then_split = one stream cut every seq_len + 1 "
+                              "tokens (a document continues in the next window); carry = whole documents in order, "
+                              "one that does not fit starts the next window; first_fit = whole documents into the "
+                              "first of 8 open windows with room; padding carries no loss, and a document longer "
+                              "than a window is cut in every mode");
   using CudaGraph = TrainingConfig::CudaGraph;
   t.cuda_graph = training.choice(
       "cuda_graph", CudaGraph::automatic,

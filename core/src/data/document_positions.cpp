@@ -29,31 +29,35 @@ at::Tensor document_positions(const at::Tensor& inputs, const DocumentBoundaries
 Microbatch microbatch_of(const at::Tensor& windows, const c10::Device& device, const DocumentOptions& documents,
                          double weight_per_label) {
   const int64_t rows = windows.size(0), length = windows.size(1) - 1;
-  at::Tensor labels = windows.narrow(1, 1, length);
-  Microbatch microbatch;
-  // Found on the host, before the copy: the step never reads the device.
-  if (documents.positions) {
-    microbatch.document_positions = document_positions(windows.narrow(1, 0, length), documents.boundaries).to(device);
-  }
+  at::Tensor inputs = windows.narrow(1, 0, length), labels = windows.narrow(1, 1, length);
   std::vector<int64_t> carrying(static_cast<size_t>(rows), length);
-  if (documents.ignore_crossing_labels) {
+  const bool padded = documents.packing != Packing::concat_then_split;
+  if (padded || documents.ignore_crossing_labels) {
+    // On the host, before the copy: the step never reads the device.
+    inputs = inputs.clone();
     labels = labels.clone();
     const at::Tensor tokens = windows.contiguous();
     const int64_t* token = tokens.data_ptr<int64_t>();
-    int64_t* label = labels.data_ptr<int64_t>();
+    int64_t *input = inputs.data_ptr<int64_t>(), *label = labels.data_ptr<int64_t>();
     for (int64_t row = 0; row < rows; ++row) {
       for (int64_t i = 0; i < length; ++i) {
-        const int64_t at = row * (length + 1) + i;
-        if (!label_crosses_document(token[at], token[at + 1], documents.boundaries)) continue;
-        label[row * length + i] = kIgnoredLabel;
+        const int64_t at = row * (length + 1) + i, out = row * length + i;
+        if (token[at] == kPaddingToken) input[out] = documents.boundaries.eos_id;
+        const bool ignored = token[at + 1] == kPaddingToken ||
+                             (documents.ignore_crossing_labels &&
+                              label_crosses_document(token[at], token[at + 1], documents.boundaries));
+        if (!ignored) continue;
+        label[out] = kIgnoredLabel;
         --carrying[static_cast<size_t>(row)];
       }
     }
   }
+  Microbatch microbatch;
+  if (documents.positions) microbatch.document_positions = document_positions(inputs, documents.boundaries).to(device);
   if (weight_per_label > 0) {
     for (int64_t count : carrying) microbatch.row_weights.push_back(static_cast<double>(count) * weight_per_label);
   }
-  microbatch.inputs = windows.narrow(1, 0, length).to(device);
+  microbatch.inputs = inputs.to(device);
   microbatch.labels = labels.to(device);
   return microbatch;
 }

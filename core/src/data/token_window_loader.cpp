@@ -4,6 +4,7 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <deque>
 
 #include "titan/data.hpp"
 #include "titan/error.hpp"
@@ -25,6 +26,15 @@ struct TokenWindowLoader::Impl {
   std::optional<DocumentBoundaries> ignored_crossings;  // labels across a document end carry no loss
   int64_t global_labels = 0;  // of the last batch, every rank's
   std::vector<int64_t> scratch;  // another rank's window, read to count its labels
+
+  // Packing other than concat_then_split: windows of whole documents.
+  Packing packing = Packing::concat_then_split;
+  struct Row {
+    std::vector<int64_t> tokens;
+    int64_t epoch = 0;  // of its first document
+  };
+  std::vector<Row> open_rows;  // being filled, oldest first
+  std::deque<Row> ready_rows;  // complete (full, or closed with padding), in order
 
   size_t available() const { return pending.size() - head; }
 
@@ -106,28 +116,96 @@ struct TokenWindowLoader::Impl {
     }
   }
 
-  // The labels of one window (`window` tokens) that carry loss.
+  // The labels of one window (`window` tokens) that carry loss: not
+  // padding, and not across a document end when those are ignored.
   int64_t labels_in(const int64_t* tokens) const {
-    int64_t count = window - 1;
-    if (!ignored_crossings) return count;
+    int64_t count = 0;
     for (int64_t i = 0; i + 1 < window; ++i) {
-      count -= label_crosses_document(tokens[i], tokens[i + 1], *ignored_crossings);
+      count += tokens[i + 1] != kPaddingToken &&
+               !(ignored_crossings && label_crosses_document(tokens[i], tokens[i + 1], *ignored_crossings));
     }
     return count;
   }
 
+  // The next window into `out` (`window` tokens), and the epoch of its first token.
+  void take_window(int64_t* out) {
+    if (packing == Packing::concat_then_split) {
+      take_tokens(window, out);
+      return;
+    }
+    while (ready_rows.empty()) pack_next_document();
+    std::copy(ready_rows.front().tokens.begin(), ready_rows.front().tokens.end(), out);
+    ready_rows.pop_front();
+  }
+
   // Skips `windows` windows of other ranks, counting their labels.
   void skip_windows(int64_t windows) {
-    if (!ignored_crossings) {
+    if (!ignored_crossings && packing == Packing::concat_then_split) {
       skip_tokens(windows * window);
       global_labels += windows * (window - 1);
       return;
     }
     scratch.resize(static_cast<size_t>(window));
     for (int64_t i = 0; i < windows; ++i) {
-      take_tokens(window, scratch.data());
+      take_window(scratch.data());
       global_labels += labels_in(scratch.data());
     }
+  }
+
+  // The epoch of the stream's next token.
+  int64_t epoch_at_head() const {
+    const int64_t offset = tokens_read - static_cast<int64_t>(available());
+    return static_cast<int64_t>(std::upper_bound(epoch_starts.begin(), epoch_starts.end(), offset) -
+                                epoch_starts.begin());
+  }
+
+  // The stream's next document (it ends at EOS, or before the next BOS), or
+  // its next `window` tokens when it is longer.
+  std::vector<int64_t> take_document(int64_t& epoch) {
+    if (available() == 0) read_document();
+    epoch = epoch_at_head();
+    const int64_t bos = tokenizer->bos_id(), eos = tokenizer->eos_id();
+    std::vector<int64_t> document;
+    for (;;) {
+      while (head < pending.size()) {
+        const int64_t token = pending[head];
+        if (!document.empty() && token == bos) return document;
+        document.push_back(token);
+        ++head;
+        if (token == eos || static_cast<int64_t>(document.size()) == window) return document;
+      }
+      read_document();  // a pre-tokenized chunk ended inside the document
+    }
+  }
+
+  // Places the next document into the first open window with room (carry:
+  // the one open window), closing the oldest when none has.
+  void pack_next_document() {
+    int64_t epoch = 0;
+    std::vector<int64_t> document = take_document(epoch);
+    const size_t length = document.size(), full = static_cast<size_t>(window);
+    if (length == full) {
+      ready_rows.push_back({std::move(document), epoch});
+      return;
+    }
+    for (auto row = open_rows.begin(); row != open_rows.end(); ++row) {
+      if (full - row->tokens.size() < length) continue;
+      row->tokens.insert(row->tokens.end(), document.begin(), document.end());
+      if (row->tokens.size() == full) {
+        ready_rows.push_back(std::move(*row));
+        open_rows.erase(row);
+      }
+      return;
+    }
+    // First-fit keeps a few windows open: more would pad less, and hold
+    // more documents back from the order they came in.
+    const size_t most_open = packing == Packing::carry ? 1 : 8;
+    if (open_rows.size() == most_open) {
+      open_rows.front().tokens.resize(full, kPaddingToken);
+      ready_rows.push_back(std::move(open_rows.front()));
+      open_rows.erase(open_rows.begin());
+    }
+    open_rows.push_back({std::move(document), epoch});
   }
 
   void restart() {
@@ -138,8 +216,17 @@ struct TokenWindowLoader::Impl {
     tokens_read = 0;
     epoch_has_tokens = false;
     epoch_starts.clear();
+    open_rows.clear();
+    ready_rows.clear();
   }
 };
+
+Packing packing_named(const std::string& name) {
+  if (name == "concat_then_split") return Packing::concat_then_split;
+  if (name == "carry") return Packing::carry;
+  if (name == "first_fit") return Packing::first_fit;
+  throw Error("training.packing: unknown packing '" + name + "'; expected concat_then_split, carry or first_fit");
+}
 
 TokenWindowLoader::TokenWindowLoader(std::unique_ptr<DocumentSource> source, std::shared_ptr<const Tokenizer> tokenizer,
                                      int64_t seq_len, int dp_rank, int dp_degree)
@@ -169,12 +256,17 @@ at::Tensor TokenWindowLoader::next_batch(int64_t local_batch) {
   at::Tensor batch = at::empty({local_batch, s.window}, at::TensorOptions().dtype(at::kLong));
   s.global_labels = 0;
   s.skip_windows(static_cast<int64_t>(s.dp_rank) * local_batch);
-  s.take_tokens(local_batch * s.window, batch.data_ptr<int64_t>());
+  for (int64_t row = 0; row < local_batch; ++row) s.take_window(batch.data_ptr<int64_t>() + row * s.window);
   const int64_t* mine = batch.data_ptr<int64_t>();
   for (int64_t row = 0; row < local_batch; ++row) s.global_labels += s.labels_in(mine + row * s.window);
   s.skip_windows(static_cast<int64_t>(s.dp_degree - 1 - s.dp_rank) * local_batch);
   s.windows_consumed += local_batch * s.dp_degree;
   return batch;
+}
+
+void TokenWindowLoader::set_packing(Packing packing) {
+  if (impl_->windows_consumed > 0) throw Error("data loader: the packing is chosen before the first batch");
+  impl_->packing = packing;
 }
 
 void TokenWindowLoader::ignore_cross_document_labels(const DocumentBoundaries& boundaries) {
@@ -191,13 +283,17 @@ void TokenWindowLoader::set_position(int64_t windows) {
   // Forward: skip from here. Backward: replay from the start; the stream is
   // deterministic, so either way the next batches equal an uninterrupted run's.
   if (windows < s.windows_consumed) s.restart();
-  s.skip_tokens((windows - s.windows_consumed) * s.window);
+  s.skip_windows(windows - s.windows_consumed);
   s.windows_consumed = windows;
 }
 
 int64_t TokenWindowLoader::epoch() const {
   // The epoch of the next token to consume (epochs start at 0).
-  const Impl& s = *impl_;
+  Impl& s = *impl_;
+  if (s.packing != Packing::concat_then_split) {
+    while (s.ready_rows.empty()) s.pack_next_document();  // the next window, made ahead
+    return s.ready_rows.front().epoch;
+  }
   const int64_t consumed = s.windows_consumed * s.window;
   return static_cast<int64_t>(std::upper_bound(s.epoch_starts.begin(), s.epoch_starts.end(), consumed) -
                               s.epoch_starts.begin());

@@ -115,7 +115,10 @@ TrainingRun::TrainingRun(RunPlan& plan_, const World& world_, const RunSeams& se
 
   auto tokenizer = std::shared_ptr<const Tokenizer>(load_tokenizer(resolve_asset(core.tokenizer_path)));
   plan.model->set_vocab_size(tokenizer->vocab_size());
-  documents_ = {{tokenizer->bos_id(), tokenizer->eos_id()}, core.block_causal, training.ignore_cross_document_labels};
+  documents_ = {{tokenizer->bos_id(), tokenizer->eos_id()},
+                packing_named(training.packing),
+                core.block_causal,
+                training.ignore_cross_document_labels};
   const std::string data = training.dataset_path.empty() ? training.dataset : resolve_asset(training.dataset_path);
 
   profiler = std::make_unique<StepProfiler>(core.profiling, core.job.dump_folder, world.rank, device.is_cuda());
@@ -129,6 +132,7 @@ TrainingRun::TrainingRun(RunPlan& plan_, const World& world_, const RunSeams& se
                                           plan.root.dump()});
   loader = std::make_unique<TokenWindowLoader>(open_dataset(data), tokenizer, training.seq_len, parallel->dp_rank(),
                                                parallel->dp_degree());
+  loader->set_packing(documents_.packing);
   if (documents_.ignore_crossing_labels) loader->ignore_cross_document_labels(documents_.boundaries);
   accumulation_ = accumulation_steps(training, parallel->dp_degree());
 
@@ -196,7 +200,8 @@ void TrainingRun::build_optimizer_and_schedule() {
   facts.pipeline = pipeline != nullptr;
   facts.world_size = world.world_size;
   facts.collectives = parallel->mesh() != nullptr;
-  facts.varying_loss_weights = documents_.ignore_crossing_labels;
+  facts.varying_loss_weights =
+      documents_.ignore_crossing_labels || documents_.packing != Packing::concat_then_split;
   for (const StepHook* hook : model->step_hooks()) {
     if (facts.host_driven.empty()) facts.host_driven = hook->host_driven;
   }

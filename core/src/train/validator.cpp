@@ -37,6 +37,7 @@ ValidationResult Validator::run(CausalLM& model) {
   // A fresh loader: every validation sees the same windows from the start.
   TokenWindowLoader loader(open_dataset(data), tokenizer_, config_.seq_len, parallel_.dp_rank(),
                            parallel_.dp_degree());
+  loader.set_packing(documents_.packing);
   if (documents_.ignore_crossing_labels) loader.ignore_cross_document_labels(documents_.boundaries);
   torch::NoGradGuard no_grad;
   model.eval();
