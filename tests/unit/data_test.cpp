@@ -13,6 +13,7 @@
 #include <set>
 #include <sstream>
 
+#include "data/batch_prefetcher.hpp"
 #include "titan/data.hpp"
 #include "titan/error.hpp"
 #include "titan/tokenizer.hpp"
@@ -569,4 +570,60 @@ TEST_CASE("data: packed windows: dp ranks together return the single-process bat
   late.next_batch(1);
   CHECK_THROWS_AS(late.set_packing(titan::Packing::first_fit), titan::Error);
   CHECK_THROWS_AS(titan::packing_named("best_fit"), titan::Error);
+}
+
+namespace {
+
+// Documents that run out in error: the `fail_at`th read throws, naming itself.
+class FailingSource : public titan::DocumentSource {
+ public:
+  explicit FailingSource(int fail_at) : fail_at_(fail_at) {}
+  std::string describe() const override { return "failing.jsonl"; }
+  void rewind() override {}
+  std::optional<std::string> next_text() override {
+    if (++reads_ == fail_at_) throw titan::Error("failing.jsonl: line " + std::to_string(reads_) + " is not JSON");
+    return std::string(size_t(5 + reads_ % 7), 'x');
+  }
+
+ private:
+  int fail_at_;
+  int reads_ = 0;
+};
+
+}  // namespace
+
+TEST_CASE("data: the prefetcher hands out the loader's steps in order, counts the position of the steps taken, "
+          "resumes, and throws a loading error in the step that needed the data") {
+  auto direct = make_loader(7);
+  auto ahead = make_loader(7);
+  titan::BatchPrefetcher batches(ahead, 3, 2);  // 2 microbatches of 3 windows a step
+  for (int step = 0; step < 5; ++step) {
+    titan::BatchPrefetcher::Step loaded = batches.next();
+    REQUIRE(loaded.windows.size() == 2);
+    int64_t labels = 0;
+    for (const at::Tensor& windows : loaded.windows) {
+      CHECK(at::equal(windows, direct.next_batch(3)));
+      labels += direct.global_labels();
+    }
+    CHECK(loaded.global_labels == labels);
+    CHECK(batches.position() == direct.position());  // the loader itself has run ahead
+  }
+  batches.set_position(6);
+  direct.set_position(6);
+  direct.next_batch(3);  // the step's first microbatch
+  CHECK(at::equal(batches.next().windows[1], direct.next_batch(3)));
+
+  // 60 documents of 7 to 13 tokens fill the first steps; the 61st read fails.
+  titan::TokenWindowLoader failing(std::make_unique<FailingSource>(61), titan::load_tokenizer("bytes"), 7);
+  titan::BatchPrefetcher doomed(failing, 3, 2);
+  int good = 0;
+  std::string error;
+  try {
+    for (; good < 100; ++good) doomed.next();
+  } catch (const titan::Error& e) {
+    error = e.what();
+  }
+  CHECK(good > 5);  // every step loaded before the failure was handed out first
+  CHECK(error == "failing.jsonl: line 61 is not JSON");
+  CHECK_THROWS_AS(doomed.next(), titan::Error);  // and again, for whoever asks next
 }

@@ -15,8 +15,8 @@ namespace {
 at::Tensor cpu_rng_state() { return at::detail::getDefaultCPUGenerator().get_state(); }
 }  // namespace
 
-TrainStateView::TrainStateView(CausalLM& model, Optimizer& optimizer, TokenWindowLoader& loader)
-    : model_(model), optimizer_(optimizer), loader_(loader) {
+TrainStateView::TrainStateView(CausalLM& model, Optimizer& optimizer, BatchPrefetcher& batches)
+    : model_(model), optimizer_(optimizer), batches_(batches) {
   for (const auto& item : model_.named_parameters()) {
     slots_.tensors["model." + item.key()] = item.value();
     if (const TensorLayout* layout = model_.layout(item.key())) slots_.layouts["model." + item.key()] = *layout;
@@ -50,7 +50,7 @@ TrainState TrainStateView::capture(int64_t step) {
   TrainState state = slots_;
   state.rank_local["rng.cpu"] = cpu_rng_state();
   state.values["step"] = std::to_string(step);
-  state.values["data.position"] = std::to_string(loader_.position());
+  state.values["data.position"] = std::to_string(batches_.position());
   return state;
 }
 
@@ -60,7 +60,7 @@ int64_t TrainStateView::restore(const TrainState& state) {
     if (found == state.values.end()) throw Error("checkpoint has no '" + key + "' value");
     return std::stoll(found->second);
   };
-  loader_.set_position(value("data.position"));
+  batches_.set_position(value("data.position"));
   auto rng = state.rank_local.find("rng.cpu");
   if (rng != state.rank_local.end() && rng->second.defined()) {
     at::Generator generator = at::detail::getDefaultCPUGenerator();  // a handle to the global one

@@ -3,6 +3,7 @@
 #pragma once
 #include <torch/torch.h>
 
+#include "data/batch_prefetcher.hpp"
 #include "titan/checkpointer.hpp"
 #include "titan/data.hpp"
 #include "titan/model.hpp"
@@ -12,7 +13,8 @@ namespace titan {
 
 class TrainStateView {
  public:
-  TrainStateView(CausalLM& model, Optimizer& optimizer, TokenWindowLoader& loader);
+  // `batches`: the data position is that of the steps taken.
+  TrainStateView(CausalLM& model, Optimizer& optimizer, BatchPrefetcher& batches);
   // A state whose tensors alias the live ones (RNG: a fresh copy).
   TrainState capture(int64_t step);
   // Restores after Checkpointer::load filled `state`; returns the step.
@@ -22,7 +24,7 @@ class TrainStateView {
  private:
   CausalLM& model_;
   Optimizer& optimizer_;
-  TokenWindowLoader& loader_;
+  BatchPrefetcher& batches_;
   TrainState slots_;
 };
 

@@ -94,16 +94,17 @@ void TrainingRun::check_nonfinite() {
 
 std::vector<Microbatch> TrainingRun::next_microbatches() {
   const TrainingConfig& training = plan.core.training;
-  std::vector<at::Tensor> windows;
-  int64_t global_labels = 0;  // that carry loss, over the whole step: the loss's denominator
-  for (int64_t i = 0; i < accumulation_; ++i) {
-    if (!loader) {  // the dry run: token ids of the right shape
-      windows.push_back(at::zeros({training.local_batch_size, training.seq_len + 1}, at::kLong));
-      continue;
+  // Loaded ahead, on the prefetcher's thread.
+  BatchPrefetcher::Step loaded;
+  if (batches) {
+    loaded = batches->next();
+  } else {  // the dry run: token ids of the right shape
+    for (int64_t i = 0; i < accumulation_; ++i) {
+      loaded.windows.push_back(at::zeros({training.local_batch_size, training.seq_len + 1}, at::kLong));
     }
-    windows.push_back(loader->next_batch(training.local_batch_size));
-    global_labels += loader->global_labels();
   }
+  const std::vector<at::Tensor>& windows = loaded.windows;
+  const int64_t global_labels = loaded.global_labels;  // that carry loss, over the whole step: the loss's denominator
   const double weight_per_label =
       global_labels > 0 ? static_cast<double>(parallel->dp_degree()) / static_cast<double>(global_labels) : 0;
   std::vector<Microbatch> microbatches;

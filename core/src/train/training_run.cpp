@@ -135,6 +135,7 @@ TrainingRun::TrainingRun(RunPlan& plan_, const World& world_, const RunSeams& se
   loader->set_packing(documents_.packing);
   if (documents_.ignore_crossing_labels) loader->ignore_cross_document_labels(documents_.boundaries);
   accumulation_ = accumulation_steps(training, parallel->dp_degree());
+  batches = std::make_unique<BatchPrefetcher>(*loader, training.local_batch_size, accumulation_);
 
   build_model();
   if (core.validation.enable) {
@@ -142,10 +143,10 @@ TrainingRun::TrainingRun(RunPlan& plan_, const World& world_, const RunSeams& se
   }
   if (core.debug.exit_after_init) return;
   build_optimizer_and_schedule();
-  state = std::make_unique<TrainStateView>(*model, *optimizer, *loader);
+  state = std::make_unique<TrainStateView>(*model, *optimizer, *batches);
   if (plan.checkpointer->load(state->slots())) {
     resumed_step = state->restore(state->slots());
-    spdlog::info("resumed from checkpoint at step {} (data position {})", resumed_step, loader->position());
+    spdlog::info("resumed from checkpoint at step {} (data position {})", resumed_step, batches->position());
   } else {
     load_initial_weights(*plan.checkpointer, *plan.model, *model);  // checkpoint.initial_load_path, if set
   }

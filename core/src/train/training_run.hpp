@@ -66,6 +66,7 @@ class TrainingRun {
   std::unique_ptr<ObserverScope> observers;
   std::unique_ptr<ParallelSetup> parallel;
   std::unique_ptr<TokenWindowLoader> loader;
+  std::unique_ptr<BatchPrefetcher> batches;  // the loader's steps, loaded ahead on a thread
   std::shared_ptr<CausalLM> model;  // a pipeline's parts, seen as one model, when pipelined
   std::unique_ptr<PipelineExecutor> pipeline;  // when pipelined
   std::unique_ptr<Optimizer> optimizer;
