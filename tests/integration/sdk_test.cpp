@@ -149,6 +149,15 @@ TEST_CASE("SDK: the GPT-2 model example builds out of tree and the installed tit
   CHECK(result.output.find("model gpt2 flavor tiny") != std::string::npos);
   check_learns(dump, 8);
 
+  // Its forward reads no document positions: block-causal attention is
+  // refused by name rather than silently causal.
+  auto block_causal = train_example("gpt2_model", "gpt2_tiny.yaml", plugins, dump / "block_causal",
+                                    "--set model.max_seq_len=64 --set model.attn_mask_type=block_causal");
+  INFO(block_causal.output);
+  CHECK(block_causal.exit_code != 0);
+  CHECK(block_causal.output.find("model.attn_mask_type: block_causal, but model gpt2 does not read document "
+                                 "positions") != std::string::npos);
+
   // The installed harness runs the model checks on the example's declaration.
   auto conformance = run_command((sdk_prefix() / "bin" / "titan-conformance").string() + " --plugin " +
                                  (plugins / "libtitan_plugin_gpt2.so").string());
