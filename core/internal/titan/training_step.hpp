@@ -79,6 +79,9 @@ struct StepOptions {
   // A non-finite loss or norm skips the optimizer: one host read a step
   // (training.on_nonfinite_loss: skip).
   bool skip_nonfinite = false;
+  // StepResult::state_bytes wanted (the metrics of log steps, the dry run):
+  // counting walks the optimizer's state by name, host work a step spares.
+  bool count_state_bytes = true;
   StepObserver* observer = nullptr;
   ForwardBackwardRunner runner;  // empty: forward_backward is called directly
 };
@@ -90,7 +93,8 @@ struct StepResult {
   at::Tensor finite;     // bool [1]: loss and norm both finite
   std::map<std::string, double> model_metrics;  // the step hooks' (on log steps)
   // Parameters, gradients and optimizer state this rank held before the
-  // gradients were cleared (the step's peak of them).
+  // gradients were cleared (the step's peak of them); 0 unless
+  // StepOptions::count_state_bytes.
   int64_t state_bytes = 0;
   bool optimizer_skipped = false;
 };

@@ -37,6 +37,7 @@ StepOutcome TrainingRun::step(int64_t step) {
   options.lr = plan.optimizer->base_lr() * plan.lr_schedule->factor(step);
   options.log_step = log_step;
   options.skip_nonfinite = training.on_nonfinite_loss == "skip" && !dry_run;
+  options.count_state_bytes = log_step || dry_run;
   options.observer = observer.get();
   if (graphed_) {
     options.runner = [this](const std::vector<Microbatch>& batch, const ForwardBackward& forward_backward) {

@@ -81,8 +81,10 @@ StepResult run_training_step(const StepParts& parts, const std::vector<Microbatc
     CallSite site("optimizer");
     parts.optimizer->step(options.lr);
   }
-  for (const auto& param : parts.parameters) result.state_bytes += tensor_bytes(param) + tensor_bytes(param.grad());
-  for (const auto& [name, tensor] : parts.optimizer->state_tensors()) result.state_bytes += tensor_bytes(tensor);
+  if (options.count_state_bytes) {
+    for (const auto& param : parts.parameters) result.state_bytes += tensor_bytes(param) + tensor_bytes(param.grad());
+    for (const auto& [name, tensor] : parts.optimizer->state_tensors()) result.state_bytes += tensor_bytes(tensor);
+  }
   parts.optimizer->zero_grad();
   return result;
 }
