@@ -47,7 +47,8 @@ at::Tensor block_causal_mask(const at::Tensor& documents, int64_t seq) {
                 std::to_string(seq) + " tokens; expected [batch, " + std::to_string(seq) + "]");
   }
   at::Tensor earlier = at::ones({seq, seq}, documents.options().dtype(at::kBool)).tril();
-  return documents.unsqueeze(2).eq(documents.unsqueeze(1)).logical_and_(earlier).unsqueeze(1);
+  // bitwise_and: logical_and has no meta kernel (titan plan's dry run).
+  return documents.unsqueeze(2).eq(documents.unsqueeze(1)).bitwise_and(earlier).unsqueeze(1);
 }
 
 }  // namespace
@@ -73,7 +74,7 @@ std::pair<at::Tensor, at::Tensor> causal_attention_with_weights(const at::Tensor
   // The math path written out: SDPA does not return the weights.
   const int64_t seq = q.size(2), keys = k.size(2);
   at::Tensor scores = at::matmul(q, k.transpose(-2, -1)) / std::sqrt(static_cast<double>(q.size(-1)));
-  at::Tensor hidden = documents.defined() ? block_causal_mask(documents, seq).logical_not()
+  at::Tensor hidden = documents.defined() ? block_causal_mask(documents, seq).bitwise_not()
                                           : at::ones({seq, keys}, q.options().dtype(at::kBool)).triu(1);
   at::Tensor weights = at::softmax(scores.masked_fill(hidden, -std::numeric_limits<double>::infinity()), -1);
   return {at::matmul(weights, v), weights};

@@ -105,7 +105,8 @@ std::optional<at::Tensor> pair_mask(const at::Tensor& query_positions, const Seg
   }
   if (!documents.defined()) return mask;
   at::Tensor documents_agree = same_document(documents, query_positions, queries, key_positions, keys);
-  return mask.defined() ? documents_agree.logical_and(mask) : documents_agree;
+  // bitwise_and: logical_and has no meta kernel (titan plan's dry run).
+  return mask.defined() ? documents_agree.bitwise_and(mask) : documents_agree;
 }
 
 // This rank's queries: the whole sequence's length, their positions and

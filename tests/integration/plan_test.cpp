@@ -131,6 +131,19 @@ TEST_CASE("titan plan: a run with the fused AdamW is planned (its kernel has a s
   CHECK(rank["optimizer_bytes"].get<int64_t>() > 2 * rank["parameter_bytes"].get<int64_t>());
 }
 
+TEST_CASE("titan plan: block-causal attention with first_fit packing is planned on meta tensors under CP ring "
+          "attention and per-op activation checkpointing (every mask op has a meta kernel)") {
+  const auto dump = titan::test::temp_dir("plan_block_causal");
+  const std::string sets = small_run_sets(dump) + " --set model.attn_mask_type=block_causal"
+                                                  " --set training.packing=first_fit";
+  const nlohmann::json cp = dry_run(2, config_path("llama3_debugmodel_cp.yaml"), sets);
+  CHECK(cp["ranks"].size() == 2);
+  const nlohmann::json op = dry_run(
+      1, config_path("llama3_debugmodel.yaml"),
+      sets + " --set 'plugins=[{name: activation_checkpoint, mode: selective, selective_ac_option: op}]'");
+  CHECK(op["ranks"].size() == 1);
+}
+
 namespace {
 
 // The dry run at 2 ranks of FSDP plus a broken test plugin: its exit status
