@@ -58,6 +58,13 @@ constexpr int64_t kIgnoredLabel = -100;
 // microbatch_of makes it an EOS input whose label carries no loss.
 constexpr int64_t kPaddingToken = -1;
 
+// Whether the label `next` of the input `token` carries loss: it is not
+// padding, nor, when `ignored_crossings` is given, across a document end.
+// The one rule the loader counts by and microbatch_of masks by.
+inline bool label_carries_loss(int64_t token, int64_t next, const DocumentBoundaries* ignored_crossings) {
+  return next != kPaddingToken && !(ignored_crossings && label_crosses_document(token, next, *ignored_crossings));
+}
+
 // How documents become windows (training.packing):
 //   concat_then_split: one stream [BOS] doc [EOS] ... cut every seq_len + 1
 //     tokens; a document at a window's end continues in the next;

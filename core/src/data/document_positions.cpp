@@ -39,14 +39,12 @@ Microbatch microbatch_of(const at::Tensor& windows, const c10::Device& device, c
     const at::Tensor tokens = windows.contiguous();
     const int64_t* token = tokens.data_ptr<int64_t>();
     int64_t *input = inputs.data_ptr<int64_t>(), *label = labels.data_ptr<int64_t>();
+    const DocumentBoundaries* ignored_crossings = documents.ignore_crossing_labels ? &documents.boundaries : nullptr;
     for (int64_t row = 0; row < rows; ++row) {
       for (int64_t i = 0; i < length; ++i) {
         const int64_t at = row * (length + 1) + i, out = row * length + i;
         if (token[at] == kPaddingToken) input[out] = documents.boundaries.eos_id;
-        const bool ignored = token[at + 1] == kPaddingToken ||
-                             (documents.ignore_crossing_labels &&
-                              label_crosses_document(token[at], token[at + 1], documents.boundaries));
-        if (!ignored) continue;
+        if (label_carries_loss(token[at], token[at + 1], ignored_crossings)) continue;
         label[out] = kIgnoredLabel;
         --carrying[static_cast<size_t>(row)];
       }

@@ -121,8 +121,7 @@ struct TokenWindowLoader::Impl {
   int64_t labels_in(const int64_t* tokens) const {
     int64_t count = 0;
     for (int64_t i = 0; i + 1 < window; ++i) {
-      count += tokens[i + 1] != kPaddingToken &&
-               !(ignored_crossings && label_crosses_document(tokens[i], tokens[i + 1], *ignored_crossings));
+      count += label_carries_loss(tokens[i], tokens[i + 1], ignored_crossings ? &*ignored_crossings : nullptr);
     }
     return count;
   }
