@@ -81,3 +81,55 @@ TEST_CASE("loss normalization: first_fit packing (whole documents, padding that 
                              packed, 1),
                    reference, 1e-5);
 }
+
+namespace {
+
+// 200 conversations of 1 to 3 turns and uneven lengths (chat_data.jsonl),
+// and the debug tokenizer with Llama 3's chat tokens added
+// (chat_tokenizer.json).
+fs::path write_chat_data(const std::string& name) {
+  const fs::path dir = titan::test::temp_dir(name);
+  nlohmann::json tokenizer =
+      nlohmann::json::parse(titan::test::read_file(titan::test::source_dir() + "/assets/tokenizer/stories_bpe.json"));
+  int64_t id = 0;
+  for (const auto& token : tokenizer["added_tokens"]) id = std::max<int64_t>(id, token["id"].get<int64_t>() + 1);
+  for (const char* name : {"<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"}) {
+    tokenizer["added_tokens"].push_back({{"id", id++}, {"content", name}, {"special", true}});
+  }
+  titan::test::write_file(dir / "chat_tokenizer.json", tokenizer.dump());
+  const char* words[] = {"the", "cat", "sat", "on", "a", "mat", "why", "did", "it", "run", "far", "home"};
+  uint32_t state = 11;
+  auto sentence = [&] {
+    state = state * 1664525u + 1013904223u;
+    std::string text;
+    for (int i = 0, length = 1 + static_cast<int>(state >> 27) % 16; i < length; ++i) {
+      state = state * 1664525u + 1013904223u;
+      text += std::string(i ? " " : "") + words[(state >> 24) % 12];
+    }
+    return text;
+  };
+  std::ofstream out(dir / "chat_data.jsonl");
+  for (int conversation = 0; conversation < 200; ++conversation) {
+    nlohmann::json messages = nlohmann::json::array();
+    for (int turn = 0, turns = 1 + conversation % 3; turn < turns; ++turn) {
+      messages.push_back({{"role", "user"}, {"content", sentence()}});
+      messages.push_back({{"role", "assistant"}, {"content", sentence()}});
+    }
+    out << nlohmann::json{{"messages", messages}}.dump() << "\n";
+  }
+  return dir;
+}
+
+}  // namespace
+
+TEST_CASE("loss normalization: SFT conversations (llama3 template, prompts without loss), first_fit packing and "
+          "block-causal attention: FSDP2 reproduces one process") {
+  static const fs::path data = write_chat_data("sft_data");
+  const std::string chats = titan::test::kSmallModel + " --set training.dataset_path=" +
+                            (data / "chat_data.jsonl").string() + " --set model.tokenizer_path=" +
+                            (data / "chat_tokenizer.json").string() +
+                            " --set training.chat_template=llama3 --set training.packing=first_fit"
+                            " --set model.attn_mask_type=block_causal";
+  const RunOutput reference = run_single("sft_reference", chats);
+  check_equivalent(run_ranks("sft_fsdp2", 2, 29432, "{name: fsdp}", chats), reference, 1e-5);
+}

@@ -28,12 +28,9 @@ class DocumentSource {
   // loader takes them as the stream itself (no BOS/EOS added).
   virtual bool pretokenized() const { return false; }
   virtual std::optional<std::vector<int32_t>> next_tokens() { return std::nullopt; }
+  // Whether next_tokens() marks tokens kContextOnly (rendered conversations).
+  virtual bool marks_context_only() const { return false; }
 };
-
-// "stories" (the built-in generated corpus), or a path: *.jsonl,
-// *.jsonl.gz ({"text": ...} per line), *.txt (documents separated by blank
-// lines), *.bin / *.u16 / *.u32 (pre-tokenized shards, memory-mapped).
-std::unique_ptr<DocumentSource> open_dataset(const std::string& name_or_path);
 
 // The built-in corpus: deterministic generated English stories.
 std::string generate_story(uint64_t seed, int64_t index);
@@ -58,12 +55,58 @@ constexpr int64_t kIgnoredLabel = -100;
 // microbatch_of makes it an EOS input whose label carries no loss.
 constexpr int64_t kPaddingToken = -1;
 
+// A token of a rendered conversation that is context only (an SFT prompt,
+// a chat header) carries this bit in the stream: it is an input like any
+// other, but as a label it carries no loss. microbatch_of clears it.
+// Vocabularies are far below 2^30 ids (the tokenizers refuse larger).
+constexpr int32_t kContextOnly = 1 << 30;
+// A stream token's id: without the context-only bit (padding stays -1).
+inline int64_t token_id(int64_t token) { return token < 0 ? token : token & ~int64_t{kContextOnly}; }
+
 // Whether the label `next` of the input `token` carries loss: it is not
-// padding, nor, when `ignored_crossings` is given, across a document end.
-// The one rule the loader counts by and microbatch_of masks by.
+// padding, nor context only, nor, when `ignored_crossings` is given, across
+// a document end. The one rule the loader counts by and microbatch_of
+// masks by.
 inline bool label_carries_loss(int64_t token, int64_t next, const DocumentBoundaries* ignored_crossings) {
-  return next != kPaddingToken && !(ignored_crossings && label_crosses_document(token, next, *ignored_crossings));
+  return next != kPaddingToken && (next & kContextOnly) == 0 &&
+         !(ignored_crossings && label_crosses_document(token_id(token), token_id(next), *ignored_crossings));
 }
+
+// Supervised fine-tuning: conversations rendered with a chat template.
+struct ChatMessage {
+  std::string role;  // system, user, assistant (or any other the data uses)
+  std::string content;
+};
+//   llama3: [BOS] then per message <|start_header_id|>ROLE<|end_header_id|>
+//           "\n\n" CONTENT (trimmed) <|eot_id|>, as Llama 3 Instruct's template;
+//   chatml: per message <|im_start|>ROLE "\n" CONTENT <|im_end|> "\n", as Qwen's.
+// Then the tokenizer's EOS, which ends the document. Only each assistant
+// message's content and its end-of-turn token carry loss; every other token
+// is kContextOnly. Text between special tokens is encoded piece by piece
+// (the role, the separator, the content): the same ids as encoding the
+// rendered string whole unless a content begins with whitespace (chatml).
+enum class ChatTemplate { none, llama3, chatml };
+ChatTemplate chat_template_named(const std::string& name);  // none, llama3, chatml; throws otherwise
+std::string chat_template_name(ChatTemplate chat_template);
+// Throws, naming the template and the token, when `tokenizer` lacks a
+// special token the template is written in.
+void check_chat_tokenizer(ChatTemplate chat_template, const Tokenizer& tokenizer);
+std::vector<int32_t> render_chat(const std::vector<ChatMessage>& messages, ChatTemplate chat_template,
+                                 const Tokenizer& tokenizer);
+
+// How a dataset file is read.
+struct SourceOptions {
+  // Not none: each JSON line is a conversation {"messages": [{"role",
+  // "content"}, ...]} rendered with this template (needs `tokenizer`).
+  ChatTemplate chat_template = ChatTemplate::none;
+  std::shared_ptr<const Tokenizer> tokenizer;
+};
+
+// "stories" (the built-in generated corpus), or a path: *.jsonl,
+// *.jsonl.gz ({"text": ...} per line, or conversations with a chat
+// template), *.txt (documents separated by blank lines), *.bin / *.u16 /
+// *.u32 (pre-tokenized shards, memory-mapped).
+std::unique_ptr<DocumentSource> open_dataset(const std::string& name_or_path, const SourceOptions& options = {});
 
 // How documents become windows (training.packing):
 //   concat_then_split: one stream [BOS] doc [EOS] ... cut every seq_len + 1
@@ -117,6 +160,7 @@ struct DocumentOptions {
   Packing packing = Packing::concat_then_split;  // the loader's (TokenWindowLoader::set_packing)
   bool positions = false;               // model.attn_mask_type: block_causal
   bool ignore_crossing_labels = false;  // training.ignore_cross_document_labels
+  bool context_only_tokens = false;     // the stream marks prompts kContextOnly (training.chat_template)
 };
 
 // A microbatch from loaded windows [batch, seq + 1] (host memory): inputs

@@ -37,6 +37,7 @@ struct TrainingConfig {
   // The label of a document's last token (the next document's first) carries no loss.
   bool ignore_cross_document_labels = false;
   std::string packing = "concat_then_split";  // or carry, first_fit (titan/data.hpp's Packing)
+  std::string chat_template = "none";  // or llama3, chatml: the dataset holds conversations (SFT)
   // Forward + backward replayed from a CUDA graph: automatic = on CUDA
   // wherever the run allows it (off, with the reason logged, where not);
   // on = required (a run that does not allow it is refused); off = never.
@@ -103,6 +104,7 @@ struct ValidationConfig {
   bool enable = false;
   std::string dataset = "stories_validation";  // a built-in held-out set, or see dataset_path
   std::string dataset_path;                    // a file (as training.dataset_path); wins over dataset
+  std::string chat_template;                   // empty: training.chat_template
   int64_t freq = 10;
   int64_t steps = -1;             // batches per validation; -1: the whole set once
   int64_t local_batch_size = 0;   // 0: training.local_batch_size

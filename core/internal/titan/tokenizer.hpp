@@ -3,6 +3,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -19,6 +20,9 @@ class Tokenizer {
   virtual int64_t vocab_size() const = 0;  // including special tokens
   virtual int32_t bos_id() const = 0;
   virtual int32_t eos_id() const = 0;
+  // The id of a special token by its name ("<|eot_id|>"), if the
+  // tokenizer has one: chat templates are written in them.
+  virtual std::optional<int32_t> special_token(std::string_view /*name*/) const { return std::nullopt; }
 };
 
 // `path` is a tiktoken file (base64 token + rank per line), a HF

@@ -73,6 +73,10 @@ CoreConfig read_core_config(const ConfigNode& root) {
                               "one that does not fit starts the next window; first_fit = whole documents into the "
                               "first of 8 open windows with room; padding carries no loss, and a document longer "
                               "than a window is cut in every mode");
+  t.chat_template = training.choice("chat_template", "none", {"none", "llama3", "chatml"},
+                                    "supervised fine-tuning: each JSON line of the dataset is a conversation "
+                                    "{\"messages\": [{\"role\", \"content\"}, ...]} rendered with Llama 3's or "
+                                    "ChatML's template; only the assistant's replies carry loss (docs/data.md)");
   using CudaGraph = TrainingConfig::CudaGraph;
   t.cuda_graph = training.choice(
       "cuda_graph", CudaGraph::automatic,
@@ -139,6 +143,8 @@ CoreConfig read_core_config(const ConfigNode& root) {
   v.dataset = validation.get<std::string>("dataset", v.dataset,
                                           "held-out set: stories_validation (built in) or a file as in dataset_path");
   v.dataset_path = validation.get<std::string>("dataset_path", v.dataset_path, "a held-out file; wins over dataset");
+  v.chat_template = validation.choice("chat_template", t.chat_template, {"none", "llama3", "chatml"},
+                                      "how the held-out file is read (as training.chat_template, its default)");
   v.freq = validation.get<int64_t>("freq", v.freq, "validate every N steps");
   v.steps = validation.get<int64_t>("steps", v.steps, "batches per validation; -1: the whole set once");
   v.local_batch_size = validation.get<int64_t>("local_batch_size", v.local_batch_size,

@@ -32,7 +32,7 @@ Microbatch microbatch_of(const at::Tensor& windows, const c10::Device& device, c
   at::Tensor inputs = windows.narrow(1, 0, length), labels = windows.narrow(1, 1, length);
   std::vector<int64_t> carrying(static_cast<size_t>(rows), length);
   const bool padded = documents.packing != Packing::concat_then_split;
-  if (padded || documents.ignore_crossing_labels) {
+  if (padded || documents.ignore_crossing_labels || documents.context_only_tokens) {
     // On the host, before the copy: the step never reads the device.
     inputs = inputs.clone();
     labels = labels.clone();
@@ -43,8 +43,11 @@ Microbatch microbatch_of(const at::Tensor& windows, const c10::Device& device, c
     for (int64_t row = 0; row < rows; ++row) {
       for (int64_t i = 0; i < length; ++i) {
         const int64_t at = row * (length + 1) + i, out = row * length + i;
-        if (token[at] == kPaddingToken) input[out] = documents.boundaries.eos_id;
-        if (label_carries_loss(token[at], token[at + 1], ignored_crossings)) continue;
+        input[out] = token[at] == kPaddingToken ? documents.boundaries.eos_id : token_id(token[at]);
+        if (label_carries_loss(token[at], token[at + 1], ignored_crossings)) {
+          label[out] = token_id(token[at + 1]);
+          continue;
+        }
         label[out] = kIgnoredLabel;
         --carrying[static_cast<size_t>(row)];
       }

@@ -17,7 +17,13 @@ const char* const kFormats = "\"stories\", \"stories_validation\", *.jsonl, *.js
 
 }  // namespace
 
-std::unique_ptr<DocumentSource> open_dataset(const std::string& name_or_path) {
+std::unique_ptr<DocumentSource> open_dataset(const std::string& name_or_path, const SourceOptions& options) {
+  const bool chat = options.chat_template != ChatTemplate::none;
+  const bool jsonl = ends_with(name_or_path, ".jsonl") || ends_with(name_or_path, ".jsonl.gz");
+  if (chat && !jsonl) {
+    throw Error("dataset '" + name_or_path + "': a chat template (" + chat_template_name(options.chat_template) +
+                ") reads conversations from *.jsonl or *.jsonl.gz; set chat_template: none for this dataset");
+  }
   if (name_or_path == "stories") return data::make_stories_source(data::kStoriesSeed, data::kStoriesPerEpoch);
   // Held out: other stories (another seed), a tenth as many.
   if (name_or_path == "stories_validation") {
@@ -33,7 +39,8 @@ std::unique_ptr<DocumentSource> open_dataset(const std::string& name_or_path) {
   if (std::filesystem::is_directory(path, ec)) {
     throw Error("dataset '" + path + "' is a folder; give one file (" + kFormats + ")");
   }
-  if (ends_with(path, ".jsonl") || ends_with(path, ".jsonl.gz")) return data::make_jsonl_source(path);
+  if (chat) return data::make_chat_source(path, options.chat_template, options.tokenizer);
+  if (jsonl) return data::make_jsonl_source(path);
   if (ends_with(path, ".txt") || ends_with(path, ".txt.gz")) return data::make_text_source(path);
   if (ends_with(path, ".bin") || ends_with(path, ".u16") || ends_with(path, ".u32")) {
     return data::make_token_shard_source(path);

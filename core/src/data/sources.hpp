@@ -15,6 +15,8 @@ constexpr uint64_t kStoriesSeed = 0x5107135;
 
 std::unique_ptr<DocumentSource> make_stories_source(uint64_t seed, int64_t documents_per_epoch);
 std::unique_ptr<DocumentSource> make_jsonl_source(const std::string& path);
+std::unique_ptr<DocumentSource> make_chat_source(const std::string& path, ChatTemplate chat_template,
+                                                 std::shared_ptr<const Tokenizer> tokenizer);
 std::unique_ptr<DocumentSource> make_text_source(const std::string& path);
 // *.bin / *.u16 / *.u32, memory-mapped; the format is documented in its .cpp.
 std::unique_ptr<DocumentSource> make_token_shard_source(const std::string& path);

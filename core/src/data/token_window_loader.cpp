@@ -87,7 +87,8 @@ struct TokenWindowLoader::Impl {
 
   void check_ids(const std::vector<int32_t>& ids) const {
     const int64_t vocab = tokenizer->vocab_size();
-    for (int32_t id : ids) {
+    for (int64_t token : ids) {
+      const int64_t id = token_id(token);
       if (id < 0 || id >= vocab) {
         throw Error(source->describe() + " holds token id " + std::to_string(id) + " but the tokenizer has only " +
                     std::to_string(vocab) + " ids; the shard was made with another tokenizer");
@@ -139,7 +140,7 @@ struct TokenWindowLoader::Impl {
 
   // Skips `windows` windows of other ranks, counting their labels.
   void skip_windows(int64_t windows) {
-    if (!ignored_crossings && packing == Packing::concat_then_split) {
+    if (!ignored_crossings && packing == Packing::concat_then_split && !source->marks_context_only()) {
       skip_tokens(windows * window);
       global_labels += windows * (window - 1);
       return;
@@ -167,11 +168,11 @@ struct TokenWindowLoader::Impl {
     std::vector<int64_t> document;
     for (;;) {
       while (head < pending.size()) {
-        const int64_t token = pending[head];
-        if (!document.empty() && token == bos) return document;
+        const int64_t token = pending[head], id = token_id(token);
+        if (!document.empty() && id == bos) return document;
         document.push_back(token);
         ++head;
-        if (token == eos || static_cast<int64_t>(document.size()) == window) return document;
+        if (id == eos || static_cast<int64_t>(document.size()) == window) return document;
       }
       read_document();  // a pre-tokenized chunk ended inside the document
     }

@@ -82,6 +82,11 @@ class HfTokenizer final : public Tokenizer {
 
   int64_t vocab_size() const override { return vocab_size_; }
   int32_t bos_id() const override { return bos_; }
+  std::optional<int32_t> special_token(std::string_view name) const override {
+    auto it = special_ids_.find(std::string(name));
+    if (it == special_ids_.end()) return std::nullopt;
+    return it->second;
+  }
   int32_t eos_id() const override { return eos_; }
 
  private:

@@ -134,6 +134,12 @@ class TiktokenTokenizer final : public Tokenizer {
   int64_t vocab_size() const override { return static_cast<int64_t>(base_vocab_) + kSpecialTokenCount; }
   int32_t bos_id() const override { return base_vocab_; }
   int32_t eos_id() const override { return base_vocab_ + 1; }
+  std::optional<int32_t> special_token(std::string_view name) const override {
+    for (size_t i = 0; i < special_.size(); ++i) {
+      if (special_[i] == name) return base_vocab_ + static_cast<int32_t>(i);
+    }
+    return std::nullopt;
+  }
 
  private:
   std::string where(int64_t line_number) const {

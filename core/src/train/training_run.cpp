@@ -115,10 +115,12 @@ TrainingRun::TrainingRun(RunPlan& plan_, const World& world_, const RunSeams& se
 
   auto tokenizer = std::shared_ptr<const Tokenizer>(load_tokenizer(resolve_asset(core.tokenizer_path)));
   plan.model->set_vocab_size(tokenizer->vocab_size());
+  const SourceOptions source_options{chat_template_named(training.chat_template), tokenizer};
   documents_ = {{tokenizer->bos_id(), tokenizer->eos_id()},
                 packing_named(training.packing),
                 core.block_causal,
-                training.ignore_cross_document_labels};
+                training.ignore_cross_document_labels,
+                source_options.chat_template != ChatTemplate::none};
   const std::string data = training.dataset_path.empty() ? training.dataset : resolve_asset(training.dataset_path);
 
   profiler = std::make_unique<StepProfiler>(core.profiling, core.job.dump_folder, world.rank, device.is_cuda());
@@ -130,7 +132,7 @@ TrainingRun::TrainingRun(RunPlan& plan_, const World& world_, const RunSeams& se
   parallel = std::make_unique<ParallelSetup>(world, plan, *observer);
   plan.checkpointer->attach(CheckpointEnv{world.rank, world.world_size, parallel->mesh(), parallel->checkpoint_comm(),
                                           plan.root.dump()});
-  loader = std::make_unique<TokenWindowLoader>(open_dataset(data), tokenizer, training.seq_len, parallel->dp_rank(),
+  loader = std::make_unique<TokenWindowLoader>(open_dataset(data, source_options), tokenizer, training.seq_len, parallel->dp_rank(),
                                                parallel->dp_degree());
   loader->set_packing(documents_.packing);
   if (documents_.ignore_crossing_labels) loader->ignore_cross_document_labels(documents_.boundaries);
@@ -202,7 +204,7 @@ void TrainingRun::build_optimizer_and_schedule() {
   facts.world_size = world.world_size;
   facts.collectives = parallel->mesh() != nullptr;
   facts.varying_loss_weights =
-      documents_.ignore_crossing_labels || documents_.packing != Packing::concat_then_split;
+      documents_.ignore_crossing_labels || documents_.context_only_tokens || documents_.packing != Packing::concat_then_split;
   for (const StepHook* hook : model->step_hooks()) {
     if (facts.host_driven.empty()) facts.host_driven = hook->host_driven;
   }

@@ -19,7 +19,9 @@ Validator::Validator(const ValidationConfig& config, std::shared_ptr<const Token
       documents_(documents),
       parallel_(parallel),
       device_(device),
-      pipeline_(pipeline) {}
+      pipeline_(pipeline) {
+  documents_.context_only_tokens = chat_template_named(config_.chat_template) != ChatTemplate::none;
+}
 
 // Every rank of the job votes, so that data-, context-, tensor- and
 // pipeline-parallel peers leave the loop at the same batch.
@@ -35,7 +37,8 @@ ValidationResult Validator::run(CausalLM& model) {
   ProfileRange range("validation");
   const std::string data = config_.dataset_path.empty() ? config_.dataset : resolve_asset(config_.dataset_path);
   // A fresh loader: every validation sees the same windows from the start.
-  TokenWindowLoader loader(open_dataset(data), tokenizer_, config_.seq_len, parallel_.dp_rank(),
+  const SourceOptions source_options{chat_template_named(config_.chat_template), tokenizer_};
+  TokenWindowLoader loader(open_dataset(data, source_options), tokenizer_, config_.seq_len, parallel_.dp_rank(),
                            parallel_.dp_degree());
   loader.set_packing(documents_.packing);
   if (documents_.ignore_crossing_labels) loader.ignore_cross_document_labels(documents_.boundaries);
