@@ -17,6 +17,7 @@ find_package(Boost REQUIRED)
 find_package(ZLIB REQUIRED)
 find_package(PkgConfig REQUIRED)
 pkg_check_modules(PCRE2 REQUIRED IMPORTED_TARGET libpcre2-8)
+pkg_check_modules(ZSTD REQUIRED IMPORTED_TARGET libzstd)  # *.jsonl.zst datasets
 
 if(TITAN_WITH_CUDA STREQUAL "AUTO")
   if(TORCH_CUDA_LIBRARIES OR CAFFE2_USE_CUDA)

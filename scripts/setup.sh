@@ -18,7 +18,7 @@ packages=(
   build-essential cmake ninja-build ccache git python3 python3-venv
   libgloo-dev libopenblas0-pthread  # Gloo's headers (LibTorch's c10d headers include them; the wheel has none)
   libyaml-cpp-dev libspdlog-dev libfmt-dev nlohmann-json3-dev doctest-dev
-  libboost-dev libboost-filesystem-dev libpcre2-dev zlib1g-dev libsentencepiece-dev
+  libboost-dev libboost-filesystem-dev libpcre2-dev zlib1g-dev libzstd-dev libsentencepiece-dev
 )
 if ((tests)); then
   packages+=(

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include <ATen/core/Tensor.h>
+#include <nlohmann/json.hpp>
 
 #include "titan/schedule.hpp"
 #include "titan/tokenizer.hpp"
@@ -30,6 +31,12 @@ class DocumentSource {
   virtual std::optional<std::vector<int32_t>> next_tokens() { return std::nullopt; }
   // Whether next_tokens() marks tokens kContextOnly (rendered conversations).
   virtual bool marks_context_only() const { return false; }
+  // Where the source stands (the documents it returned since the epoch
+  // began; a shard and a row in it; a mixture's draws), and going back
+  // there on a resume without reading what came before. Every source
+  // open_dataset and open_mixture return has one; null: none.
+  virtual nlohmann::json cursor() const;
+  virtual void seek(const nlohmann::json& cursor);
 };
 
 // The built-in corpus: deterministic generated English stories.
@@ -100,13 +107,30 @@ struct SourceOptions {
   // "content"}, ...]} rendered with this template (needs `tokenizer`).
   ChatTemplate chat_template = ChatTemplate::none;
   std::shared_ptr<const Tokenizer> tokenizer;
+  std::string text_field = "text";  // the documents' field (JSONL) or column (Parquet)
 };
 
-// "stories" (the built-in generated corpus), or a path: *.jsonl,
-// *.jsonl.gz ({"text": ...} per line, or conversations with a chat
-// template), *.txt (documents separated by blank lines), *.bin / *.u16 /
-// *.u32 (pre-tokenized shards, memory-mapped).
+// "stories" (the built-in generated corpus), or a file, a folder of shards
+// or a glob (shards read in name order): *.jsonl, *.jsonl.gz, *.jsonl.zst
+// ({"text": ...} per line, or conversations with a chat template),
+// *.parquet (a string column), *.txt(.gz/.zst) (documents separated by
+// blank lines), *.bin / *.u16 / *.u32 (pre-tokenized, memory-mapped).
 std::unique_ptr<DocumentSource> open_dataset(const std::string& name_or_path, const SourceOptions& options = {});
+
+// One source of a mixture (an element of training.datasets).
+struct DatasetEntry {
+  std::string path;     // a file, a folder of shards or a glob
+  double weight = 1.0;  // relative: each document's source is drawn with probability weight / sum
+  std::string text_field = "text";
+  ChatTemplate chat_template = ChatTemplate::none;
+};
+// The entries as one source: one entry is that source itself; several are
+// a mixture drawn by weight, seeded by `seed` (the same stream on every
+// rank and after a resume), whose documents are token ids ([BOS] text
+// [EOS], or a rendered conversation). Pre-tokenized shards are refused in
+// a mixture (their chunks are not documents).
+std::unique_ptr<DocumentSource> open_mixture(const std::vector<DatasetEntry>& entries, uint64_t seed,
+                                             std::shared_ptr<const Tokenizer> tokenizer);
 
 // How documents become windows (training.packing):
 //   concat_then_split: one stream [BOS] doc [EOS] ... cut every seq_len + 1
@@ -139,7 +163,14 @@ class TokenWindowLoader {
   // data-parallel rank (each rank reads the whole stream: no communication).
   int64_t global_labels() const;
   int64_t position() const;  // global windows consumed so far
-  void set_position(int64_t windows);  // to resume
+  void set_position(int64_t windows);  // to resume by replaying the stream from its start
+  // Everything the next windows depend on: the position, the source's
+  // cursor, the tokens read but not yet in a window, the packer's open
+  // windows. The same on every data-parallel rank (each reads the whole
+  // stream), so a run resumes from it on any data-parallel degree, reading
+  // nothing before it. Null when the source has no cursor.
+  nlohmann::json cursor() const;
+  void seek(const nlohmann::json& cursor);  // throws, naming what differs, on a cursor of another setup
   int64_t epoch() const;  // passes over the source before the next window's first token
 
  private:

@@ -18,6 +18,14 @@ struct JobConfig {
   std::vector<std::string> plugin_path;  // extra plugin folders
 };
 
+// An element of training.datasets: a source of a weighted mixture.
+struct DatasetSourceConfig {
+  std::string path;  // a file, a folder of shards or a glob
+  double weight = 1.0;
+  std::string text_field = "text";
+  std::string chat_template = "none";
+};
+
 struct TrainingConfig {
   int64_t local_batch_size = 8;
   int64_t global_batch_size = -1;  // -1: local * data-parallel degree (no accumulation)
@@ -25,7 +33,9 @@ struct TrainingConfig {
   int64_t steps = 10000;
   double max_norm = 1.0;
   std::string dataset = "stories";
-  std::string dataset_path;  // overrides `dataset` when set
+  std::string dataset_path;  // overrides `dataset` when set: a file, a folder of shards or a glob
+  std::string text_field = "text";  // the documents' JSONL field or Parquet column
+  std::vector<DatasetSourceConfig> datasets;  // a weighted mixture; overrides dataset and dataset_path
   int64_t seed = 0;
   bool deterministic = false;
   std::string device = "cpu";
@@ -104,7 +114,8 @@ struct ValidationConfig {
   bool enable = false;
   std::string dataset = "stories_validation";  // a built-in held-out set, or see dataset_path
   std::string dataset_path;                    // a file (as training.dataset_path); wins over dataset
-  std::string chat_template;                   // empty: training.chat_template
+  std::string chat_template;                   // training.chat_template unless set
+  std::string text_field;                      // training.text_field unless set
   int64_t freq = 10;
   int64_t steps = -1;             // batches per validation; -1: the whole set once
   int64_t local_batch_size = 0;   // 0: training.local_batch_size

@@ -47,7 +47,10 @@ CoreConfig read_core_config(const ConfigNode& root) {
   require_positive(training, "steps", t.steps);
   t.max_norm = training.get<double>("max_norm", 1.0, "gradient clipping max global norm; <= 0 disables");
   t.dataset = training.get<std::string>("dataset", "stories", "built-in dataset name (stories)");
-  t.dataset_path = training.get<std::string>("dataset_path", "", "data file (.jsonl[.gz], .txt, .bin); overrides dataset");
+  t.dataset_path = training.get<std::string>(
+      "dataset_path", "",
+      "a data file, a folder of shards or a glob (*.jsonl[.gz|.zst], *.parquet, *.txt, *.bin, ...); overrides dataset");
+  t.text_field = training.get<std::string>("text_field", "text", "the documents' JSONL field or Parquet column");
   t.seed = training.get<int64_t>("seed", 0, "random seed for init and data-independent randomness");
   t.deterministic = training.get<bool>("deterministic", false, "use deterministic algorithms only");
   t.device = training.choice("device", "cpu", {"cpu", "cuda"}, "where to train");
@@ -77,6 +80,16 @@ CoreConfig read_core_config(const ConfigNode& root) {
                                     "supervised fine-tuning: each JSON line of the dataset is a conversation "
                                     "{\"messages\": [{\"role\", \"content\"}, ...]} rendered with Llama 3's or "
                                     "ChatML's template; only the assistant's replies carry loss (docs/data.md)");
+  for (const ConfigNode& entry : training.children("datasets")) {
+    DatasetSourceConfig source;
+    source.path = entry.require<std::string>("path", "a file, a folder of shards or a glob");
+    source.weight = entry.number("weight", 1.0, NumberRange::above(0),
+                                 "relative: each document comes from this source with probability weight / sum");
+    source.text_field = entry.get<std::string>("text_field", t.text_field, "its JSONL field or Parquet column");
+    source.chat_template = entry.choice("chat_template", t.chat_template, {"none", "llama3", "chatml"},
+                                        "its conversations' template (as training.chat_template)");
+    t.datasets.push_back(source);
+  }
   using CudaGraph = TrainingConfig::CudaGraph;
   t.cuda_graph = training.choice(
       "cuda_graph", CudaGraph::automatic,
@@ -145,6 +158,7 @@ CoreConfig read_core_config(const ConfigNode& root) {
   v.dataset_path = validation.get<std::string>("dataset_path", v.dataset_path, "a held-out file; wins over dataset");
   v.chat_template = validation.choice("chat_template", t.chat_template, {"none", "llama3", "chatml"},
                                       "how the held-out file is read (as training.chat_template, its default)");
+  v.text_field = validation.get<std::string>("text_field", t.text_field, "the held-out file's JSONL field or Parquet column");
   v.freq = validation.get<int64_t>("freq", v.freq, "validate every N steps");
   v.steps = validation.get<int64_t>("steps", v.steps, "batches per validation; -1: the whole set once");
   v.local_batch_size = validation.get<int64_t>("local_batch_size", v.local_batch_size,

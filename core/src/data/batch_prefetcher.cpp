@@ -8,7 +8,7 @@
 namespace titan {
 
 BatchPrefetcher::BatchPrefetcher(TokenWindowLoader& loader, int64_t local_batch, int64_t microbatches, size_t depth)
-    : loader_(loader), local_batch_(local_batch), microbatches_(microbatches), depth_(depth), taken_(loader.position()) {
+    : loader_(loader), local_batch_(local_batch), microbatches_(microbatches), depth_(depth), taken_(loader.position()), taken_cursor_(loader.cursor()) {
   if (depth_ < 1) throw Error("data prefetcher: depth must be at least 1");
 }
 
@@ -35,6 +35,7 @@ void BatchPrefetcher::load_ahead() {
         step.global_labels += loader_.global_labels();
       }
       step.position = loader_.position();
+      step.cursor = loader_.cursor();
     } catch (...) {
       std::lock_guard<std::mutex> lock(mutex_);
       error_ = std::current_exception();
@@ -56,6 +57,7 @@ BatchPrefetcher::Step BatchPrefetcher::next() {
   Step step = std::move(ready_.front());
   ready_.pop_front();
   taken_ = step.position;
+  taken_cursor_ = step.cursor;
   changed_.notify_all();
   return step;
 }
@@ -67,6 +69,17 @@ void BatchPrefetcher::set_position(int64_t windows) {
   stopping_ = false;
   loader_.set_position(windows);
   taken_ = windows;
+  taken_cursor_ = loader_.cursor();
+}
+
+void BatchPrefetcher::seek(const nlohmann::json& cursor) {
+  stop();
+  ready_.clear();
+  error_ = nullptr;
+  stopping_ = false;
+  loader_.seek(cursor);
+  taken_ = loader_.position();
+  taken_cursor_ = cursor;
 }
 
 void BatchPrefetcher::stop() {

@@ -21,6 +21,7 @@ class BatchPrefetcher {
     std::vector<at::Tensor> windows;  // a [local_batch, seq + 1] batch per microbatch, in host memory
     int64_t global_labels = 0;        // that carry loss, in the step's whole global batch
     int64_t position = 0;             // the loader's after this step's batches
+    nlohmann::json cursor;            // the loader's after this step's batches
   };
 
   // `depth` steps are loaded ahead at most. The thread starts at the first
@@ -36,6 +37,9 @@ class BatchPrefetcher {
   // Windows consumed by the steps taken so far, and resuming at a position.
   int64_t position() const { return taken_; }
   void set_position(int64_t windows);
+  // The loader's cursor after the steps taken so far, and resuming at one.
+  const nlohmann::json& cursor() const { return taken_cursor_; }
+  void seek(const nlohmann::json& cursor);
 
  private:
   void load_ahead();
@@ -45,6 +49,7 @@ class BatchPrefetcher {
   const int64_t local_batch_, microbatches_;
   const size_t depth_;
   int64_t taken_;
+  nlohmann::json taken_cursor_;
   std::mutex mutex_;
   std::condition_variable changed_;
   std::deque<Step> ready_;

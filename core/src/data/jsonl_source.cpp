@@ -1,5 +1,6 @@
-// *.jsonl and *.jsonl.gz: one JSON object per line with a string "text"
-// field (other fields are ignored; blank lines are skipped).
+// *.jsonl, *.jsonl.gz and *.jsonl.zst: one JSON object per line with a
+// string text field ("text" unless configured; other fields are ignored;
+// blank lines are skipped).
 #include <nlohmann/json.hpp>
 
 #include "sources.hpp"
@@ -11,10 +12,10 @@ namespace {
 
 class JsonlSource final : public DocumentSource {
  public:
-  explicit JsonlSource(const std::string& path) : path_(path), reader_(path) {
+  JsonlSource(const std::string& path, const std::string& field) : path_(path), field_(field), reader_(path) {
     // Fail at startup, not hours later, when nothing is there to train on.
     if (!next_text()) {
-      throw Error("dataset '" + path_ + "' contains no documents (no JSON lines with a \"text\" field)");
+      throw Error("dataset '" + path_ + "' contains no documents (no JSON lines with a \"" + field_ + "\" field)");
     }
     reader_.rewind();
   }
@@ -29,9 +30,9 @@ class JsonlSource final : public DocumentSource {
       if (record.is_discarded() || !record.is_object()) {
         throw malformed(record.is_discarded() ? "not valid JSON" : "a JSON " + std::string(record.type_name()));
       }
-      auto text = record.find("text");
-      if (text == record.end()) throw malformed("an object without \"text\"");
-      if (!text->is_string()) throw malformed("\"text\" of type " + std::string(text->type_name()));
+      auto text = record.find(field_);
+      if (text == record.end()) throw malformed("an object without \"" + field_ + "\"");
+      if (!text->is_string()) throw malformed("\"" + field_ + "\" of type " + std::string(text->type_name()));
       return text->get<std::string>();
     }
     return std::nullopt;
@@ -42,19 +43,20 @@ class JsonlSource final : public DocumentSource {
     std::string excerpt = line_.substr(0, 60);
     if (line_.size() > 60) excerpt += "...";
     return Error("dataset '" + path_ + "' line " + std::to_string(reader_.line_number()) +
-                 ": expected a JSON object with a string field \"text\", got " + got + ": " + excerpt +
+                 ": expected a JSON object with a string field \"" + field_ + "\", got " + got + ": " + excerpt +
                  "; fix or remove that line");
   }
 
   std::string path_;
+  std::string field_;
   LineReader reader_;
   std::string line_;
 };
 
 }  // namespace
 
-std::unique_ptr<DocumentSource> make_jsonl_source(const std::string& path) {
-  return std::make_unique<JsonlSource>(path);
+std::unique_ptr<DocumentSource> make_jsonl_source(const std::string& path, const std::string& text_field) {
+  return std::make_unique<JsonlSource>(path, text_field);
 }
 
 }  // namespace titan::data

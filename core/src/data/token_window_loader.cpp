@@ -287,6 +287,69 @@ void TokenWindowLoader::set_position(int64_t windows) {
   s.windows_consumed = windows;
 }
 
+namespace {
+
+const char* packing_name(Packing packing) {
+  switch (packing) {
+    case Packing::carry:
+      return "carry";
+    case Packing::first_fit:
+      return "first_fit";
+    case Packing::concat_then_split:
+      break;
+  }
+  return "concat_then_split";
+}
+
+}  // namespace
+
+nlohmann::json TokenWindowLoader::cursor() const {
+  const Impl& s = *impl_;
+  nlohmann::json source = s.source->cursor();
+  if (source.is_null()) return nullptr;
+  auto rows_of = [](const auto& rows) {
+    nlohmann::json out = nlohmann::json::array();
+    for (const Impl::Row& row : rows) out.push_back({{"tokens", row.tokens}, {"epoch", row.epoch}});
+    return out;
+  };
+  return {{"window", s.window},
+          {"packing", packing_name(s.packing)},
+          {"windows", s.windows_consumed},
+          {"source", std::move(source)},
+          {"pending", std::vector<int32_t>(s.pending.begin() + static_cast<std::ptrdiff_t>(s.head), s.pending.end())},
+          {"tokens_read", s.tokens_read},
+          {"epoch_starts", s.epoch_starts},
+          {"epoch_has_tokens", s.epoch_has_tokens},
+          {"open_rows", rows_of(s.open_rows)},
+          {"ready_rows", rows_of(s.ready_rows)}};
+}
+
+void TokenWindowLoader::seek(const nlohmann::json& cursor) {
+  Impl& s = *impl_;
+  const int64_t window = cursor.at("window").get<int64_t>();
+  const std::string packing = cursor.at("packing").get<std::string>();
+  if (window != s.window || packing != packing_name(s.packing)) {
+    throw Error("data loader: the checkpoint's data cursor was saved with seq_len " + std::to_string(window - 1) +
+                " and packing " + packing + ", this run has seq_len " + std::to_string(s.window - 1) + " and packing " +
+                packing_name(s.packing) + "; resume with the saved ones");
+  }
+  s.source->seek(cursor.at("source"));
+  s.pending = cursor.at("pending").get<std::vector<int32_t>>();
+  s.head = 0;
+  s.windows_consumed = cursor.at("windows").get<int64_t>();
+  s.tokens_read = cursor.at("tokens_read").get<int64_t>();
+  s.epoch_starts = cursor.at("epoch_starts").get<std::vector<int64_t>>();
+  s.epoch_has_tokens = cursor.at("epoch_has_tokens").get<bool>();
+  auto rows_from = [](const nlohmann::json& rows, auto& out) {
+    out.clear();
+    for (const nlohmann::json& row : rows) {
+      out.push_back({row.at("tokens").get<std::vector<int64_t>>(), row.at("epoch").get<int64_t>()});
+    }
+  };
+  rows_from(cursor.at("open_rows"), s.open_rows);
+  rows_from(cursor.at("ready_rows"), s.ready_rows);
+}
+
 int64_t TokenWindowLoader::epoch() const {
   // The epoch of the next token to consume (epochs start at 0).
   Impl& s = *impl_;

@@ -1,5 +1,5 @@
 // Naming scheme of the train state: model.<param>, optim.<param>.<state>,
-// rng.cpu (per rank); values step and data.position. Optimizer states
+// rng.cpu (per rank); values step, data.position and data.cursor (JSON). Optimizer states
 // shaped like their parameter share its layout. The model's step hooks'
 // state (MoE routers' expert biases: buffers, not parameters, but training
 // state) is model.<name>: model.<router>.expert_bias.
@@ -51,6 +51,7 @@ TrainState TrainStateView::capture(int64_t step) {
   state.rank_local["rng.cpu"] = cpu_rng_state();
   state.values["step"] = std::to_string(step);
   state.values["data.position"] = std::to_string(batches_.position());
+  if (!batches_.cursor().is_null()) state.values["data.cursor"] = batches_.cursor().dump();
   return state;
 }
 
@@ -60,7 +61,14 @@ int64_t TrainStateView::restore(const TrainState& state) {
     if (found == state.values.end()) throw Error("checkpoint has no '" + key + "' value");
     return std::stoll(found->second);
   };
-  batches_.set_position(value("data.position"));
+  // The cursor continues without reading what came before; checkpoints
+  // written before it existed replay the stream up to their position.
+  auto cursor = state.values.find("data.cursor");
+  if (cursor != state.values.end()) {
+    batches_.seek(nlohmann::json::parse(cursor->second));
+  } else {
+    batches_.set_position(value("data.position"));
+  }
   auto rng = state.rank_local.find("rng.cpu");
   if (rng != state.rank_local.end() && rng->second.defined()) {
     at::Generator generator = at::detail::getDefaultCPUGenerator();  // a handle to the global one

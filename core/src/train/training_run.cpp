@@ -27,6 +27,26 @@ namespace titan {
 
 namespace {
 
+// training.datasets, or the one dataset (dataset_path, else the built-in
+// dataset) as a list of one.
+std::vector<DatasetEntry> dataset_entries(const TrainingConfig& training) {
+  std::vector<DatasetEntry> entries;
+  for (const DatasetSourceConfig& source : training.datasets) {
+    entries.push_back({resolve_asset(source.path), source.weight, source.text_field,
+                       chat_template_named(source.chat_template)});
+  }
+  if (entries.empty()) {
+    const std::string data = training.dataset_path.empty() ? training.dataset : resolve_asset(training.dataset_path);
+    entries.push_back({data, 1.0, training.text_field, chat_template_named(training.chat_template)});
+  }
+  return entries;
+}
+
+// The mixture's draws follow the run's seed, apart from the init's stream.
+uint64_t mixture_seed(const TrainingConfig& training) {
+  return static_cast<uint64_t>(training.seed) ^ 0x6d69787475726573ull;
+}
+
 c10::Device choose_device(const TrainingConfig& training, const RunSeams& seams) {
   if (seams.shapes_only) return c10::Device(c10::kMeta);  // titan plan: shapes, no values
   if (training.device == "cuda") {
@@ -115,13 +135,13 @@ TrainingRun::TrainingRun(RunPlan& plan_, const World& world_, const RunSeams& se
 
   auto tokenizer = std::shared_ptr<const Tokenizer>(load_tokenizer(resolve_asset(core.tokenizer_path)));
   plan.model->set_vocab_size(tokenizer->vocab_size());
-  const SourceOptions source_options{chat_template_named(training.chat_template), tokenizer};
+  const std::vector<DatasetEntry> datasets = dataset_entries(training);
   documents_ = {{tokenizer->bos_id(), tokenizer->eos_id()},
                 packing_named(training.packing),
                 core.block_causal,
                 training.ignore_cross_document_labels,
-                source_options.chat_template != ChatTemplate::none};
-  const std::string data = training.dataset_path.empty() ? training.dataset : resolve_asset(training.dataset_path);
+                std::any_of(datasets.begin(), datasets.end(),
+                            [](const DatasetEntry& d) { return d.chat_template != ChatTemplate::none; })};
 
   profiler = std::make_unique<StepProfiler>(core.profiling, core.job.dump_folder, world.rank, device.is_cuda());
   if (core.debug.count_host_reads) host_reads = std::make_unique<HostReadCounter>(device.is_cuda());
@@ -132,7 +152,7 @@ TrainingRun::TrainingRun(RunPlan& plan_, const World& world_, const RunSeams& se
   parallel = std::make_unique<ParallelSetup>(world, plan, *observer);
   plan.checkpointer->attach(CheckpointEnv{world.rank, world.world_size, parallel->mesh(), parallel->checkpoint_comm(),
                                           plan.root.dump()});
-  loader = std::make_unique<TokenWindowLoader>(open_dataset(data, source_options), tokenizer, training.seq_len, parallel->dp_rank(),
+  loader = std::make_unique<TokenWindowLoader>(open_mixture(datasets, mixture_seed(training), tokenizer), tokenizer, training.seq_len, parallel->dp_rank(),
                                                parallel->dp_degree());
   loader->set_packing(documents_.packing);
   if (documents_.ignore_crossing_labels) loader->ignore_cross_document_labels(documents_.boundaries);

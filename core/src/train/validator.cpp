@@ -37,7 +37,7 @@ ValidationResult Validator::run(CausalLM& model) {
   ProfileRange range("validation");
   const std::string data = config_.dataset_path.empty() ? config_.dataset : resolve_asset(config_.dataset_path);
   // A fresh loader: every validation sees the same windows from the start.
-  const SourceOptions source_options{chat_template_named(config_.chat_template), tokenizer_};
+  const SourceOptions source_options{chat_template_named(config_.chat_template), tokenizer_, config_.text_field};
   TokenWindowLoader loader(open_dataset(data, source_options), tokenizer_, config_.seq_len, parallel_.dp_rank(),
                            parallel_.dp_degree());
   loader.set_packing(documents_.packing);
