@@ -62,6 +62,16 @@ if ! "$venv/bin/python" -c "import torch, sys; sys.exit(torch.__version__.split(
 fi
 "$venv/bin/python" -c "import torch; print('titan setup: LibTorch', torch.__version__, 'CUDA', torch.version.cuda)"
 
+# Parquet datasets: Apache Arrow's C++ library, as PyPI's pyarrow wheel
+# carries it (libarrow, libparquet and their headers; a 55 MB wheel, no
+# dependencies). The build links it when it is there (core/CMakeLists.txt).
+pyarrow_version=26.0.1
+if ! "$venv/bin/python" -c "import pyarrow, sys; sys.exit(pyarrow.__version__ != '$pyarrow_version')" \
+     >/dev/null 2>&1; then
+  echo "titan setup: installing pyarrow==$pyarrow_version (Arrow C++ for Parquet datasets) into $venv"
+  "$venv/bin/python" -m pip install -q --disable-pip-version-check --no-deps "pyarrow==$pyarrow_version"
+fi
+
 # The real readers of the files Titan writes, for the tests that run them
 # (tests/integration/real_readers_test.cpp): TensorBoard's event reader,
 # transformers' LlamaForCausalLM, tokenizers, safetensors. Pinned, with

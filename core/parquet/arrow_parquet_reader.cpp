@@ -22,7 +22,7 @@ struct ParquetTextReader::Impl {
   int64_t index = 0;  // in the chunk
 
   Error error(const std::string& what) const {
-    return Error("Parquet dataset '" + path + "': " + what);
+    return Error("Parquet dataset '" + path + "' " + what);
   }
 
   // The next row group's column; false after the last.
@@ -30,8 +30,8 @@ struct ParquetTextReader::Impl {
     if (next_row_group == row_groups) return false;
     arrow::Result<std::shared_ptr<arrow::Table>> table = reader->ReadRowGroup(next_row_group, {leaf});
     if (!table.ok()) {
-      throw error("row group " + std::to_string(next_row_group) + " of " + std::to_string(row_groups) +
-                  " cannot be read: " + table.status().ToString() + "; the file is damaged (rewrite or remove it)");
+      throw error("has a damaged row group (" + std::to_string(next_row_group) + " of " + std::to_string(row_groups) +
+                  "): " + table.status().ToString() + "; rewrite or remove the file");
     }
     values = (*table)->column(0);
     chunk = 0;
@@ -54,7 +54,7 @@ ParquetTextReader::ParquetTextReader(const std::string& path, const std::string&
   s.reader = std::move(*opened);
   std::shared_ptr<arrow::Schema> schema;
   arrow::Status read = s.reader->GetSchema(&schema);
-  if (!read.ok()) throw s.error("its schema cannot be read: " + read.ToString());
+  if (!read.ok()) throw s.error("has a schema that cannot be read: " + read.ToString());
   const int field = schema->GetFieldIndex(column);
   if (field < 0) {
     std::string columns;
@@ -64,11 +64,11 @@ ParquetTextReader::ParquetTextReader(const std::string& path, const std::string&
   }
   const arrow::DataType& type = *schema->field(field)->type();
   if (type.id() != arrow::Type::STRING && type.id() != arrow::Type::LARGE_STRING) {
-    throw s.error("column '" + column + "' holds " + type.ToString() + ", not strings; set text_field to the column "
+    throw s.error("has a column '" + column + "' that holds " + type.ToString() + ", not strings; set text_field to the column "
                   "that holds the text");
   }
   s.leaf = s.reader->parquet_reader()->metadata()->schema()->ColumnIndex(column);
-  if (s.leaf < 0) throw s.error("column '" + column + "' is nested; the text must be a top-level string column");
+  if (s.leaf < 0) throw s.error("has a nested column '" + column + "'; the text must be a top-level string column");
   s.row_groups = s.reader->num_row_groups();
 }
 

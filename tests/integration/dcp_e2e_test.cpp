@@ -144,6 +144,43 @@ TEST_SUITE("dcp") {
     }
   }
 
+  TEST_CASE("dcp: a mixture of Parquet and zstd JSONL resumed from its data cursor continues bit for bit, and under "
+            "one process on the same curve") {
+    const fs::path data = titan::test::temp_dir("dcp_mixture_data");
+    std::string documents;
+    for (int i = 0; i < 80; ++i) {
+      std::string text = "story " + std::to_string(i) + ":";
+      for (int word = 0; word < 3 + (i * 7) % 30; ++word) text += word % 3 ? " and the river" : " once";
+      documents += nlohmann::json{{"text", text}}.dump() + "\n";
+    }
+    titan::test::write_file(data / "docs.jsonl", documents);
+    const std::string python = titan::test::source_dir() + "/.venv/bin/python";
+    if (run_command(python + " -c 'import pyarrow'").exit_code != 0) {
+      MESSAGE("TITAN_SKIPPED: no pyarrow in .venv (scripts/setup.sh installs it)");
+      return;
+    }
+    auto written = run_command(python + " " + titan::test::source_dir() + "/tests/python/dataset_files.py " +
+                               (data / "docs.jsonl").string() + " " + data.string());
+    REQUIRE_MESSAGE(written.exit_code == 0, written.output);
+    const std::string mixture = " --set 'training.datasets=[{path: " + (data / "docs.parquet").string() +
+                                ", weight: 2}, {path: " + (data / "docs.jsonl.zst").string() +
+                                ", weight: 1}]' --set training.packing=first_fit";
+    fs::path straight = titan::test::temp_dir("dcp_mixture_straight");
+    Run a = train(straight, 2, 29722, "{name: fsdp}", 20, mixture);
+    REQUIRE_MESSAGE(a.exit_code == 0, a.output);
+    REQUIRE(a.losses.size() == 20);
+    const std::string metadata = titan::test::read_file(straight / "checkpoint/step-10/metadata.json");
+    CHECK_MESSAGE(metadata.find("data.cursor") != std::string::npos, "the checkpoint holds the data cursor");
+    Run same = train(with_step10_of(straight, "dcp_mixture_resumed"), 2, 29723, "{name: fsdp}", 20, mixture);
+    REQUIRE_MESSAGE(same.exit_code == 0, same.output);
+    REQUIRE(same.losses.size() == 10);
+    for (const auto& [step, loss] : same.losses) CHECK_MESSAGE(loss == a.losses.at(step), "step ", step);  // exact
+    Run single = train(with_step10_of(straight, "dcp_mixture_single"), 1, 0, "", 20, mixture);
+    REQUIRE_MESSAGE(single.exit_code == 0, single.output);
+    REQUIRE(single.losses.size() == 10);
+    for (const auto& [step, loss] : single.losses) CHECK(relative(loss, a.losses.at(step)) <= 1e-5);
+  }
+
   TEST_CASE("dcp: a rank killed at step 13 under titan launch --max-restarts 1 resumes from step 10 on the same curve") {
     fs::path straight = titan::test::temp_dir("dcp_restart_straight");
     Run a = train(straight, 2, 29718, "{name: fsdp}", 20);

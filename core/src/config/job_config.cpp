@@ -1,6 +1,7 @@
 // Reads and validates the core sections of a run config.
 #include "titan/job_config.hpp"
 
+#include <cmath>
 #include <filesystem>
 
 namespace titan {
@@ -83,8 +84,11 @@ CoreConfig read_core_config(const ConfigNode& root) {
   for (const ConfigNode& entry : training.children("datasets")) {
     DatasetSourceConfig source;
     source.path = entry.require<std::string>("path", "a file, a folder of shards or a glob");
-    source.weight = entry.number("weight", 1.0, NumberRange::above(0),
-                                 "relative: each document comes from this source with probability weight / sum");
+    source.weight = entry.get<double>("weight", 1.0,
+                                      "relative: each document comes from this source with probability weight / sum");
+    if (!(source.weight > 0) || !std::isfinite(source.weight)) {
+      entry.fail("weight", "expected a positive number, got " + std::to_string(source.weight));
+    }
     source.text_field = entry.get<std::string>("text_field", t.text_field, "its JSONL field or Parquet column");
     source.chat_template = entry.choice("chat_template", t.chat_template, {"none", "llama3", "chatml"},
                                         "its conversations' template (as training.chat_template)");
