@@ -8,6 +8,7 @@
 #include <ATen/Parallel.h>
 #include <torch/csrc/autograd/custom_function.h>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -42,8 +43,6 @@ constexpr int64_t kKernelAlwaysUpToSeq = 1024;
 constexpr int64_t kAvx512KernelAlwaysUpToSeq = 2048;
 constexpr int64_t kMaxKernelSeqTimesHeadDim = 65536;
 
-kernel::View view_of(const at::Tensor& t) { return {t.data_ptr<float>(), t.stride(0), t.stride(1), t.stride(2)}; }
-
 // Last dimension unit-stride (the kernel's one layout requirement); the
 // llama3 model's transposed q/k/v views already are.
 at::Tensor unit_last_stride(const at::Tensor& t) { return t.stride(-1) == 1 ? t : t.contiguous(); }
@@ -54,53 +53,108 @@ at::Tensor empty_bshd(const at::Tensor& like) {
   return at::empty({like.size(0), like.size(2), like.size(1), like.size(3)}, like.options()).transpose(1, 2);
 }
 
-kernel::Problem problem_of(const at::Tensor& q, const at::Tensor& k) {
-  return {q.size(0), q.size(1), k.size(1),
-          q.size(2), q.size(3), static_cast<float>(1.0 / std::sqrt(static_cast<double>(q.size(3))))};
+// A run of one row's tokens that attend causally among themselves: the
+// whole row, or under block-causal attention one document of it. The
+// kernel runs each as a problem of its own, so keys of other documents are
+// never computed, let alone masked.
+struct Segment {
+  int64_t row, start, length;
+};
+
+// Documents are contiguous in a row: each run of equal ids is one.
+std::vector<Segment> segments_of(const at::Tensor& documents, int64_t batch, int64_t seq) {
+  std::vector<Segment> segments;
+  if (!documents.defined() || documents.numel() == 0) {  // empty: autograd's stand-in for none
+    for (int64_t row = 0; row < batch; ++row) segments.push_back({row, 0, seq});
+    return segments;
+  }
+  const at::Tensor ids = documents.to(at::kLong).contiguous();
+  const int64_t* id = ids.data_ptr<int64_t>();
+  for (int64_t row = 0; row < batch; ++row) {
+    int64_t start = 0;
+    for (int64_t i = 1; i <= seq; ++i) {
+      if (i < seq && id[row * seq + i] == id[row * seq + start]) continue;
+      segments.push_back({row, start, i - start});
+      start = i;
+    }
+  }
+  return segments;
 }
 
-std::pair<at::Tensor, at::Tensor> run_forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
-  const kernel::Problem problem = problem_of(q, k);
+// A segment of a [batch, heads, seq, head_dim] tensor as a one-row view.
+kernel::View view_of(const at::Tensor& t, const Segment& segment) {
+  return {t.data_ptr<float>() + segment.row * t.stride(0) + segment.start * t.stride(2), t.stride(0), t.stride(1),
+          t.stride(2)};
+}
+
+kernel::Problem problem_of(const at::Tensor& q, const at::Tensor& k, const Segment& segment) {
+  return {1, q.size(1), k.size(1), segment.length, q.size(3),
+          static_cast<float>(1.0 / std::sqrt(static_cast<double>(q.size(3))))};
+}
+
+// Each segment's log-sum-exps, [heads, length], one after the other in
+// token order ([batch, seq, heads] floats in all).
+int64_t lse_offset(const Segment& segment, int64_t heads, int64_t seq) {
+  return heads * (segment.row * seq + segment.start);
+}
+
+std::pair<at::Tensor, at::Tensor> run_forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                              const std::vector<Segment>& segments) {
+  const int64_t heads = q.size(1), seq = q.size(2);
   at::Tensor out = empty_bshd(q);
-  at::Tensor lse = at::empty({problem.batch, problem.heads, problem.seq}, q.options());
-  const kernel::View qv = view_of(q), kv = view_of(k), vv = view_of(v), ov = view_of(out);
+  at::Tensor lse = at::empty({q.size(0) * seq * heads}, q.options());
   float* lse_data = lse.data_ptr<float>();
-  const size_t workspace_floats = kernel::forward_workspace_floats(problem);
-  at::parallel_for(0, problem.batch * problem.heads, 1, [&](int64_t begin, int64_t end) {
+  const int64_t longest = std::max_element(segments.begin(), segments.end(), [](const Segment& a, const Segment& b) {
+                            return a.length < b.length;
+                          })->length;
+  const size_t workspace_floats = kernel::forward_workspace_floats(problem_of(q, k, {0, 0, longest}));
+  at::parallel_for(0, static_cast<int64_t>(segments.size()) * heads, 1, [&](int64_t begin, int64_t end) {
     std::vector<float> workspace(workspace_floats);
-    for (int64_t task = begin; task < end; ++task)
-      kernel::forward(problem, qv, kv, vv, ov, lse_data, task / problem.heads, task % problem.heads, workspace.data());
+    for (int64_t task = begin; task < end; ++task) {
+      const Segment& segment = segments[static_cast<size_t>(task / heads)];
+      kernel::forward(problem_of(q, k, segment), view_of(q, segment), view_of(k, segment), view_of(v, segment),
+                      view_of(out, segment), lse_data + lse_offset(segment, heads, seq), 0, task % heads,
+                      workspace.data());
+    }
   });
   return {out, lse};
 }
 
 struct CausalAttentionFunction : torch::autograd::Function<CausalAttentionFunction> {
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& q, const at::Tensor& k,
-                            const at::Tensor& v) {
-    auto [out, lse] = run_forward(q, k, v);
+                            const at::Tensor& v, const at::Tensor& documents) {
+    auto [out, lse] = run_forward(q, k, v, segments_of(documents, q.size(0), q.size(2)));
     ctx->save_for_backward({q, k, v, out, lse});
+    ctx->saved_data["documents"] = documents;
     return out;
   }
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grads) {
-    if (!grads[0].defined()) return {at::Tensor(), at::Tensor(), at::Tensor()};
+    if (!grads[0].defined()) return {at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
     auto saved = ctx->get_saved_variables();
     const at::Tensor &q = saved[0], &k = saved[1], &v = saved[2], &out = saved[3], &lse = saved[4];
     const at::Tensor grad_out = unit_last_stride(grads[0]);
-    const kernel::Problem problem = problem_of(q, k);
+    const int64_t heads = q.size(1), kv_heads = k.size(1), seq = q.size(2);
+    const std::vector<Segment> segments = segments_of(ctx->saved_data["documents"].toTensor(), q.size(0), seq);
     at::Tensor dq = empty_bshd(q), dk = empty_bshd(k), dv = empty_bshd(v);
-    const kernel::View qv = view_of(q), kv = view_of(k), vv = view_of(v), ov = view_of(out), gv = view_of(grad_out);
-    const kernel::View dqv = view_of(dq), dkv = view_of(dk), dvv = view_of(dv);
     const float* lse_data = lse.data_ptr<float>();
-    const size_t workspace_floats = kernel::backward_workspace_floats(problem);
-    at::parallel_for(0, problem.batch * problem.kv_heads, 1, [&](int64_t begin, int64_t end) {
+    const int64_t longest = std::max_element(segments.begin(), segments.end(), [](const Segment& a, const Segment& b) {
+                              return a.length < b.length;
+                            })->length;
+    const size_t workspace_floats = kernel::backward_workspace_floats(problem_of(q, k, {0, 0, longest}));
+    // A task per (segment, kv head): no two write the same dK/dV rows.
+    at::parallel_for(0, static_cast<int64_t>(segments.size()) * kv_heads, 1, [&](int64_t begin, int64_t end) {
       std::vector<float> workspace(workspace_floats);
-      for (int64_t task = begin; task < end; ++task)
-        kernel::backward(problem, qv, kv, vv, ov, gv, lse_data, dqv, dkv, dvv, task / problem.kv_heads,
-                         task % problem.kv_heads, workspace.data());
+      for (int64_t task = begin; task < end; ++task) {
+        const Segment& segment = segments[static_cast<size_t>(task / kv_heads)];
+        kernel::backward(problem_of(q, k, segment), view_of(q, segment), view_of(k, segment), view_of(v, segment),
+                         view_of(out, segment), view_of(grad_out, segment), lse_data + lse_offset(segment, heads, seq),
+                         view_of(dq, segment), view_of(dk, segment), view_of(dv, segment), 0, task % kv_heads,
+                         workspace.data());
+      }
     });
-    return {dq, dk, dv};
+    return {dq, dk, dv, at::Tensor()};
   }
 };
 
@@ -127,7 +181,8 @@ bool cpu_attention_takes_kernel(const at::Tensor& q, const at::Tensor& k, const 
   return seq <= always_up_to || seq * head_dim <= kMaxKernelSeqTimesHeadDim;
 }
 
-at::Tensor cpu_causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+at::Tensor cpu_causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                const at::Tensor& documents) {
   if (!cpu_attention_kernel_supports(q, k, v))
     throw Error(
         "fused_kernels cpu attention: needs fp32 CPU q [b, h, s, d], "
@@ -137,14 +192,21 @@ at::Tensor cpu_causal_attention(const at::Tensor& q, const at::Tensor& k, const 
         c10::str(v.sizes()));
   at::Tensor qs = unit_last_stride(q), ks = unit_last_stride(k), vs = unit_last_stride(v);
   const bool needs_grad = at::GradMode::is_enabled() && (q.requires_grad() || k.requires_grad() || v.requires_grad());
-  if (!needs_grad) return run_forward(qs, ks, vs).first;
-  return CausalAttentionFunction::apply(qs, ks, vs);
+  if (documents.defined() && (documents.dim() != 2 || documents.size(0) != q.size(0) || documents.size(1) != q.size(2) ||
+                              !documents.device().is_cpu())) {
+    throw Error("fused_kernels cpu attention: document ids must be [batch, seq] = [" + std::to_string(q.size(0)) +
+                ", " + std::to_string(q.size(2)) + "] on the CPU, got " + c10::str(documents.sizes()) + " on " +
+                documents.device().str());
+  }
+  if (!needs_grad) return run_forward(qs, ks, vs, segments_of(documents, q.size(0), q.size(2))).first;
+  // Autograd's apply() takes no undefined tensor: an empty one stands for none.
+  return CausalAttentionFunction::apply(qs, ks, vs, documents.defined() ? documents : at::empty({0}, at::kLong));
 }
 
 at::Tensor CpuAttention::forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                  const at::Tensor& documents) {
-  if (documents.defined() || !cpu_attention_takes_kernel(q, k, v)) return AttentionCore::forward(q, k, v, documents);
-  return cpu_causal_attention(q, k, v);
+  if (!cpu_attention_takes_kernel(q, k, v)) return AttentionCore::forward(q, k, v, documents);
+  return cpu_causal_attention(q, k, v, documents);
 }
 
 }  // namespace titan::fused

@@ -4,8 +4,9 @@
 // while seq x head_dim <= 65536 (5x at the Llama debug shape), as an
 // AttentionCore for the layer seam. Where it is not faster,
 // or cannot run (not fp32 CPU tensors, meta tensors of the dry run, a CPU
-// without AVX2/FMA, block-causal documents: the kernel knows only one
-// document a row), the layer takes ATen's path. Plugin-private header.
+// without AVX2/FMA), the layer takes ATen's path. Under block-causal
+// attention it runs each document of a row as its own causal problem, so
+// the keys of other documents cost nothing. Plugin-private header.
 #pragma once
 #include "titan/layers.hpp"
 
@@ -28,7 +29,9 @@ bool cpu_attention_kernel_supports(const at::Tensor& q, const at::Tensor& k, con
 bool cpu_attention_takes_kernel(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v);
 
 // The kernel itself, differentiable, whatever the shape (tests, benchmark);
-// requires cpu_attention_kernel_supports.
-at::Tensor cpu_causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v);
+// requires cpu_attention_kernel_supports. `documents` ([batch, seq] ids,
+// contiguous runs; undefined: one document a row) makes it block-causal.
+at::Tensor cpu_causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                const at::Tensor& documents = {});
 
 }  // namespace titan::fused

@@ -178,3 +178,46 @@ TEST_CASE(
     CHECK(message.find("BFloat16") != std::string::npos);
   }
 }
+
+TEST_CASE("cpu attention kernel with documents equals ATen's block-causal attention, forward and backward") {
+  if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) {
+    MESSAGE("TITAN_SKIPPED: this CPU lacks AVX2/FMA");
+    return;
+  }
+  // Rows of uneven documents (one of a single token), grouped-query heads,
+  // the AVX2 (head_dim 24) and, on AVX-512 CPUs, the 16-lane (64) paths.
+  for (const Shape& s : {Shape{3, 4, 2, 41, 24, true}, Shape{2, 2, 2, 70, 64, false}}) {
+    const std::string name = name_of(s) + " with documents";
+    at::manual_seed(17 + s.head_dim);
+    at::Tensor q = make(s, s.heads), k = make(s, s.kv_heads), v = make(s, s.kv_heads);
+    at::Tensor grad_out = at::randn({s.batch, s.heads, s.seq, s.head_dim});
+    // Document ids: a new document at random starts, the first row one whole document.
+    at::Tensor documents = at::zeros({s.batch, s.seq}, at::kLong);
+    for (int64_t row = 1; row < s.batch; ++row) {
+      int64_t id = 0;
+      for (int64_t i = 1; i < s.seq; ++i) {
+        if (at::rand({1}).item<double>() < 0.15 || i == 5) ++id;
+        documents[row][i] = id;
+      }
+    }
+    at::Tensor q_ref = q.detach().requires_grad_(), k_ref = k.detach().requires_grad_(),
+               v_ref = v.detach().requires_grad_();
+    at::Tensor out_ref = titan::compat::causal_attention(q_ref, k_ref, v_ref, documents);
+    out_ref.backward(grad_out);
+    at::Tensor q_k = q.detach().requires_grad_(), k_k = k.detach().requires_grad_(), v_k = v.detach().requires_grad_();
+    at::Tensor out = fused::cpu_causal_attention(q_k, k_k, v_k, documents);
+    out.backward(grad_out);
+    check_close(out, out_ref, name + " output");
+    check_close(q_k.grad(), q_ref.grad(), name + " dq");
+    check_close(k_k.grad(), k_ref.grad(), name + " dk");
+    check_close(v_k.grad(), v_ref.grad(), name + " dv");
+    // Not the plain causal attention: the documents matter in these rows.
+    const at::Tensor causal = fused::cpu_causal_attention(q.detach(), k.detach(), v.detach());
+    CHECK((causal - out.detach()).abs().max().item<double>() > 1e-3);
+    at::NoGradGuard no_grad;
+    check_close(fused::cpu_causal_attention(q, k, v, documents), out_ref.detach(), name + " output without grad");
+  }
+  CHECK_THROWS_AS(fused::cpu_causal_attention(at::randn({1, 2, 8, 16}), at::randn({1, 2, 8, 16}),
+                                              at::randn({1, 2, 8, 16}), at::zeros({1, 7}, at::kLong)),
+                  titan::Error);
+}
