@@ -9,6 +9,7 @@ from DOCS_JSONL ({"text": ...} per line) writes in OUT_DIR:
   docs.jsonl.zst   the JSONL as two concatenated zstd frames
   large.parquet    the texts as a large_string column "body"
   truncated.parquet, truncated.jsonl.zst   the same files cut short
+  damaged.parquet  docs.parquet with 64 bytes of its text column's first page overwritten
 """
 import json
 import sys
@@ -33,6 +34,13 @@ def main(docs_path, out):
     frames = b"".join(pa.compress(part, codec="zstd", asbytes=True) for part in (raw[:half], raw[half:]))
     with open(f"{out}/docs.jsonl.zst", "wb") as f:
         f.write(frames)
+    with open(f"{out}/docs.parquet", "rb") as f:
+        data = bytearray(f.read())
+    # The text column's first pages, the footer intact.
+    start = pq.ParquetFile(f"{out}/docs.parquet").metadata.row_group(0).column(1).data_page_offset
+    data[start:start + 64] = b"\xff" * 64
+    with open(f"{out}/damaged.parquet", "wb") as f:
+        f.write(data)
     for name in ("docs.parquet", "docs.jsonl.zst"):
         with open(f"{out}/{name}", "rb") as f:
             data = f.read()

@@ -109,9 +109,11 @@ TEST_CASE("sources: damaged or mismatched files are refused naming the file and 
   const std::string missing = source_error([&] { titan::open_dataset((dir / "docs.parquet").string(), column("body")); });
   CHECK(has(missing, "docs.parquet' has no column 'body' (its columns: id, text); set text_field"));
   const std::string ints = source_error([&] { titan::open_dataset((dir / "docs.parquet").string(), column("id")); });
-  CHECK(has(ints, "column 'id' that holds int64, not strings"));
+  CHECK(has(ints, "column 'id' that holds INT64, not strings"));
   const std::string cut = source_error([&] { titan::open_dataset((dir / "truncated.parquet").string()); });
   CHECK(has(cut, "truncated.parquet' is not a readable Parquet file"));
+  const std::string damaged = source_error([&] { texts_of(*titan::open_dataset((dir / "damaged.parquet").string())); });
+  CHECK(has(damaged, "damaged.parquet' is damaged in row group 0 of 10"));
   const std::string cut_zst = source_error([&] { texts_of(*titan::open_dataset((dir / "truncated.jsonl.zst").string())); });
   CHECK(has(cut_zst, "truncated.jsonl.zst' "));
   CHECK(has(cut_zst, "truncated"));
