@@ -249,3 +249,22 @@ TEST_CASE("sources: the loader's cursor resumes a packed mixture on another data
   auto other_length = std::make_unique<titan::TokenWindowLoader>(titan::open_mixture(entries, 3, bytes), bytes, 16);
   CHECK(titan::test::has(source_error([&] { other_length->seek(cursor); }), "saved with seq_len 24"));
 }
+
+TEST_CASE("sources: the cursor inside a token shard's chunk names the chunk and the offset, not the tokens") {
+  const fs::path dir = titan::test::temp_dir("sources_token_cursor");
+  std::string ids;
+  for (int i = 0; i < 5000; ++i) {
+    const uint16_t id = static_cast<uint16_t>(i % 200 == 199 ? 257 : i % 251);  // EOS every 200 ids
+    ids.append(reinterpret_cast<const char*>(&id), 2);
+  }
+  std::ofstream(dir / "ids.u16", std::ios::binary) << ids;
+  std::shared_ptr<const titan::Tokenizer> bytes = titan::load_tokenizer("bytes");
+  titan::TokenWindowLoader straight(titan::open_dataset((dir / "ids.u16").string()), bytes, 16);
+  for (int i = 0; i < 10; ++i) straight.next_batch(4);
+  const nlohmann::json cursor = straight.cursor();
+  CHECK(cursor["consumed_of_document"] == 10 * 4 * 17);
+  CHECK(cursor.dump().size() < 400);
+  titan::TokenWindowLoader resumed(titan::open_dataset((dir / "ids.u16").string()), bytes, 16);
+  resumed.seek(cursor);
+  for (int i = 0; i < 100; ++i) CHECK(at::equal(resumed.next_batch(4), straight.next_batch(4)));  // two epochs on
+}

@@ -17,8 +17,9 @@ struct TokenWindowLoader::Impl {
   int64_t window = 0;  // seq_len + 1
   int dp_rank = 0, dp_degree = 1;
 
-  std::vector<int32_t> pending;  // stream tokens read but not consumed, from `head`
+  std::vector<int32_t> pending;  // the document (or chunk) read last; its tokens from `head` are not consumed
   size_t head = 0;
+  nlohmann::json pending_source;  // the source's cursor just before it read `pending` (for the loader's cursor)
   int64_t windows_consumed = 0;       // global, over all ranks
   int64_t tokens_read = 0;            // stream tokens appended to `pending` so far
   bool epoch_has_tokens = false;      // guards against spinning on an empty source
@@ -47,6 +48,7 @@ struct TokenWindowLoader::Impl {
         head = 0;
       }
       size_t before = pending.size();
+      nlohmann::json source_before = source->cursor();
       if (source->pretokenized()) {
         auto ids = source->next_tokens();
         if (ids) {
@@ -71,6 +73,7 @@ struct TokenWindowLoader::Impl {
       tokens_read += static_cast<int64_t>(added);
       if (added > 0) {
         epoch_has_tokens = true;
+        pending_source = std::move(source_before);
         return;
       }
     }
@@ -305,7 +308,11 @@ const char* packing_name(Packing packing) {
 
 nlohmann::json TokenWindowLoader::cursor() const {
   const Impl& s = *impl_;
-  nlohmann::json source = s.source->cursor();
+  // Where the source stands; while a document is partly consumed, where it
+  // stood before reading it, and how far into it the stream is (a token
+  // shard's chunk is a million ids: re-read on a resume, never saved).
+  const bool partly_consumed = s.head < s.pending.size();
+  nlohmann::json source = partly_consumed ? s.pending_source : s.source->cursor();
   if (source.is_null()) return nullptr;
   auto rows_of = [](const auto& rows) {
     nlohmann::json out = nlohmann::json::array();
@@ -316,7 +323,7 @@ nlohmann::json TokenWindowLoader::cursor() const {
           {"packing", packing_name(s.packing)},
           {"windows", s.windows_consumed},
           {"source", std::move(source)},
-          {"pending", std::vector<int32_t>(s.pending.begin() + static_cast<std::ptrdiff_t>(s.head), s.pending.end())},
+          {"consumed_of_document", partly_consumed ? nlohmann::json(s.head) : nlohmann::json(nullptr)},
           {"tokens_read", s.tokens_read},
           {"epoch_starts", s.epoch_starts},
           {"epoch_has_tokens", s.epoch_has_tokens},
@@ -334,8 +341,19 @@ void TokenWindowLoader::seek(const nlohmann::json& cursor) {
                 packing_name(s.packing) + "; resume with the saved ones");
   }
   s.source->seek(cursor.at("source"));
-  s.pending = cursor.at("pending").get<std::vector<int32_t>>();
+  s.pending.clear();
   s.head = 0;
+  const nlohmann::json& consumed = cursor.at("consumed_of_document");
+  if (!consumed.is_null()) {
+    s.read_document();  // the document the stream was in, read again
+    const size_t head = consumed.get<size_t>();
+    if (head >= s.pending.size()) {
+      throw Error("data loader: the checkpoint's data cursor is " + std::to_string(head) + " tokens into a document "
+                  "that now has " + std::to_string(s.pending.size()) + " (" + s.source->describe() +
+                  "): the data or the tokenizer changed since the save; restore them to resume where the run stopped");
+    }
+    s.head = head;
+  }
   s.windows_consumed = cursor.at("windows").get<int64_t>();
   s.tokens_read = cursor.at("tokens_read").get<int64_t>();
   s.epoch_starts = cursor.at("epoch_starts").get<std::vector<int64_t>>();
