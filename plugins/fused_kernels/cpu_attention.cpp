@@ -192,8 +192,9 @@ at::Tensor cpu_causal_attention(const at::Tensor& q, const at::Tensor& k, const 
         c10::str(v.sizes()));
   at::Tensor qs = unit_last_stride(q), ks = unit_last_stride(k), vs = unit_last_stride(v);
   const bool needs_grad = at::GradMode::is_enabled() && (q.requires_grad() || k.requires_grad() || v.requires_grad());
-  if (documents.defined() && (documents.dim() != 2 || documents.size(0) != q.size(0) || documents.size(1) != q.size(2) ||
-                              !documents.device().is_cpu())) {
+  const bool documents_fit = !documents.defined() || (documents.dim() == 2 && documents.size(0) == q.size(0) &&
+                                                       documents.size(1) == q.size(2) && documents.device().is_cpu());
+  if (!documents_fit) {
     throw Error("fused_kernels cpu attention: document ids must be [batch, seq] = [" + std::to_string(q.size(0)) +
                 ", " + std::to_string(q.size(2)) + "] on the CPU, got " + c10::str(documents.sizes()) + " on " +
                 documents.device().str());

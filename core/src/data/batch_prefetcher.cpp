@@ -8,7 +8,12 @@
 namespace titan {
 
 BatchPrefetcher::BatchPrefetcher(TokenWindowLoader& loader, int64_t local_batch, int64_t microbatches, size_t depth)
-    : loader_(loader), local_batch_(local_batch), microbatches_(microbatches), depth_(depth), taken_(loader.position()), taken_cursor_(loader.cursor()) {
+    : loader_(loader),
+      local_batch_(local_batch),
+      microbatches_(microbatches),
+      depth_(depth),
+      taken_(loader.position()),
+      taken_cursor_(loader.cursor()) {
   if (depth_ < 1) throw Error("data prefetcher: depth must be at least 1");
 }
 

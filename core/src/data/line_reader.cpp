@@ -20,7 +20,8 @@ constexpr unsigned kReadChunk = 1 << 17;
 bool is_zstd(const std::string& path) { return path.size() >= 4 && path.compare(path.size() - 4, 4, ".zst") == 0; }
 
 std::string cannot_open(const std::string& path) {
-  return "dataset '" + path + "' cannot be opened: " + std::strerror(errno) + "; check the dataset path in the run config";
+  return "dataset '" + path + "' cannot be opened: " + std::strerror(errno) +
+         "; check the dataset path in the run config";
 }
 
 }  // namespace
@@ -97,7 +98,9 @@ class ZstdInput final : public LineReader::Input {
   }
 
   void rewind() override {
-    if (std::fseek(file_, 0, SEEK_SET) != 0) throw Error("dataset '" + path_ + "' cannot be rewound for the next epoch");
+    if (std::fseek(file_, 0, SEEK_SET) != 0) {
+      throw Error("dataset '" + path_ + "' cannot be rewound for the next epoch");
+    }
     ZSTD_DCtx_reset(stream_, ZSTD_reset_session_only);
     input_ = {compressed_.data(), 0, 0};
     last_hint_ = 0;

@@ -59,8 +59,8 @@ std::vector<std::string> shard_files(const std::string& path) {
   }
   std::sort(files.begin(), files.end());
   if (files.empty()) {
-    throw Error("dataset '" + path + "' matches no files" +
-                (is_pattern(path) ? std::string() : std::string(" in a format Titan reads")) + "; expected " + kFormats);
+    const std::string which = is_pattern(path) ? "" : " in a format Titan reads";
+    throw Error("dataset '" + path + "' matches no files" + which + "; expected " + kFormats);
   }
   return files;
 }
@@ -119,7 +119,8 @@ std::unique_ptr<DocumentSource> open_dataset(const std::string& name_or_path, co
     throw Error("dataset '" + path + "' mixes formats ('" + files.front() + "' and '" + file +
                 "'); give each format its own entry in training.datasets");
   }
-  return data::make_sharded_source(path, files, [options](const std::string& file) { return open_file(file, options); });
+  return data::make_sharded_source(path, files,
+                                   [options](const std::string& file) { return open_file(file, options); });
 }
 
 }  // namespace titan

@@ -13,7 +13,9 @@ class ParquetSource final : public DocumentSource {
   ParquetSource(const std::string& path, const std::string& column) : path_(path), reader_(path, column) {
     std::string text;
     // Fail at startup, not hours later, when nothing is there to train on.
-    if (!reader_.next(text)) throw Error("dataset '" + path + "' contains no documents (no rows with a '" + column + "')");
+    if (!reader_.next(text)) {
+      throw Error("dataset '" + path + "' contains no documents (no rows with a '" + column + "')");
+    }
     reader_.rewind();
   }
 

@@ -152,8 +152,8 @@ TrainingRun::TrainingRun(RunPlan& plan_, const World& world_, const RunSeams& se
   parallel = std::make_unique<ParallelSetup>(world, plan, *observer);
   plan.checkpointer->attach(CheckpointEnv{world.rank, world.world_size, parallel->mesh(), parallel->checkpoint_comm(),
                                           plan.root.dump()});
-  loader = std::make_unique<TokenWindowLoader>(open_mixture(datasets, mixture_seed(training), tokenizer), tokenizer, training.seq_len, parallel->dp_rank(),
-                                               parallel->dp_degree());
+  loader = std::make_unique<TokenWindowLoader>(open_mixture(datasets, mixture_seed(training), tokenizer), tokenizer,
+                                               training.seq_len, parallel->dp_rank(), parallel->dp_degree());
   loader->set_packing(documents_.packing);
   if (documents_.ignore_crossing_labels) loader->ignore_cross_document_labels(documents_.boundaries);
   accumulation_ = accumulation_steps(training, parallel->dp_degree());
@@ -223,8 +223,8 @@ void TrainingRun::build_optimizer_and_schedule() {
   facts.pipeline = pipeline != nullptr;
   facts.world_size = world.world_size;
   facts.collectives = parallel->mesh() != nullptr;
-  facts.varying_loss_weights =
-      documents_.ignore_crossing_labels || documents_.context_only_tokens || documents_.packing != Packing::concat_then_split;
+  facts.varying_loss_weights = documents_.ignore_crossing_labels || documents_.context_only_tokens ||
+                               documents_.packing != Packing::concat_then_split;
   for (const StepHook* hook : model->step_hooks()) {
     if (facts.host_driven.empty()) facts.host_driven = hook->host_driven;
   }
