@@ -144,6 +144,8 @@ std::unique_ptr<DocumentSource> open_mixture(const std::vector<DatasetEntry>& en
 enum class Packing { concat_then_split, carry, first_fit };
 Packing packing_named(const std::string& name);  // throws on an unknown name
 
+struct DocumentOptions;
+
 class TokenWindowLoader {
  public:
   TokenWindowLoader(std::unique_ptr<DocumentSource> source, std::shared_ptr<const Tokenizer> tokenizer,
@@ -159,6 +161,9 @@ class TokenWindowLoader {
   // Before the first batch: how documents become windows (documents begin
   // at the tokenizer's BOS and after its EOS).
   void set_packing(Packing packing);
+  // Both of the above from a microbatch's options (the trainer's and the
+  // validator's loaders are set up alike).
+  void set_documents(const DocumentOptions& documents);
   // The labels that carry loss in the last next_batch() of every
   // data-parallel rank (each rank reads the whole stream: no communication).
   int64_t global_labels() const;

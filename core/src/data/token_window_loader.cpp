@@ -272,6 +272,11 @@ void TokenWindowLoader::set_packing(Packing packing) {
   impl_->packing = packing;
 }
 
+void TokenWindowLoader::set_documents(const DocumentOptions& documents) {
+  set_packing(documents.packing);
+  if (documents.ignore_crossing_labels) ignore_cross_document_labels(documents.boundaries);
+}
+
 void TokenWindowLoader::ignore_cross_document_labels(const DocumentBoundaries& boundaries) {
   impl_->ignored_crossings = boundaries;
 }

@@ -154,8 +154,7 @@ TrainingRun::TrainingRun(RunPlan& plan_, const World& world_, const RunSeams& se
                                           plan.root.dump()});
   loader = std::make_unique<TokenWindowLoader>(open_mixture(datasets, mixture_seed(training), tokenizer), tokenizer,
                                                training.seq_len, parallel->dp_rank(), parallel->dp_degree());
-  loader->set_packing(documents_.packing);
-  if (documents_.ignore_crossing_labels) loader->ignore_cross_document_labels(documents_.boundaries);
+  loader->set_documents(documents_);
   accumulation_ = accumulation_steps(training, parallel->dp_degree());
   batches = std::make_unique<BatchPrefetcher>(*loader, training.local_batch_size, accumulation_);
 

@@ -40,8 +40,7 @@ ValidationResult Validator::run(CausalLM& model) {
   const SourceOptions source_options{chat_template_named(config_.chat_template), tokenizer_, config_.text_field};
   TokenWindowLoader loader(open_dataset(data, source_options), tokenizer_, config_.seq_len, parallel_.dp_rank(),
                            parallel_.dp_degree());
-  loader.set_packing(documents_.packing);
-  if (documents_.ignore_crossing_labels) loader.ignore_cross_document_labels(documents_.boundaries);
+  loader.set_documents(documents_);
   torch::NoGradGuard no_grad;
   model.eval();
   const auto start = std::chrono::steady_clock::now();
