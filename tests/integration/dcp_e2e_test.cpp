@@ -166,12 +166,12 @@ TEST_SUITE("dcp") {
                                 ", weight: 2}, {path: " + (data / "docs.jsonl.zst").string() +
                                 ", weight: 1}]' --set training.packing=first_fit";
     fs::path straight = titan::test::temp_dir("dcp_mixture_straight");
-    Run a = train(straight, 2, 29722, "{name: fsdp}", 20, mixture);
+    Run a = train(straight, 2, 29433, "{name: fsdp}", 20, mixture);
     REQUIRE_MESSAGE(a.exit_code == 0, a.output);
     REQUIRE(a.losses.size() == 20);
     const std::string metadata = titan::test::read_file(straight / "checkpoint/step-10/metadata.json");
     CHECK_MESSAGE(metadata.find("data.cursor") != std::string::npos, "the checkpoint holds the data cursor");
-    Run same = train(with_step10_of(straight, "dcp_mixture_resumed"), 2, 29723, "{name: fsdp}", 20, mixture);
+    Run same = train(with_step10_of(straight, "dcp_mixture_resumed"), 2, 29434, "{name: fsdp}", 20, mixture);
     REQUIRE_MESSAGE(same.exit_code == 0, same.output);
     REQUIRE(same.losses.size() == 10);
     for (const auto& [step, loss] : same.losses) CHECK_MESSAGE(loss == a.losses.at(step), "step ", step);  // exact
