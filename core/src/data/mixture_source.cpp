@@ -81,8 +81,9 @@ class MixtureSource final : public DocumentSource {
         static_cast<size_t>(std::upper_bound(cumulative_.begin(), cumulative_.end(), u) - cumulative_.begin()),
         sources_.size() - 1);
     DocumentSource& source = *sources_[chosen];
+    std::vector<int32_t> document;
     for (int attempt = 0; attempt < 2; ++attempt) {
-      if (auto document = document_of(source)) return document;
+      if (data::append_next_document(source, *tokenizer_, document)) return document;
       finished_[chosen] = true;
       source.rewind();
     }
@@ -90,18 +91,6 @@ class MixtureSource final : public DocumentSource {
   }
 
  private:
-  // The source's next document as the loader would make it: text as
-  // [BOS] ids [EOS]; rendered conversations as they are.
-  std::optional<std::vector<int32_t>> document_of(DocumentSource& source) {
-    if (source.pretokenized()) return source.next_tokens();
-    auto text = source.next_text();
-    if (!text) return std::nullopt;
-    std::vector<int32_t> ids = tokenizer_->encode(*text);
-    ids.insert(ids.begin(), tokenizer_->bos_id());
-    ids.push_back(tokenizer_->eos_id());
-    return ids;
-  }
-
   std::vector<std::unique_ptr<DocumentSource>> sources_;
   std::vector<double> cumulative_;
   uint64_t seed_;

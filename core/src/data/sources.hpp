@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "titan/data.hpp"
+#include "titan/error.hpp"
 
 namespace titan::data {
 
@@ -16,6 +17,11 @@ constexpr uint64_t kStoriesSeed = 0x5107135;
 
 std::unique_ptr<DocumentSource> make_stories_source(uint64_t seed, int64_t documents_per_epoch);
 std::unique_ptr<DocumentSource> make_jsonl_source(const std::string& path, const std::string& text_field = "text");
+// Appends the source's next document to `stream` as the token stream
+// holds it: a text's ids between the tokenizer's BOS and EOS, pre-tokenized
+// ids (a token shard's chunk, a rendered conversation) as they are. False at
+// the end of the epoch. The loader's stream and a mixture's draws share it.
+bool append_next_document(DocumentSource& source, const Tokenizer& tokenizer, std::vector<int32_t>& stream);
 // `source` counting the documents it returns since its epoch began: its
 // cursor, to which seek() returns by rewinding and skipping that many
 // (within one file or shard).
@@ -54,6 +60,27 @@ class LineReader {
   size_t buffer_pos_ = 0;
   bool at_end_ = false;
   int64_t line_number_ = 0;
+};
+
+// The JSON objects of a *.jsonl(.gz/.zst) file, one a line (blank lines
+// skipped), and the error for a line that is not what its format expects:
+// what the JSONL text source and the chat source share.
+class JsonLines {
+ public:
+  // `expected`: what a line should be, for errors ("a JSON object with ...").
+  JsonLines(const std::string& path, std::string expected);
+  // The next line's object; false at the end. A line that is not a JSON
+  // object throws malformed().
+  bool next(nlohmann::json& object);
+  void rewind() { reader_.rewind(); }
+  // "dataset 'PATH' line N: expected EXPECTED, got GOT: <the line's start>;
+  // fix or remove that line".
+  Error malformed(const std::string& got) const;
+
+ private:
+  std::string path_, expected_;
+  LineReader reader_;
+  std::string line_;
 };
 
 }  // namespace titan::data

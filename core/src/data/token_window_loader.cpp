@@ -5,11 +5,29 @@
 
 #include <algorithm>
 #include <deque>
+#include <utility>
 
+#include "sources.hpp"
 #include "titan/data.hpp"
 #include "titan/error.hpp"
 
 namespace titan {
+
+bool data::append_next_document(DocumentSource& source, const Tokenizer& tokenizer, std::vector<int32_t>& stream) {
+  if (source.pretokenized()) {
+    auto ids = source.next_tokens();
+    if (!ids) return false;
+    stream.insert(stream.end(), ids->begin(), ids->end());
+    return true;
+  }
+  auto text = source.next_text();
+  if (!text) return false;
+  std::vector<int32_t> ids = tokenizer.encode(*text);
+  stream.push_back(tokenizer.bos_id());
+  stream.insert(stream.end(), ids.begin(), ids.end());
+  stream.push_back(tokenizer.eos_id());
+  return true;
+}
 
 struct TokenWindowLoader::Impl {
   std::unique_ptr<DocumentSource> source;
@@ -49,26 +67,11 @@ struct TokenWindowLoader::Impl {
       }
       size_t before = pending.size();
       nlohmann::json source_before = source->cursor();
-      if (source->pretokenized()) {
-        auto ids = source->next_tokens();
-        if (ids) {
-          check_ids(*ids);
-          pending.insert(pending.end(), ids->begin(), ids->end());
-        } else {
-          end_epoch();
-          continue;
-        }
-      } else {
-        auto text = source->next_text();
-        if (!text) {
-          end_epoch();
-          continue;
-        }
-        std::vector<int32_t> ids = tokenizer->encode(*text);
-        pending.push_back(tokenizer->bos_id());
-        pending.insert(pending.end(), ids.begin(), ids.end());
-        pending.push_back(tokenizer->eos_id());
+      if (!data::append_next_document(*source, *tokenizer, pending)) {
+        end_epoch();
+        continue;
       }
+      if (source->pretokenized()) check_ids(pending.data() + before, pending.data() + pending.size());
       size_t added = pending.size() - before;
       tokens_read += static_cast<int64_t>(added);
       if (added > 0) {
@@ -88,10 +91,10 @@ struct TokenWindowLoader::Impl {
     epoch_has_tokens = false;
   }
 
-  void check_ids(const std::vector<int32_t>& ids) const {
+  void check_ids(const int32_t* begin, const int32_t* end) const {
     const int64_t vocab = tokenizer->vocab_size();
-    for (int64_t token : ids) {
-      const int64_t id = token_id(token);
+    for (const int32_t* token = begin; token != end; ++token) {
+      const int64_t id = token_id(*token);
       if (id < 0 || id >= vocab) {
         throw Error(source->describe() + " holds token id " + std::to_string(id) + " but the tokenizer has only " +
                     std::to_string(vocab) + " ids; the shard was made with another tokenizer");
@@ -224,10 +227,24 @@ struct TokenWindowLoader::Impl {
   }
 };
 
+namespace {
+
+constexpr std::pair<const char*, Packing> kPackings[] = {
+    {"concat_then_split", Packing::concat_then_split}, {"carry", Packing::carry}, {"first_fit", Packing::first_fit}};
+
+const char* packing_name(Packing packing) {
+  for (const auto& [name, value] : kPackings) {
+    if (value == packing) return name;
+  }
+  return kPackings[0].first;
+}
+
+}  // namespace
+
 Packing packing_named(const std::string& name) {
-  if (name == "concat_then_split") return Packing::concat_then_split;
-  if (name == "carry") return Packing::carry;
-  if (name == "first_fit") return Packing::first_fit;
+  for (const auto& [known, value] : kPackings) {
+    if (name == known) return value;
+  }
   throw Error("training.packing: unknown packing '" + name + "'; expected concat_then_split, carry or first_fit");
 }
 
@@ -294,22 +311,6 @@ void TokenWindowLoader::set_position(int64_t windows) {
   s.skip_windows(windows - s.windows_consumed);
   s.windows_consumed = windows;
 }
-
-namespace {
-
-const char* packing_name(Packing packing) {
-  switch (packing) {
-    case Packing::carry:
-      return "carry";
-    case Packing::first_fit:
-      return "first_fit";
-    case Packing::concat_then_split:
-      break;
-  }
-  return "concat_then_split";
-}
-
-}  // namespace
 
 nlohmann::json TokenWindowLoader::cursor() const {
   const Impl& s = *impl_;
