@@ -13,35 +13,33 @@ namespace {
 class ChatSource final : public DocumentSource {
  public:
   ChatSource(const std::string& path, ChatTemplate chat_template, std::shared_ptr<const Tokenizer> tokenizer)
-      : path_(path), reader_(path), template_(chat_template), tokenizer_(std::move(tokenizer)) {
+      : path_(path),
+        lines_(path, "a conversation {\"messages\": [{\"role\": ..., \"content\": ...}, ...]}"),
+        template_(chat_template),
+        tokenizer_(std::move(tokenizer)) {
     if (!tokenizer_) throw Error("chat dataset '" + path + "': no tokenizer to render it with");
     check_chat_tokenizer(template_, *tokenizer_);
     // Fail at startup, not hours later, when nothing is there to train on.
     if (!next_tokens()) throw Error("dataset '" + path_ + "' contains no conversations (no JSON lines)");
-    reader_.rewind();
+    lines_.rewind();
   }
 
   std::string describe() const override {
     return "chat dataset '" + path_ + "' (" + chat_template_name(template_) + " template)";
   }
-  void rewind() override { reader_.rewind(); }
+  void rewind() override { lines_.rewind(); }
   std::optional<std::string> next_text() override { return std::nullopt; }  // ids come from next_tokens()
   bool pretokenized() const override { return true; }
   bool marks_context_only() const override { return true; }
 
   std::optional<std::vector<int32_t>> next_tokens() override {
-    while (reader_.next(line_)) {
-      if (line_.find_first_not_of(" \t\r") == std::string::npos) continue;
-      return render_chat(messages_of(nlohmann::json::parse(line_, nullptr, /*allow_exceptions=*/false)), template_,
-                         *tokenizer_);
-    }
-    return std::nullopt;
+    nlohmann::json record;
+    if (!lines_.next(record)) return std::nullopt;
+    return render_chat(messages_of(record), template_, *tokenizer_);
   }
 
  private:
   std::vector<ChatMessage> messages_of(const nlohmann::json& record) const {
-    if (record.is_discarded()) throw malformed("not valid JSON");
-    if (!record.is_object()) throw malformed("a JSON " + std::string(record.type_name()));
     auto messages = record.find("messages");
     if (messages == record.end()) throw malformed("an object without \"messages\"");
     if (!messages->is_array() || messages->empty()) throw malformed("\"messages\" that is not a non-empty array");
@@ -57,19 +55,12 @@ class ChatSource final : public DocumentSource {
     return out;
   }
 
-  Error malformed(const std::string& got) const {
-    std::string excerpt = line_.substr(0, 60);
-    if (line_.size() > 60) excerpt += "...";
-    return Error("dataset '" + path_ + "' line " + std::to_string(reader_.line_number()) +
-                 ": expected a conversation {\"messages\": [{\"role\": ..., \"content\": ...}, ...]}, got " + got +
-                 ": " + excerpt + "; fix or remove that line");
-  }
+  Error malformed(const std::string& got) const { return lines_.malformed(got); }
 
   std::string path_;
-  LineReader reader_;
+  JsonLines lines_;
   ChatTemplate template_;
   std::shared_ptr<const Tokenizer> tokenizer_;
-  std::string line_;
 };
 
 }  // namespace
