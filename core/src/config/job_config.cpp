@@ -8,6 +8,9 @@ namespace titan {
 
 namespace {
 
+// training.chat_template's names (titan/data.hpp's ChatTemplate).
+const std::vector<std::string> kChatTemplates = {"none", "llama3", "chatml"};
+
 void require_positive(const ConfigNode& node, const std::string& key, int64_t value) {
   if (value <= 0) node.fail(key, "expected a positive integer, got " + std::to_string(value));
 }
@@ -77,7 +80,7 @@ CoreConfig read_core_config(const ConfigNode& root) {
                               "one that does not fit starts the next window; first_fit = whole documents into the "
                               "first of 8 open windows with room; padding carries no loss, and a document longer "
                               "than a window is cut in every mode");
-  t.chat_template = training.choice("chat_template", "none", {"none", "llama3", "chatml"},
+  t.chat_template = training.choice("chat_template", "none", kChatTemplates,
                                     "supervised fine-tuning: each JSON line of the dataset is a conversation "
                                     "{\"messages\": [{\"role\", \"content\"}, ...]} rendered with Llama 3's or "
                                     "ChatML's template; only the assistant's replies carry loss (docs/data.md)");
@@ -90,7 +93,7 @@ CoreConfig read_core_config(const ConfigNode& root) {
       entry.fail("weight", "expected a positive number, got " + std::to_string(source.weight));
     }
     source.text_field = entry.get<std::string>("text_field", t.text_field, "its JSONL field or Parquet column");
-    source.chat_template = entry.choice("chat_template", t.chat_template, {"none", "llama3", "chatml"},
+    source.chat_template = entry.choice("chat_template", t.chat_template, kChatTemplates,
                                         "its conversations' template (as training.chat_template)");
     t.datasets.push_back(source);
   }
@@ -160,7 +163,7 @@ CoreConfig read_core_config(const ConfigNode& root) {
   v.dataset = validation.get<std::string>("dataset", v.dataset,
                                           "held-out set: stories_validation (built in) or a file as in dataset_path");
   v.dataset_path = validation.get<std::string>("dataset_path", v.dataset_path, "a held-out file; wins over dataset");
-  v.chat_template = validation.choice("chat_template", t.chat_template, {"none", "llama3", "chatml"},
+  v.chat_template = validation.choice("chat_template", t.chat_template, kChatTemplates,
                                       "how the held-out file is read (as training.chat_template, its default)");
   v.text_field = validation.get<std::string>("text_field", t.text_field, "the held-out file's JSONL field or Parquet column");
   v.freq = validation.get<int64_t>("freq", v.freq, "validate every N steps");

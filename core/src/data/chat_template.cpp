@@ -7,22 +7,31 @@ namespace titan {
 
 namespace {
 
+// Each template: its name and the special tokens it is written in.
 struct TemplateTokens {
+  ChatTemplate chat_template;
+  const char* name;
   const char* begin_turn;
   const char* end_header;  // null: the role ends with a newline instead
   const char* end_turn;
 };
 
-TemplateTokens tokens_of(ChatTemplate chat_template) {
-  switch (chat_template) {
-    case ChatTemplate::llama3:
-      return {"<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"};
-    case ChatTemplate::chatml:
-      return {"<|im_start|>", nullptr, "<|im_end|>"};
-    case ChatTemplate::none:
-      break;
+constexpr TemplateTokens kTemplates[] = {
+    {ChatTemplate::none, "none", nullptr, nullptr, nullptr},
+    {ChatTemplate::llama3, "llama3", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"},
+    {ChatTemplate::chatml, "chatml", "<|im_start|>", nullptr, "<|im_end|>"},
+};
+
+const TemplateTokens& template_of(ChatTemplate chat_template) {
+  for (const TemplateTokens& spec : kTemplates) {
+    if (spec.chat_template == chat_template) return spec;
   }
-  throw Error("chat template: none was chosen (training.chat_template)");
+  return kTemplates[0];
+}
+
+const TemplateTokens& tokens_of(ChatTemplate chat_template) {
+  if (chat_template == ChatTemplate::none) throw Error("chat template: none was chosen (training.chat_template)");
+  return template_of(chat_template);
 }
 
 int32_t special_id(const Tokenizer& tokenizer, ChatTemplate chat_template, const char* name) {
@@ -42,26 +51,17 @@ std::string_view trimmed(std::string_view text) {
 }  // namespace
 
 ChatTemplate chat_template_named(const std::string& name) {
-  if (name == "none" || name.empty()) return ChatTemplate::none;
-  if (name == "llama3") return ChatTemplate::llama3;
-  if (name == "chatml") return ChatTemplate::chatml;
+  if (name.empty()) return ChatTemplate::none;
+  for (const TemplateTokens& spec : kTemplates) {
+    if (name == spec.name) return spec.chat_template;
+  }
   throw Error("chat_template: unknown template '" + name + "'; expected none, llama3 or chatml");
 }
 
-std::string chat_template_name(ChatTemplate chat_template) {
-  switch (chat_template) {
-    case ChatTemplate::llama3:
-      return "llama3";
-    case ChatTemplate::chatml:
-      return "chatml";
-    case ChatTemplate::none:
-      break;
-  }
-  return "none";
-}
+std::string chat_template_name(ChatTemplate chat_template) { return template_of(chat_template).name; }
 
 void check_chat_tokenizer(ChatTemplate chat_template, const Tokenizer& tokenizer) {
-  const TemplateTokens names = tokens_of(chat_template);
+  const TemplateTokens& names = tokens_of(chat_template);
   for (const char* name : {names.begin_turn, names.end_header, names.end_turn}) {
     if (name) special_id(tokenizer, chat_template, name);
   }
@@ -69,7 +69,7 @@ void check_chat_tokenizer(ChatTemplate chat_template, const Tokenizer& tokenizer
 
 std::vector<int32_t> render_chat(const std::vector<ChatMessage>& messages, ChatTemplate chat_template,
                                  const Tokenizer& tokenizer) {
-  const TemplateTokens names = tokens_of(chat_template);
+  const TemplateTokens& names = tokens_of(chat_template);
   const int32_t begin_turn = special_id(tokenizer, chat_template, names.begin_turn);
   const int32_t end_turn = special_id(tokenizer, chat_template, names.end_turn);
   const bool llama3 = chat_template == ChatTemplate::llama3;
