@@ -81,6 +81,12 @@ std::vector<Segment> segments_of(const at::Tensor& documents, int64_t batch, int
   return segments;
 }
 
+// The longest segment: its problem sizes a thread's workspace for any.
+const Segment& longest(const std::vector<Segment>& segments) {
+  return *std::max_element(segments.begin(), segments.end(),
+                           [](const Segment& a, const Segment& b) { return a.length < b.length; });
+}
+
 // A segment of a [batch, heads, seq, head_dim] tensor as a one-row view.
 kernel::View view_of(const at::Tensor& t, const Segment& segment) {
   return {t.data_ptr<float>() + segment.row * t.stride(0) + segment.start * t.stride(2), t.stride(0), t.stride(1),
@@ -104,10 +110,7 @@ std::pair<at::Tensor, at::Tensor> run_forward(const at::Tensor& q, const at::Ten
   at::Tensor out = empty_bshd(q);
   at::Tensor lse = at::empty({q.size(0) * seq * heads}, q.options());
   float* lse_data = lse.data_ptr<float>();
-  const int64_t longest = std::max_element(segments.begin(), segments.end(), [](const Segment& a, const Segment& b) {
-                            return a.length < b.length;
-                          })->length;
-  const size_t workspace_floats = kernel::forward_workspace_floats(problem_of(q, k, {0, 0, longest}));
+  const size_t workspace_floats = kernel::forward_workspace_floats(problem_of(q, k, longest(segments)));
   at::parallel_for(0, static_cast<int64_t>(segments.size()) * heads, 1, [&](int64_t begin, int64_t end) {
     std::vector<float> workspace(workspace_floats);
     for (int64_t task = begin; task < end; ++task) {
@@ -139,10 +142,7 @@ struct CausalAttentionFunction : torch::autograd::Function<CausalAttentionFuncti
     const std::vector<Segment> segments = segments_of(ctx->saved_data["documents"].toTensor(), q.size(0), seq);
     at::Tensor dq = empty_bshd(q), dk = empty_bshd(k), dv = empty_bshd(v);
     const float* lse_data = lse.data_ptr<float>();
-    const int64_t longest = std::max_element(segments.begin(), segments.end(), [](const Segment& a, const Segment& b) {
-                              return a.length < b.length;
-                            })->length;
-    const size_t workspace_floats = kernel::backward_workspace_floats(problem_of(q, k, {0, 0, longest}));
+    const size_t workspace_floats = kernel::backward_workspace_floats(problem_of(q, k, longest(segments)));
     // A task per (segment, kv head): no two write the same dK/dV rows.
     at::parallel_for(0, static_cast<int64_t>(segments.size()) * kv_heads, 1, [&](int64_t begin, int64_t end) {
       std::vector<float> workspace(workspace_floats);

@@ -68,23 +68,24 @@ BatchPrefetcher::Step BatchPrefetcher::next() {
 }
 
 void BatchPrefetcher::set_position(int64_t windows) {
-  stop();
-  ready_.clear();
-  error_ = nullptr;
-  stopping_ = false;
+  drop_loaded();
   loader_.set_position(windows);
   taken_ = windows;
   taken_cursor_ = loader_.cursor();
 }
 
 void BatchPrefetcher::seek(const nlohmann::json& cursor) {
+  drop_loaded();
+  loader_.seek(cursor);
+  taken_ = loader_.position();
+  taken_cursor_ = cursor;
+}
+
+void BatchPrefetcher::drop_loaded() {
   stop();
   ready_.clear();
   error_ = nullptr;
   stopping_ = false;
-  loader_.seek(cursor);
-  taken_ = loader_.position();
-  taken_cursor_ = cursor;
 }
 
 void BatchPrefetcher::stop() {

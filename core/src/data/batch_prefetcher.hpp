@@ -44,6 +44,8 @@ class BatchPrefetcher {
  private:
   void load_ahead();
   void stop();
+  // Stops the thread and forgets what it loaded ahead (before the loader moves).
+  void drop_loaded();
 
   TokenWindowLoader& loader_;
   const int64_t local_batch_, microbatches_;
