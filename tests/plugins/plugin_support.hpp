@@ -1,6 +1,6 @@
 // Helpers of the tests that create plugins in process through the registry
 // (tests/plugins): a parallelizer from YAML options, the llama3 debug
-// model's spec, a refusal's message, and the options a factory read as
+// model's spec, a refusal's message (error_of.hpp), and the options a factory read as
 // `titan plugins inspect` lists them.
 #pragma once
 #include "doctest_torch.hpp"
@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "error_of.hpp"
 #include "test_support.hpp"
 #include "titan/config.hpp"
 #include "titan/error.hpp"
@@ -42,17 +43,6 @@ inline std::unique_ptr<ModelSpec> debugmodel() {
   PluginContext context;
   context.options = ConfigNode::parse("model:\n  flavor: debugmodel\n", "run.yaml").child("model");
   return PluginRegistry::instance().create_model("llama3", context);
-}
-
-// The message of the titan::Error (config errors included) `f` throws, or "<no error>".
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& error) {
-    return error.what();
-  }
-  return "<no error>";
 }
 
 // What the parallelizer plugin `name` says when its factory refuses `options_yaml`.

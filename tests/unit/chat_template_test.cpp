@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "error_of.hpp"
 #include "test_support.hpp"
 #include "titan/data.hpp"
 #include "titan/error.hpp"
@@ -140,14 +141,7 @@ TEST_CASE("chat datasets: errors name the file, the line and the missing token")
   const auto dir = titan::test::temp_dir("chat_errors");
   std::shared_ptr<const titan::Tokenizer> tokenizer = titan::load_tokenizer(chat_tokenizer_file(dir));
   const titan::SourceOptions llama3{ChatTemplate::llama3, tokenizer};
-  auto error_of = [](auto&& open) -> std::string {
-    try {
-      open();
-    } catch (const titan::Error& e) {
-      return e.what();
-    }
-    return "(no error)";
-  };
+  using titan::test::error_of;
   titan::test::write_file(dir / "bad.jsonl", std::string(lines_of(kConversations)[0]) +
                                                  "\n{\"messages\": [{\"role\": \"user\", \"content\": 3}]}\n");
   auto source = titan::open_dataset((dir / "bad.jsonl").string(), llama3);

@@ -14,6 +14,8 @@
 #include <sstream>
 
 #include "data/batch_prefetcher.hpp"
+#include "error_of.hpp"
+#include "test_support.hpp"
 #include "titan/data.hpp"
 #include "titan/error.hpp"
 #include "titan/tokenizer.hpp"
@@ -90,14 +92,6 @@ std::vector<int32_t> all_tokens(titan::DocumentSource& source) {
   return ids;
 }
 
-std::string data_error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const titan::Error& e) {
-    return e.what();
-  }
-  return "no error";
-}
 
 class VectorSource : public titan::DocumentSource {
  public:
@@ -243,46 +237,46 @@ TEST_CASE("data: pre-tokenized shards (.u16, .u32, raw .bin, llm.c .bin)") {
   CHECK(loader.epoch() == 1);
   // Ids the tokenizer cannot have are refused with the shard's name.
   titan::TokenWindowLoader too_wide(titan::open_dataset(dir.file("a.u16")), titan::load_tokenizer("bytes"), 8);
-  std::string message = data_error_of([&] { too_wide.next_batch(1); });
+  std::string message = titan::test::error_of([&] { too_wide.next_batch(1); });
   CHECK(message.find("a.u16") != std::string::npos);
   CHECK(message.find("258") != std::string::npos);
 }
 
 TEST_CASE("data: bad dataset inputs give errors naming the file and the problem") {
   TempDir dir;
-  std::string missing = data_error_of([&] { titan::open_dataset(dir.file("nope.jsonl")); });
+  std::string missing = titan::test::error_of([&] { titan::open_dataset(dir.file("nope.jsonl")); });
   CHECK(missing.find("nope.jsonl' not found") != std::string::npos);
 
   write_file(dir.file("empty.jsonl"), "\n  \n");
-  CHECK(data_error_of([&] { titan::open_dataset(dir.file("empty.jsonl")); }).find("empty.jsonl' contains no documents") !=
+  CHECK(titan::test::error_of([&] { titan::open_dataset(dir.file("empty.jsonl")); }).find("empty.jsonl' contains no documents") !=
         std::string::npos);
   write_file(dir.file("empty.txt"), "");
-  CHECK(data_error_of([&] { titan::open_dataset(dir.file("empty.txt")); }).find("contains no documents") !=
+  CHECK(titan::test::error_of([&] { titan::open_dataset(dir.file("empty.txt")); }).find("contains no documents") !=
         std::string::npos);
   write_file(dir.file("empty.u16"), "");
-  CHECK(data_error_of([&] { titan::open_dataset(dir.file("empty.u16")); }).find("contains no documents") !=
+  CHECK(titan::test::error_of([&] { titan::open_dataset(dir.file("empty.u16")); }).find("contains no documents") !=
         std::string::npos);
   write_file(dir.file("odd.u16"), "abc");
-  CHECK(data_error_of([&] { titan::open_dataset(dir.file("odd.u16")); }).find("not a whole number") != std::string::npos);
+  CHECK(titan::test::error_of([&] { titan::open_dataset(dir.file("odd.u16")); }).find("not a whole number") != std::string::npos);
   write_file(dir.file("data.csv"), "a,b\n");
-  CHECK(data_error_of([&] { titan::open_dataset(dir.file("data.csv")); }).find("unknown format") != std::string::npos);
+  CHECK(titan::test::error_of([&] { titan::open_dataset(dir.file("data.csv")); }).find("unknown format") != std::string::npos);
 
   write_file(dir.file("bad.jsonl"), "{\"text\": \"ok\"}\n\n{\"text\": 5}\n{oops\n");
   auto source = titan::open_dataset(dir.file("bad.jsonl"));
   CHECK(source->next_text() == std::optional<std::string>("ok"));
-  std::string wrong_type = data_error_of([&] { source->next_text(); });
+  std::string wrong_type = titan::test::error_of([&] { source->next_text(); });
   CHECK(wrong_type.find("bad.jsonl' line 3: expected a JSON object with a string field \"text\"") != std::string::npos);
-  std::string not_json = data_error_of([&] { source->next_text(); });
+  std::string not_json = titan::test::error_of([&] { source->next_text(); });
   CHECK(not_json.find("bad.jsonl' line 4") != std::string::npos);
   CHECK(not_json.find("not valid JSON") != std::string::npos);
   write_file(dir.file("notext.jsonl.gz"), gzip_stored("{\"body\": \"x\"}\n"));
-  CHECK(data_error_of([&] { titan::open_dataset(dir.file("notext.jsonl.gz")); }).find("notext.jsonl.gz' line 1") !=
+  CHECK(titan::test::error_of([&] { titan::open_dataset(dir.file("notext.jsonl.gz")); }).find("notext.jsonl.gz' line 1") !=
         std::string::npos);
 
   // A source with nothing in it must not make the loader spin forever.
   titan::TokenWindowLoader loader(std::make_unique<VectorSource>(std::vector<std::string>{}),
                                   titan::load_tokenizer("bytes"), 4);
-  CHECK(data_error_of([&] { loader.next_batch(1); }).find("test documents contains no documents") != std::string::npos);
+  CHECK(titan::test::error_of([&] { loader.next_batch(1); }).find("test documents contains no documents") != std::string::npos);
   CHECK_THROWS_AS(make_loader(0), titan::Error);
   CHECK_THROWS_AS(make_loader(4, 2, 2), titan::Error);
 }

@@ -11,6 +11,7 @@
 #include <fstream>
 
 #include "data/parquet_reader.hpp"
+#include "error_of.hpp"
 #include "test_support.hpp"
 #include "titan/data.hpp"
 #include "titan/error.hpp"
@@ -56,15 +57,6 @@ std::vector<std::string> texts_of(titan::DocumentSource& source) {
   return texts;
 }
 
-std::string source_error(const std::function<void()>& open) {
-  try {
-    open();
-  } catch (const titan::Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
-
 titan::SourceOptions column(const std::string& field) {
   titan::SourceOptions options;
   options.text_field = field;
@@ -106,24 +98,24 @@ TEST_CASE("sources: damaged or mismatched files are refused naming the file and 
     return;
   }
   using titan::test::has;
-  const std::string missing = source_error([&] { titan::open_dataset((dir / "docs.parquet").string(), column("body")); });
+  const std::string missing = titan::test::error_of([&] { titan::open_dataset((dir / "docs.parquet").string(), column("body")); });
   CHECK(has(missing, "docs.parquet' has no column 'body' (its columns: id, text); set text_field"));
-  const std::string ints = source_error([&] { titan::open_dataset((dir / "docs.parquet").string(), column("id")); });
+  const std::string ints = titan::test::error_of([&] { titan::open_dataset((dir / "docs.parquet").string(), column("id")); });
   CHECK(has(ints, "column 'id' that holds INT64, not strings"));
-  const std::string cut = source_error([&] { titan::open_dataset((dir / "truncated.parquet").string()); });
+  const std::string cut = titan::test::error_of([&] { titan::open_dataset((dir / "truncated.parquet").string()); });
   CHECK(has(cut, "truncated.parquet' is not a readable Parquet file"));
-  const std::string damaged = source_error([&] { texts_of(*titan::open_dataset((dir / "damaged.parquet").string())); });
+  const std::string damaged = titan::test::error_of([&] { texts_of(*titan::open_dataset((dir / "damaged.parquet").string())); });
   CHECK(has(damaged, "damaged.parquet' is damaged in row group 0 of 10"));
-  const std::string cut_zst = source_error([&] { texts_of(*titan::open_dataset((dir / "truncated.jsonl.zst").string())); });
+  const std::string cut_zst = titan::test::error_of([&] { texts_of(*titan::open_dataset((dir / "truncated.jsonl.zst").string())); });
   CHECK(has(cut_zst, "truncated.jsonl.zst' "));
   CHECK(has(cut_zst, "truncated"));
   titan::test::write_file(dir / "noise.jsonl.zst", "this is not zstd at all\n");
-  CHECK(has(source_error([&] { titan::open_dataset((dir / "noise.jsonl.zst").string()); }),
+  CHECK(has(titan::test::error_of([&] { titan::open_dataset((dir / "noise.jsonl.zst").string()); }),
             "noise.jsonl.zst' near line 1: zstd read error"));
   titan::test::write_file(dir / "mixed/a.jsonl", "{\"text\": \"a\"}\n");
   titan::test::write_file(dir / "mixed/b.txt", "b\n");
-  CHECK(has(source_error([&] { titan::open_dataset((dir / "mixed").string()); }), "mixes formats"));
-  CHECK(has(source_error([&] { titan::open_dataset((dir / "none-*.parquet").string()); }), "matches no files"));
+  CHECK(has(titan::test::error_of([&] { titan::open_dataset((dir / "mixed").string()); }), "mixes formats"));
+  CHECK(has(titan::test::error_of([&] { titan::open_dataset((dir / "none-*.parquet").string()); }), "matches no files"));
 }
 
 TEST_CASE("sources: a folder or a glob of shards reads them in name order, each epoch from the first") {
@@ -157,7 +149,7 @@ TEST_CASE("sources: a folder or a glob of shards reads them in name order, each 
   CHECK(*resumed->next_text() == "shard 1 doc 2");
   fs::rename(dir / "part-1.jsonl", dir / "part-1b.jsonl");
   auto changed = titan::open_dataset(dir.string());
-  CHECK(titan::test::has(source_error([&] { changed->seek(cursor); }), "the shards changed since the save"));
+  CHECK(titan::test::has(titan::test::error_of([&] { changed->seek(cursor); }), "the shards changed since the save"));
 }
 
 TEST_CASE("sources: a weighted mixture draws by weight, the same on every open, and ends its epoch after every "
@@ -196,13 +188,13 @@ TEST_CASE("sources: a weighted mixture draws by weight, the same on every open, 
   MESSAGE("draws in the mixture's epoch: " << epoch);
   CHECK(epoch > 3800);
   CHECK(epoch < 4200);
-  CHECK(titan::test::has(source_error([&] {
+  CHECK(titan::test::has(titan::test::error_of([&] {
                            titan::open_mixture({{(dir / "big.jsonl").string(), 0.0}, entries[1]}, 7, bytes);
                          }),
                          "weight must be a positive number"));
   std::ofstream(dir / "ids.u16", std::ios::binary).write("\x01\x00\x02\x00", 4);
   CHECK(titan::test::has(
-      source_error([&] { titan::open_mixture({{(dir / "ids.u16").string(), 1.0}, entries[1]}, 7, bytes); }),
+      titan::test::error_of([&] { titan::open_mixture({{(dir / "ids.u16").string(), 1.0}, entries[1]}, 7, bytes); }),
       "pre-tokenized shards come in chunks"));
 }
 
@@ -247,7 +239,7 @@ TEST_CASE("sources: the loader's cursor resumes a packed mixture on another data
     for (int i = 0; i < 3; ++i) CHECK(at::equal(resumed->next_batch(2), after[i].narrow(0, 2 * rank, 2)));
   }
   auto other_length = std::make_unique<titan::TokenWindowLoader>(titan::open_mixture(entries, 3, bytes), bytes, 16);
-  CHECK(titan::test::has(source_error([&] { other_length->seek(cursor); }), "saved with seq_len 24"));
+  CHECK(titan::test::has(titan::test::error_of([&] { other_length->seek(cursor); }), "saved with seq_len 24"));
 }
 
 TEST_CASE("sources: the cursor inside a token shard's chunk names the chunk and the offset, not the tokens") {

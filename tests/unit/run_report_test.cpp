@@ -10,6 +10,7 @@
 #include "report/html_report.h"
 #include "report/run_folder.h"
 #include "report/svg_chart.h"
+#include "error_of.hpp"
 #include "test_support.hpp"
 #include "titan/error.hpp"
 
@@ -18,14 +19,6 @@ using titan::test::has;
 
 namespace {
 
-std::string report_error_of(const std::function<void()>& action) {
-  try {
-    action();
-  } catch (const titan::Error& error) {
-    return error.what();
-  }
-  return "";
-}
 
 // A training line as step_metrics writes it, with a loss and a throughput of the step.
 std::string train_line(int step, double loss, double tps, double memory = 1.5, double loading = 2.0) {
@@ -90,38 +83,38 @@ TEST_SUITE("run_report") {
     fs::path run = titan::test::temp_dir("run_report_damaged");
     titan::test::write_file(run / "metrics.jsonl",
                             train_line(1, 8.0, 1000) + "{\"step\":2,\"grad_norm\":}\n" + train_line(3, 7.0, 1200));
-    std::string message = report_error_of([&] { titan::report::read_run_folder(run.string()); });
+    std::string message = titan::test::error_of([&] { titan::report::read_run_folder(run.string()); });
     CHECK_MESSAGE(has(message, (run / "metrics.jsonl").string() + ":2: expected one JSON object"), message);
     CHECK_MESSAGE(has(message, "{\"step\":2,\"grad_norm\":}"), message);
 
     titan::test::write_file(run / "metrics.jsonl", train_line(1, 8.0, 1000) + "\n{\"loss\": 3}\n");
-    message = report_error_of([&] { titan::report::read_run_folder(run.string()); });
+    message = titan::test::error_of([&] { titan::report::read_run_folder(run.string()); });
     CHECK_MESSAGE(has(message, "metrics.jsonl:3: expected one JSON object with an integer \"step\""), message);
     CHECK_MESSAGE(has(message, "this line has no \"step\""), message);
 
     titan::test::write_file(run / "metrics.jsonl", "[1, 2]\n");
-    message = report_error_of([&] { titan::report::read_run_folder(run.string()); });
+    message = titan::test::error_of([&] { titan::report::read_run_folder(run.string()); });
     CHECK_MESSAGE(has(message, "metrics.jsonl:1: "), message);
 
     // Another rank's file is read by the same rules.
     titan::test::write_file(run / "metrics.jsonl", train_line(1, 8.0, 1000));
     titan::test::write_file(run / "metrics.rank1.jsonl", train_line(1, 8.0, 1000) + "not json\n");
-    message = report_error_of([&] { titan::report::read_run_folder(run.string()); });
+    message = titan::test::error_of([&] { titan::report::read_run_folder(run.string()); });
     CHECK_MESSAGE(has(message, (run / "metrics.rank1.jsonl").string() + ":2: "), message);
   }
 
   TEST_CASE("run report: a folder that is not a run says what a run folder holds") {
     fs::path dir = titan::test::temp_dir("run_report_not_a_run");
-    std::string message = report_error_of([&] { titan::report::read_run_folder(dir.string()); });
+    std::string message = titan::test::error_of([&] { titan::report::read_run_folder(dir.string()); });
     CHECK_MESSAGE(has(message, "is not a run folder: it has no metrics.jsonl"), message);
     CHECK_MESSAGE(has(message, "`titan train` run with metrics.enable_jsonl: true"), message);
 
-    message = report_error_of([&] { titan::report::read_run_folder((dir / "missing").string()); });
+    message = titan::test::error_of([&] { titan::report::read_run_folder((dir / "missing").string()); });
     CHECK_MESSAGE(has(message, "is not a folder"), message);
 
     // The parent of runs: the runs inside are named.
     titan::test::write_file(dir / "run_a" / "metrics.jsonl", train_line(1, 8.0, 1000));
-    message = report_error_of([&] { titan::report::read_run_folder(dir.string()); });
+    message = titan::test::error_of([&] { titan::report::read_run_folder(dir.string()); });
     CHECK_MESSAGE(has(message, "these folders inside it are runs: " + (dir / "run_a").string()), message);
   }
 

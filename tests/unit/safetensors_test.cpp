@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "error_of.hpp"
 #include "test_support.hpp"
 #include "titan/error.hpp"
 #include "titan/safetensors.hpp"
@@ -34,23 +35,14 @@ std::string bytes_of(std::initializer_list<int> values) {
   return out;
 }
 
-// The message of the titan::Error `action` throws ("" if none).
-template <class F>
-std::string safetensors_error_of(F action) {
-  try {
-    action();
-  } catch (const titan::Error& error) {
-    return error.what();
-  }
-  return "";
-}
 
 
-// One-tensor file of F32 [2] whose entry is `entry`; data is 8 bytes.
+// The error reading a one-tensor file of F32 [2] whose entry is `entry`
+// (data 8 bytes), or "<no error>".
 std::string one_tensor_error(const fs::path& dir, const std::string& name, const std::string& entry,
                              const std::string& data = std::string(8, '\0')) {
   std::string path = write_raw(dir / (name + ".safetensors"), "{\"w\":" + entry + "}", data);
-  return safetensors_error_of([&] { st::File file(path); });
+  return titan::test::error_of([&] { st::File file(path); });
 }
 
 }  // namespace
@@ -104,7 +96,7 @@ TEST_SUITE("safetensors") {
     CHECK(file.read("empty").sizes() == at::IntArrayRef({0, 3}));
     CHECK(file.read("i16").equal(at::tensor({-1234}, at::kShort)));
     CHECK(file.info("bf16").begin == 16);
-    CHECK(titan::test::has(safetensors_error_of([&] { file.read("nope"); }), path));
+    CHECK(titan::test::has(titan::test::error_of([&] { file.read("nope"); }), path));
   }
 
   TEST_CASE(
@@ -177,23 +169,23 @@ TEST_SUITE("safetensors") {
     std::string path = (dir / "w.safetensors").string();
     {
       st::Writer writer(path, {{"x", at::kFloat, {2}}, {"y", at::kLong, {1}}});
-      CHECK(titan::test::has(safetensors_error_of([&] { writer.add("y", at::zeros({1}, at::kLong)); }), "expected 'x'"));
-      CHECK(titan::test::has(safetensors_error_of([&] { writer.add("x", at::zeros({3})); }), "header says F32 [2]"));
+      CHECK(titan::test::has(titan::test::error_of([&] { writer.add("y", at::zeros({1}, at::kLong)); }), "expected 'x'"));
+      CHECK(titan::test::has(titan::test::error_of([&] { writer.add("x", at::zeros({3})); }), "header says F32 [2]"));
       writer.add("x", at::ones({2}));
-      CHECK(titan::test::has(safetensors_error_of([&] { writer.finish(); }), "after 1 of 2"));
+      CHECK(titan::test::has(titan::test::error_of([&] { writer.finish(); }), "after 1 of 2"));
     }
     CHECK_FALSE(fs::exists(path));
     CHECK_FALSE(fs::exists(path + ".partial"));
-    CHECK(titan::test::has(safetensors_error_of([&] { st::Writer(path, {{"a", at::kFloat, {1}}, {"a", at::kFloat, {1}}}); }),
+    CHECK(titan::test::has(titan::test::error_of([&] { st::Writer(path, {{"a", at::kFloat, {1}}, {"a", at::kFloat, {1}}}); }),
                    "repeated"));
-    CHECK(titan::test::has(safetensors_error_of([&] { st::save_file(path, {{"c", at::zeros({1}, at::kComplexFloat)}}); }),
+    CHECK(titan::test::has(titan::test::error_of([&] { st::save_file(path, {{"c", at::zeros({1}, at::kComplexFloat)}}); }),
                    "no dtype"));
   }
 
   TEST_CASE("every broken rule is refused with an error naming the file") {
     fs::path dir = titan::test::temp_dir("safetensors_errors");
     const std::string ok = R"({"dtype":"F32","shape":[2],"data_offsets":[0,8]})";
-    REQUIRE(one_tensor_error(dir, "valid", ok).empty());
+    REQUIRE(one_tensor_error(dir, "valid", ok) == "<no error>");
     struct Case {
       const char* what;
       std::string message;
@@ -202,7 +194,7 @@ TEST_SUITE("safetensors") {
     auto raw_error = [&](const std::string& name, const std::string& bytes) {
       std::string path = (dir / name).string();
       std::ofstream(path, std::ios::binary) << bytes;
-      return safetensors_error_of([&] { st::File file(path); });
+      return titan::test::error_of([&] { st::File file(path); });
     };
     std::vector<Case> cases = {
         {"short", raw_error("short.safetensors", "abc"), "too short"},
@@ -232,20 +224,20 @@ TEST_SUITE("safetensors") {
     };
     std::string two = R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)";
     cases.push_back({"overlap",
-                     safetensors_error_of([&] {
+                     titan::test::error_of([&] {
                        st::File f(write_raw(dir / "overlap.safetensors",
                                             two + R"("b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})",
                                             std::string(12, '\0')));
                      }),
                      "overlap"});
     cases.push_back({"hole",
-                     safetensors_error_of([&] {
+                     titan::test::error_of([&] {
                        st::File f(write_raw(dir / "hole.safetensors",
                                             two + R"("b":{"dtype":"F32","shape":[1],"data_offsets":[12,16]}})",
                                             std::string(16, '\0')));
                      }),
                      "belong to no tensor"});
-    cases.push_back({"missing file", safetensors_error_of([&] { st::File f((dir / "absent.safetensors").string()); }),
+    cases.push_back({"missing file", titan::test::error_of([&] { st::File f((dir / "absent.safetensors").string()); }),
                      "cannot open"});
     for (const auto& c : cases) {
       CAPTURE(c.what);
@@ -256,7 +248,7 @@ TEST_SUITE("safetensors") {
     std::string bools = write_raw(dir / "bool.safetensors",
                                   R"({"b":{"dtype":"BOOL","shape":[2],"data_offsets":[0,2]}})", bytes_of({1, 2}));
     st::File file(bools);
-    CHECK(titan::test::has(safetensors_error_of([&] { file.read("b"); }), "neither 0 nor 1"));
+    CHECK(titan::test::has(titan::test::error_of([&] { file.read("b"); }), "neither 0 nor 1"));
   }
 
   TEST_CASE("Hugging Face folders: one file, shards named by model.safetensors.index.json, and their errors") {
@@ -278,29 +270,29 @@ TEST_SUITE("safetensors") {
     CHECK(shards.names() == std::vector<std::string>{"a", "b"});  // the index decides
     CHECK(shards.read("b").equal(at::full({3}, 2.0)));
     CHECK(titan::test::has(shards.file_of("a"), "model-00001-of-00002.safetensors"));
-    CHECK(titan::test::has(safetensors_error_of([&] { shards.info("c"); }), "has no tensor 'c'"));
+    CHECK(titan::test::has(titan::test::error_of([&] { shards.info("c"); }), "has no tensor 'c'"));
 
     titan::test::write_file(sharded / "model.safetensors.index.json",
                             R"({"weight_map": {"a": "model-00002-of-00002.safetensors"}})");
-    CHECK(titan::test::has(safetensors_error_of([&] { st::Folder f(sharded.string()); }), "which has no such tensor"));
+    CHECK(titan::test::has(titan::test::error_of([&] { st::Folder f(sharded.string()); }), "which has no such tensor"));
     titan::test::write_file(sharded / "model.safetensors.index.json", R"({"weight_map": {"a": "gone.safetensors"}})");
-    CHECK(titan::test::has(safetensors_error_of([&] { st::Folder f(sharded.string()); }), "gone.safetensors"));
+    CHECK(titan::test::has(titan::test::error_of([&] { st::Folder f(sharded.string()); }), "gone.safetensors"));
     for (const char* outside : {"../model-00001-of-00002.safetensors", "/tmp/x.safetensors", "sub/x.safetensors"}) {
       titan::test::write_file(sharded / "model.safetensors.index.json",
                               std::string(R"({"weight_map": {"a": ")") + outside + R"("}})");
-      CHECK_MESSAGE(titan::test::has(safetensors_error_of([&] { st::Folder f(sharded.string()); }), "must be a file name in the folder"),
+      CHECK_MESSAGE(titan::test::has(titan::test::error_of([&] { st::Folder f(sharded.string()); }), "must be a file name in the folder"),
                     outside);
     }
     titan::test::write_file(sharded / "model.safetensors.index.json", R"({"weights": {}})");
-    CHECK(titan::test::has(safetensors_error_of([&] { st::Folder f(sharded.string()); }), "no \"weight_map\""));
+    CHECK(titan::test::has(titan::test::error_of([&] { st::Folder f(sharded.string()); }), "no \"weight_map\""));
 
     fs::path twice = titan::test::temp_dir("safetensors_hf_twice");
     st::save_file((twice / "x.safetensors").string(), {{"a", at::ones({1})}});
     st::save_file((twice / "y.safetensors").string(), {{"a", at::ones({1})}});
-    CHECK(titan::test::has(safetensors_error_of([&] { st::Folder f(twice.string()); }), "is in both"));
+    CHECK(titan::test::has(titan::test::error_of([&] { st::Folder f(twice.string()); }), "is in both"));
 
     fs::path empty = titan::test::temp_dir("safetensors_hf_empty");
     CHECK_FALSE(st::is_hf_folder(empty.string()));
-    CHECK(titan::test::has(safetensors_error_of([&] { st::Folder f(empty.string()); }), "no *.safetensors"));
+    CHECK(titan::test::has(titan::test::error_of([&] { st::Folder f(empty.string()); }), "no *.safetensors"));
   }
 }
