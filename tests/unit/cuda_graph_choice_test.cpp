@@ -54,8 +54,8 @@ TEST_CASE("training.cuda_graph: auto runs a pipeline, a multi-rank run, an MoE m
   cases[3].reason = "the parallelism plugins' collectives (a device mesh, even of one rank) are not captured yet";
   cases[4].facts.varying_loss_weights = true;
   cases[4].reason = "the loss weights change every step with the labels that carry loss "
-                    "(training.ignore_cross_document_labels or training.packing with padding), and a graph would "
-                    "replay the captured ones";
+                    "(training.ignore_cross_document_labels, training.packing with padding or training.chat_template), "
+                    "and a graph would replay the captured ones";
   for (const auto& refused : cases) {
     INFO(refused.reason);
     const auto choice = titan::choose_cuda_graph(CudaGraph::automatic, refused.facts);

@@ -18,8 +18,8 @@ std::string uncapturable(const CudaGraphFacts& run) {
   }
   if (!run.host_driven.empty()) return run.host_driven;
   if (run.varying_loss_weights) {
-    return "the loss weights change every step with the labels that carry loss (training.ignore_cross_document_labels "
-           "or training.packing with padding), and a graph would replay the captured ones";
+    return "the loss weights change every step with the labels that carry loss (training.ignore_cross_document_labels, "
+           "training.packing with padding or training.chat_template), and a graph would replay the captured ones";
   }
   return "";
 }
