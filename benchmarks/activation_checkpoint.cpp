@@ -64,7 +64,7 @@ Measured measure(const Shape& shape, const Mode& mode, int repeats) {
     loss.backward();
     model->zero_grad();
   };
-  step();  // the memory-budget plan is made here; gradients exist from here on
+  step();  // the memory-budget choice is made here; gradients exist from here on
   Measured out;
   at::Tensor kept;
   out.activation_mib = titan::cpu_memory_during([&] { kept = model->loss()(model->run(inputs), labels); }).retained /

@@ -12,7 +12,7 @@
 #include "bench_timing.hpp"
 #include "titan/comm_observer.hpp"
 #include "titan/config.hpp"
-#include "titan/run_plan.hpp"
+#include "titan/run_spec.hpp"
 #include "titan/trainer.hpp"
 
 namespace titan::bench {
@@ -46,10 +46,10 @@ inline std::string debug_model_run(int steps, int threads, const std::string& du
 inline double train_seconds(const std::string& yaml, const std::filesystem::path& dump,
                             std::atomic<int64_t>* collectives = nullptr) {
   std::filesystem::remove_all(dump);
-  auto plan = titan::plan_run(titan::ConfigNode::parse(yaml, "bench.yaml"));
-  if (collectives) plan.comm_observers.push_back(std::make_unique<CollectiveCounter>(*collectives));
+  auto spec = titan::resolve_run(titan::ConfigNode::parse(yaml, "bench.yaml"));
+  if (collectives) spec.comm_observers.push_back(std::make_unique<CollectiveCounter>(*collectives));
   auto start = std::chrono::steady_clock::now();
-  titan::train(plan);
+  titan::train(spec);
   return seconds_since(start);
 }
 

@@ -28,7 +28,7 @@
 #include "titan/metrics_sink.hpp"
 #include "titan/moe.hpp"
 #include "titan/peak_memory.hpp"
-#include "titan/run_plan.hpp"
+#include "titan/run_spec.hpp"
 #include "titan/trainer.hpp"
 #include "titan/world.hpp"
 
@@ -105,14 +105,14 @@ int worker(int ep, int steps, const fs::path& folder) {
   titan::World world = titan::detect_world();
   titan::init_logging(world.rank, "warn");
   auto config = titan::ConfigNode::parse(run_yaml(ep, steps, folder), "bench_moe.yaml");
-  titan::RunPlan plan = titan::plan_run(config, world.rank, world.world_size);
+  titan::RunSpec spec = titan::resolve_run(config, world.rank, world.world_size);
   titan::CpuMemoryTracker tracker;
   auto counter = std::make_unique<AllToAllCounter>();
   AllToAllCounter& count = *counter;
-  plan.comm_observers.push_back(std::move(counter));
-  plan.metrics_sinks.push_back(std::make_unique<StepSink>(tracker, count, world.rank));
+  spec.comm_observers.push_back(std::move(counter));
+  spec.metrics_sinks.push_back(std::make_unique<StepSink>(tracker, count, world.rank));
   try {
-    titan::train(plan, world);
+    titan::train(spec, world);
   } catch (const std::exception& error) {
     std::fprintf(stderr, "rank %d, ep %d: %s\n", world.rank, ep, error.what());
     return 1;

@@ -33,7 +33,7 @@
 #include "titan/peak_memory.hpp"
 #include "titan/pipeline_program.hpp"
 #include "titan/registry.hpp"
-#include "titan/run_plan.hpp"
+#include "titan/run_spec.hpp"
 #include "titan/trainer.hpp"
 #include "titan/world.hpp"
 
@@ -113,11 +113,11 @@ int worker(const std::string& schedule, int steps, int microbatches, const fs::p
   titan::init_logging(world.rank, "warn");
   auto config =
       titan::ConfigNode::parse(run_yaml(schedule, steps, microbatches, folder, allocator), "bench_pipeline.yaml");
-  titan::RunPlan plan = titan::plan_run(config, world.rank, world.world_size);
+  titan::RunSpec spec = titan::resolve_run(config, world.rank, world.world_size);
   titan::CpuMemoryTracker tracker;
-  plan.metrics_sinks.push_back(std::make_unique<StepMemorySink>(tracker, world.rank));
+  spec.metrics_sinks.push_back(std::make_unique<StepMemorySink>(tracker, world.rank));
   try {
-    titan::train(plan, world);
+    titan::train(spec, world);
   } catch (const std::exception& error) {
     std::fprintf(stderr, "rank %d, %s: %s\n", world.rank, schedule.c_str(), error.what());
     return 1;

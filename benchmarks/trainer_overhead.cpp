@@ -13,7 +13,7 @@
 #include "titan/data.hpp"
 #include "titan/logging.hpp"
 #include "titan/registry.hpp"
-#include "titan/run_plan.hpp"
+#include "titan/run_spec.hpp"
 #include "titan/trainer.hpp"
 
 namespace {
@@ -27,11 +27,11 @@ std::string run_yaml(int steps, int threads, const std::string& dump) {
 // The reference: the same model built through the same plugin, trained by
 // the simplest loop LibTorch allows.
 double hand_written_loop(int steps, int warmup, const titan::ConfigNode& config) {
-  auto plan = titan::plan_run(config);
+  auto spec = titan::resolve_run(config);
   auto tokenizer = std::shared_ptr<const titan::Tokenizer>(
-      titan::load_tokenizer(plan.core.tokenizer_path));
-  plan.model->set_vocab_size(tokenizer->vocab_size());
-  auto model = plan.model->build(torch::kCPU);
+      titan::load_tokenizer(spec.core.tokenizer_path));
+  spec.model->set_vocab_size(tokenizer->vocab_size());
+  auto model = spec.model->build(torch::kCPU);
   model->init_weights(0);
   titan::TokenWindowLoader loader(titan::open_dataset("stories"), tokenizer, 256);
   torch::optim::AdamW optimizer(model->parameters(), torch::optim::AdamWOptions(8e-4).weight_decay(0.1));
@@ -55,9 +55,9 @@ double titan_trainer(int steps, int warmup, int threads) {
   std::filesystem::remove_all(dump);
   auto time_run = [&](int n) {
     auto config = titan::ConfigNode::parse(run_yaml(n, threads, dump.string()), "bench.yaml");
-    auto plan = titan::plan_run(config);
+    auto spec = titan::resolve_run(config);
     auto start = std::chrono::steady_clock::now();
-    titan::train(plan);
+    titan::train(spec);
     return seconds_since(start);
   };
   // The difference of two run lengths cancels start-up (build, init, data).

@@ -17,7 +17,7 @@
 # objects through OBJECTS instead of compiling them again.
 set(TITAN_PLUGIN_VERSION_SCRIPT ${CMAKE_CURRENT_LIST_DIR}/titan_plugin.map)
 # The kinds of titan/plugin.hpp (TITAN_SINGLE_FACTORY_KINDS, then pipeline_schedule).
-set(TITAN_PLUGIN_KIND_NAMES model parallelizer schedule optimizer lr_schedule precision checkpointer
+set(TITAN_PLUGIN_KIND_NAMES model parallelizer microbatch_runner optimizer lr_schedule precision checkpointer
   comm_observer metrics_sink pipeline_splitter pipeline_schedule)
 
 function(titan_add_plugin name)

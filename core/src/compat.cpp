@@ -18,8 +18,8 @@
 #include <mutex>
 #include <new>
 
-#include "plan/dry_rank.hpp"
 #include "titan/error.hpp"
+#include "titan/meta_tally.hpp"
 #include "titan/peak_memory.hpp"
 
 #ifdef TITAN_WITH_CUDA
@@ -395,9 +395,9 @@ int64_t CpuMemoryTracker::peak() const { return allocator_->peak(); }
 int64_t CpuMemoryTracker::take_peak() { return allocator_->take_peak(); }
 
 CpuMemoryWindow cpu_memory_during(const std::function<void()>& body) {
-  if (DryRank* rank = current_dry_rank(); rank && rank->tally.counting) {
+  if (internal::MetaTally* counted = internal::current_meta_tally(); counted && counted->counting) {
     // The dry run's tensors are meta: measure its count instead.
-    DryRankTally& tally = rank->tally;
+    internal::MetaTally& tally = *counted;
     const int64_t start = tally.live, outer_peak = tally.peak;
     const std::string outer_at = tally.peak_at;
     tally.peak = start;
@@ -416,16 +416,16 @@ CpuMemoryWindow cpu_memory_during(const std::function<void()>& body) {
 
 int64_t peak_cpu_bytes_during(const std::function<void()>& body) { return cpu_memory_during(body).peak; }
 
-// The dry run's meta allocator (plan/dry_rank.hpp): meta tensors hold no
-// data, so the block is only a note of its size and its rank's tally.
+// The dry run's meta allocator (titan/meta_tally.hpp): meta tensors hold no
+// data, so the block is only a note of its size and its thread's tally.
 namespace {
 
 class MetaCountingAllocator : public c10::Allocator {
  public:
   c10::DataPtr allocate(size_t bytes) override {
-    DryRank* rank = current_dry_rank();
-    if (!rank || !rank->tally.counting) return {nullptr, nullptr, &release, c10::Device(c10::kMeta)};
-    DryRankTally& tally = rank->tally;
+    internal::MetaTally* counted = internal::current_meta_tally();
+    if (!counted || !counted->counting) return {nullptr, nullptr, &release, c10::Device(c10::kMeta)};
+    internal::MetaTally& tally = *counted;
     const int64_t now = tally.live += static_cast<int64_t>(bytes);
     if (now > tally.peak) {
       tally.in_backward = torch::autograd::get_current_graph_task_id() != -1;
@@ -439,7 +439,7 @@ class MetaCountingAllocator : public c10::Allocator {
 
  private:
   struct Block {
-    DryRankTally* tally;
+    internal::MetaTally* tally;
     int64_t bytes;
   };
   static void release(void* /*context*/) {}
@@ -452,7 +452,7 @@ class MetaCountingAllocator : public c10::Allocator {
 
 }  // namespace
 
-void install_meta_allocator() {
+void internal::install_meta_allocator() {
   static MetaCountingAllocator allocator;  // lives as long as any meta tensor may
   static std::once_flag once;
   std::call_once(once, [] { c10::SetAllocator(c10::kMeta, &allocator, /*priority=*/255); });

@@ -7,10 +7,10 @@
 
 namespace titan {
 
-TrainResult train(RunPlan& plan, const World& world) {
+TrainResult train(RunSpec& spec, const World& world) {
   RunSeams seams;
-  seams.observer = std::make_shared<FaultHooks>(plan.core.debug, world.rank);
-  return run_training(plan, world, seams);
+  seams.observer = std::make_shared<FaultHooks>(spec.core.debug, world.rank);
+  return run_training(spec, world, seams);
 }
 
 }  // namespace titan

@@ -4,11 +4,11 @@
 // (run, its output kept, then dropped) under each policy (none; partial:
 // only its composite sub-layers, llama3's feed_forward, checkpointed; full)
 // to measure the bytes its forward leaves for backward and its forward
-// time. Blocks are planned in order: each gets the cheapest-to-recompute
+// time. Blocks are chosen for in order: each gets the cheapest-to-recompute
 // policy that still lets the remaining blocks, fully checkpointed, fit
 // memory_budget x the projected no-AC bytes (the blocks not yet measured
 // projected like this one). Ranks agree on the measurements (max over the
-// world), so all make the same plan. The plan holds from then on and is
+// world), so all make the same choice. The choice holds from then on and is
 // logged once.
 #include "ac_parallelizer.h"
 
@@ -35,18 +35,18 @@ namespace titan::activation_checkpoint {
 
 namespace {
 
-enum class Policy { unplanned, none, partial, full };
+enum class Policy { unchosen, none, partial, full };
 const char* policy_name(Policy policy) {
   switch (policy) {
     case Policy::none: return "none";
     case Policy::partial: return "partial";
     case Policy::full: return "full";
-    case Policy::unplanned: break;
+    case Policy::unchosen: break;
   }
   return "unplanned";
 }
 
-struct BudgetPlan {
+struct BudgetChoice {
   double budget = 1;
   std::vector<Policy> blocks;
   int64_t kept_total = 0, no_ac_total = 0;
@@ -77,14 +77,14 @@ struct BudgetPlan {
   void log_once() {
     if (logged) return;
     for (Policy policy : blocks) {
-      if (policy == Policy::unplanned) return;
+      if (policy == Policy::unchosen) return;
     }
     logged = true;
-    std::ostringstream plan;
-    for (size_t i = 0; i < blocks.size(); ++i) plan << (i ? ", " : "") << i << ":" << policy_name(blocks[i]);
-    spdlog::info("activation_checkpoint: memory_budget {} plan [{}]: keeps {:.2f} of {:.2f} MiB of activations ({:.3f}), "
+    std::ostringstream choice;
+    for (size_t i = 0; i < blocks.size(); ++i) choice << (i ? ", " : "") << i << ":" << policy_name(blocks[i]);
+    spdlog::info("activation_checkpoint: memory_budget {} choice [{}]: keeps {:.2f} of {:.2f} MiB of activations ({:.3f}), "
                  "recomputes about {:.1f} ms of forward per step",
-                 budget, plan.str(), kept_total / 1048576.0, no_ac_total / 1048576.0,
+                 budget, choice.str(), kept_total / 1048576.0, no_ac_total / 1048576.0,
                  no_ac_total ? static_cast<double>(kept_total) / static_cast<double>(no_ac_total) : 0.0,
                  recompute_total_ms);
   }
@@ -94,10 +94,10 @@ struct BudgetPlan {
 // its own when its block's policy is partial.
 class PartialCheckpoint : public LayerWrapper {
  public:
-  PartialCheckpoint(std::shared_ptr<Layer> inner, std::shared_ptr<BudgetPlan> plan, int64_t block, CheckpointSettings settings)
-      : LayerWrapper(std::move(inner)), plan_(std::move(plan)), block_(block), settings_(std::move(settings)) {}
+  PartialCheckpoint(std::shared_ptr<Layer> inner, std::shared_ptr<BudgetChoice> choice, int64_t block, CheckpointSettings settings)
+      : LayerWrapper(std::move(inner)), choice_(std::move(choice)), block_(block), settings_(std::move(settings)) {}
   at::Tensor forward(const at::Tensor& input) override {
-    if (!at::GradMode::is_enabled() || plan_->blocks[static_cast<size_t>(block_)] != Policy::partial) {
+    if (!at::GradMode::is_enabled() || choice_->blocks[static_cast<size_t>(block_)] != Policy::partial) {
       return inner().forward(input);
     }
     auto layer = inner_ptr();
@@ -105,22 +105,22 @@ class PartialCheckpoint : public LayerWrapper {
   }
 
  private:
-  std::shared_ptr<BudgetPlan> plan_;
+  std::shared_ptr<BudgetChoice> choice_;
   int64_t block_;
   CheckpointSettings settings_;
 };
 
 // The block run once under `policy` with autograd on and its result
 // dropped: the bytes its forward left alive and its time.
-std::pair<int64_t, double> probe(BudgetPlan& plan, int64_t index, Policy policy, const BlockBody& body,
+std::pair<int64_t, double> probe(BudgetChoice& choice, int64_t index, Policy policy, const BlockBody& body,
                                  const at::Tensor& hidden) {
-  plan.blocks[static_cast<size_t>(index)] = policy;
+  choice.blocks[static_cast<size_t>(index)] = policy;
   at::Tensor input = hidden.detach().requires_grad_(true);
   at::Tensor output;
   auto start = std::chrono::steady_clock::now();
   CpuMemoryWindow window = cpu_memory_during([&] { output = body(input); });
   double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-  plan.blocks[static_cast<size_t>(index)] = Policy::unplanned;
+  choice.blocks[static_cast<size_t>(index)] = Policy::unchosen;
   return {window.retained, ms};
 }
 
@@ -136,9 +136,9 @@ void AcParallelizer::parallelize(CausalLM& model, const ParallelizeContext& cont
   const bool per_op = options.mode == "selective" && options.selective_ac_option == "op";
   const int64_t every = options.mode == "selective" && !per_op ? std::stoll(options.selective_ac_option) : 1;
   const bool budgeted = options.mode == "memory_budget";
-  auto plan = std::make_shared<BudgetPlan>();
-  plan->budget = options.memory_budget;
-  plan->blocks.assign(static_cast<size_t>(blocks), Policy::unplanned);
+  auto choice = std::make_shared<BudgetChoice>();
+  choice->budget = options.memory_budget;
+  choice->blocks.assign(static_cast<size_t>(blocks), Policy::unchosen);
   auto settings_for = [options, per_op](const std::string& label) {
     return CheckpointSettings{label, options.preserve_rng_state, options.determinism_check, per_op};
   };
@@ -172,7 +172,7 @@ void AcParallelizer::parallelize(CausalLM& model, const ParallelizeContext& cont
         auto layer = std::dynamic_pointer_cast<Layer>(item.value());
         if (!layer || layer->children().empty()) continue;  // leaves (norms) are cheap to keep
         const std::string path = prefix + "." + item.key();
-        swap_module(model, path, std::make_shared<PartialCheckpoint>(layer, plan, i, settings_for(path)));
+        swap_module(model, path, std::make_shared<PartialCheckpoint>(layer, choice, i, settings_for(path)));
         ++partial_layers;
       }
     }
@@ -181,12 +181,12 @@ void AcParallelizer::parallelize(CausalLM& model, const ParallelizeContext& cont
   // Every rank must checkpoint the same blocks (a recompute may issue
   // collectives): the probes' measurements are agreed on (max over ranks).
   Comm* world = context.mesh && context.mesh->world_size() > 1 ? &context.mesh->group("world") : nullptr;
-  model.add_block_wrapper([every, per_op, plan, budgeted, settings_for, world](int64_t index, const at::Tensor& hidden,
+  model.add_block_wrapper([every, per_op, choice, budgeted, settings_for, world](int64_t index, const at::Tensor& hidden,
                                                                        const BlockBody& inner) {
     if (!at::GradMode::is_enabled()) return inner(hidden);  // nothing is kept for backward anyway
     bool checkpoint = false;
     if (budgeted) {
-      if (plan->blocks[static_cast<size_t>(index)] == Policy::unplanned) {
+      if (choice->blocks[static_cast<size_t>(index)] == Policy::unchosen) {
         std::array<int64_t, 3> bytes{};
         std::array<double, 3> ms{};
         const Policy policies[] = {Policy::none, Policy::partial, Policy::full};
@@ -195,7 +195,7 @@ void AcParallelizer::parallelize(CausalLM& model, const ParallelizeContext& cont
             return checkpoint_block(x, inner, settings_for("layers." + std::to_string(index)));
           })
                                   : inner;
-          std::tie(bytes[p], ms[p]) = probe(*plan, index, policies[p], body, hidden);
+          std::tie(bytes[p], ms[p]) = probe(*choice, index, policies[p], body, hidden);
         }
         if (world) {
           at::Tensor measured = at::tensor({static_cast<double>(bytes[0]), static_cast<double>(bytes[1]),
@@ -208,9 +208,9 @@ void AcParallelizer::parallelize(CausalLM& model, const ParallelizeContext& cont
             ms[p] = measured[3 + p].item<double>();
           }
         }
-        plan->decide(index, bytes, ms);
+        choice->decide(index, bytes, ms);
       }
-      checkpoint = plan->blocks[static_cast<size_t>(index)] == Policy::full;
+      checkpoint = choice->blocks[static_cast<size_t>(index)] == Policy::full;
     } else {
       // TorchTitan counts blocks from 1: every N-th is the N-th, 2N-th, ...
       checkpoint = per_op || (index + 1) % every == 0;
@@ -218,7 +218,7 @@ void AcParallelizer::parallelize(CausalLM& model, const ParallelizeContext& cont
     return checkpoint ? checkpoint_block(hidden, inner, settings_for("layers." + std::to_string(index)))
                       : inner(hidden);
   });
-  if (budgeted) model.add_gradient_finalizer([plan] { plan->log_once(); });
+  if (budgeted) model.add_gradient_finalizer([choice] { choice->log_once(); });
   std::string detail;
   if (budgeted) {
     detail = " " + std::to_string(options.memory_budget) + " (" + std::to_string(partial_layers) +

@@ -6,7 +6,6 @@
 
 #include "schedules.h"
 #include "titan/error.hpp"
-#include "titan/pipeline_program.hpp"
 #include "titan/pipeline_schedule.hpp"
 #include "titan/plugin.hpp"
 

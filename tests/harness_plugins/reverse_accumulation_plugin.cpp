@@ -7,11 +7,11 @@
 #include <ATen/ATen.h>
 
 #include "titan/plugin.hpp"
-#include "titan/schedule.hpp"
+#include "titan/microbatch_runner.hpp"
 
 namespace {
 
-class ReverseAccumulation : public titan::Schedule {
+class ReverseAccumulation : public titan::MicrobatchRunner {
  public:
   at::Tensor forward_backward(titan::CausalLM& model, const std::vector<titan::Microbatch>& microbatches,
                   const titan::LossFn& loss) override {
@@ -36,5 +36,5 @@ class ReverseAccumulation : public titan::Schedule {
 
 }  // namespace
 
-TITAN_PLUGIN_OF(schedule, ReverseAccumulation, "1.0",
+TITAN_PLUGIN_OF(microbatch_runner, ReverseAccumulation, "1.0",
                 "gradient accumulation in reverse microbatch order (conformance test)")

@@ -22,25 +22,25 @@ TEST_CASE("titan-conformance: lr_schedules is finite, non-negative and determini
 }
 
 TEST_CASE("titan-conformance: a reverse-order accumulation schedule equals one whole-batch pass; forgetting 1/N or "
-          "averaging the microbatch means fails schedule.loss and schedule.grads") {
+          "averaging the microbatch means fails microbatch_runner.loss and microbatch_runner.grads") {
   check_all_pass(conformance_json(test_plugin("reverse_accumulation")),
-                 {"schedule.loss", "schedule.grads", "schedule.gradient_sync"});
+                 {"microbatch_runner.loss", "microbatch_runner.grads", "microbatch_runner.gradient_sync"});
   Report broken = conformance_json(test_plugin("unscaled_accumulation"));
   INFO(broken.output);
   CHECK(broken.exit_code == 1);
-  CHECK(broken.results["schedule.loss"] == "fail");
-  CHECK(broken.results["schedule.grads"] == "fail");
-  CHECK(broken.results["schedule.gradient_sync"] == "pass");
-  CHECK(broken.output.find("conformance check failed: schedule.loss") != std::string::npos);
+  CHECK(broken.results["microbatch_runner.loss"] == "fail");
+  CHECK(broken.results["microbatch_runner.grads"] == "fail");
+  CHECK(broken.results["microbatch_runner.gradient_sync"] == "pass");
+  CHECK(broken.output.find("conformance check failed: microbatch_runner.loss") != std::string::npos);
   // Averaging the microbatch means is right only when every microbatch
   // holds as many labels that carry loss: the check's first microbatch
   // holds fewer.
   Report mean_of_means = conformance_json(test_plugin("mean_of_means_accumulation"));
   INFO(mean_of_means.output);
   CHECK(mean_of_means.exit_code == 1);
-  CHECK(mean_of_means.results["schedule.loss"] == "fail");
-  CHECK(mean_of_means.results["schedule.grads"] == "fail");
-  CHECK(mean_of_means.results["schedule.gradient_sync"] == "pass");
+  CHECK(mean_of_means.results["microbatch_runner.loss"] == "fail");
+  CHECK(mean_of_means.results["microbatch_runner.grads"] == "fail");
+  CHECK(mean_of_means.results["microbatch_runner.gradient_sync"] == "pass");
 }
 
 TEST_CASE("titan-conformance: a bf16 policy stays within its honest loss tolerance, and one claiming 1e-9 fails "
@@ -56,11 +56,11 @@ TEST_CASE("titan-conformance: a bf16 policy stays within its honest loss toleran
 
 TEST_CASE("titan-conformance: bad single-process declarations are errors naming the key") {
   fs::path dir = titan::test::temp_dir("conformance_kinds_bad");
-  titan::test::write_file(dir / "microbatches.yaml", "schedule:\n  microbatches: 3\nmodel:\n  batch: 8\n");
+  titan::test::write_file(dir / "microbatches.yaml", "microbatch_runner:\n  microbatches: 3\nmodel:\n  batch: 8\n");
   Report split = conformance_json(test_plugin("reverse_accumulation"), "--declare " + (dir / "microbatches.yaml").string());
   INFO(split.output);
   CHECK(split.exit_code == 2);
-  CHECK(split.output.find("schedule.microbatches") != std::string::npos);
+  CHECK(split.output.find("microbatch_runner.microbatches") != std::string::npos);
 
   titan::test::write_file(dir / "other_model.yaml", "model:\n  plugin: gpt2\n");
   Report other = conformance_json(plugin_dir() / "libtitan_plugin_llama3.so",

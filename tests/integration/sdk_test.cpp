@@ -4,7 +4,11 @@
 // reference written out here.
 #include "doctest_torch.hpp"
 
+#include <cctype>
 #include <cmath>
+#include <cstring>
+#include <regex>
+#include <set>
 #include <nlohmann/json.hpp>
 
 #include "test_support.hpp"
@@ -39,7 +43,9 @@ titan::test::CommandResult locked(const std::string& command) {
 }
 
 void install_sdk() {
-  auto result = locked("cmake --install " + build_dir().string() + " --prefix " + sdk_prefix().string());
+  // The headers afresh: a header that left the SDK must not linger from an earlier install.
+  auto result = locked("rm -rf " + (sdk_prefix() / "include" / "titan").string() + " && cmake --install " +
+                       build_dir().string() + " --prefix " + sdk_prefix().string());
   INFO(result.output);
   REQUIRE(result.exit_code == 0);
 }
@@ -96,7 +102,7 @@ TEST_CASE("SDK: cmake --install puts the headers, libtitan_core, titan, the plug
           "the prefix, and the installed titan uses the installed plugins") {
   install_sdk();
   fs::path prefix = sdk_prefix();
-  for (const char* file : {"include/titan/plugin.hpp", "include/titan/optimizer.hpp", "lib/libtitan_core.so",
+  for (const char* file : {"include/titan/plugin.hpp", "include/titan/optimizer.hpp", "lib/libtitan_core.so", "lib/libtitan_train.so", "lib/libtitan_plan.so",
                            "bin/titan", "bin/titan-conformance", "lib/titan/plugins/libtitan_plugin_adamw.so",
                            "lib/titan/plugins/libtitan_plugin_adamw.conformance.yaml",
                            "lib/titan/plugins/libtitan_plugin_llama3.so", "lib/cmake/Titan/TitanConfig.cmake",
@@ -111,6 +117,90 @@ TEST_CASE("SDK: cmake --install puts the headers, libtitan_core, titan, the plug
   INFO(inspect.output);
   REQUIRE(inspect.exit_code == 0);
   CHECK(inspect.output.find((prefix / "lib/titan/plugins/libtitan_plugin_adamw.so").string()) != std::string::npos);
+}
+
+// The names an installed libtitan_core exports, demangled, without what
+// nm adds around them ("typeinfo for ", a template's return type).
+std::vector<std::string> exported_names(const fs::path& library) {
+  auto listing = run_command("nm -D --defined-only -C " + library.string());
+  INFO(listing.output);
+  REQUIRE(listing.exit_code == 0);
+  std::vector<std::string> names;
+  std::stringstream lines(listing.output);
+  for (std::string line; std::getline(lines, line);) {
+    // "<address> <type> <name>"
+    const size_t type_end = line.find(' ', line.find(' ') + 1);
+    if (type_end == std::string::npos) continue;
+    std::string name = line.substr(type_end + 1);
+    for (const char* prefix : {"typeinfo name for ", "typeinfo for ", "vtable for ", "VTT for ", "guard variable for ",
+                               "TLS init function for ", "TLS wrapper function for ", "non-virtual thunk to ",
+                               "virtual thunk to "}) {
+      if (name.rfind(prefix, 0) == 0) name = name.substr(std::strlen(prefix));
+    }
+    // A template function's return type comes first: "long titan::ConfigNode::get<long>(...)".
+    if (name.rfind("titan::", 0) != 0) {
+      const size_t at = name.find(" titan::");
+      const size_t paren = name.find('(');
+      if (at != std::string::npos && (paren == std::string::npos || at < paren)) name = name.substr(at + 1);
+    }
+    names.push_back(name);
+  }
+  return names;
+}
+
+// The first name under titan:: ("ConfigNode" of titan::ConfigNode::get), or
+// under a nested namespace ("Writer" of titan::safetensors::Writer::...).
+std::pair<std::string, std::string> top_level_name(const std::string& symbol) {
+  std::vector<std::string> parts;
+  size_t at = std::strlen("titan::");
+  while (at < symbol.size() && parts.size() < 2) {
+    size_t end = at;
+    while (end < symbol.size() && (std::isalnum(static_cast<unsigned char>(symbol[end])) || symbol[end] == '_')) ++end;
+    parts.push_back(symbol.substr(at, end - at));
+    if (symbol.compare(end, 2, "::") != 0) break;
+    at = end + 2;
+  }
+  return {parts[0], parts.size() > 1 ? parts[1] : ""};
+}
+
+TEST_CASE("SDK: the installed libtitan_core exports the SDK's names only (and core's documented seams)") {
+  install_sdk();
+  const fs::path prefix = sdk_prefix();
+  std::string headers;
+  for (const auto& entry : fs::directory_iterator(prefix / "include" / "titan")) {
+    headers += titan::test::read_file(entry.path()) + "\n";
+  }
+  auto declared = [&](const std::string& word) {
+    return !word.empty() && std::regex_search(headers, std::regex("\\b" + word + "\\b"));
+  };
+  // Exported for libtitan_train and libtitan_plan; not in the SDK's headers.
+  const std::set<std::string> seams = {"MetaTally", "MetaTallyScope", "current_meta_tally", "install_meta_allocator",
+                                       "make_process_group_comm"};
+  const auto names = exported_names(prefix / "lib" / "libtitan_core.so");
+  CHECK(names.size() > 100);
+  std::vector<std::string> foreign, undeclared;
+  for (const std::string& name : names) {
+    if (name.rfind("titan::", 0) != 0) {
+      foreign.push_back(name);  // LibTorch's, the standard library's, fmt's ... copies
+      continue;
+    }
+    const auto [first, second] = top_level_name(name);
+    const bool nested = std::regex_search(headers, std::regex("namespace (titan::)?" + first + " \\{"));
+    if (first == "internal" ? seams.count(second) == 0 : !declared(nested ? second : first)) undeclared.push_back(name);
+  }
+  INFO("not in namespace titan: " << (foreign.empty() ? "" : foreign.front()) << " (" << foreign.size() << ")");
+  CHECK(foreign.empty());
+  INFO("not declared by an installed header: " << (undeclared.empty() ? "" : undeclared.front()) << " ("
+                                                  << undeclared.size() << ")");
+  CHECK(undeclared.empty());
+  // The trainer and the planner are libraries of their own, which the SDK
+  // neither installs headers of nor needs.
+  CHECK_FALSE(fs::exists(prefix / "include/titan/trainer.hpp"));
+  CHECK_FALSE(fs::exists(prefix / "include/titan/pipeline_program.hpp"));
+  auto needed = run_command("readelf -d " + (prefix / "lib" / "libtitan_core.so").string());
+  INFO(needed.output);
+  CHECK(needed.output.find("libtitan_train") == std::string::npos);
+  CHECK(needed.output.find("libtitan_plan") == std::string::npos);
 }
 
 TEST_CASE("SDK: the Lion example builds out of tree and the installed titan trains with it") {

@@ -24,7 +24,7 @@ std::unique_ptr<titan::PipelineSchedule> schedule(const std::string& name) {
   return titan::PluginRegistry::instance().create_pipeline_schedule(name, context);
 }
 
-titan::PipelineProgram plan(const std::string& name, int64_t ranks, int64_t microbatches) {
+titan::PipelineProgram program(const std::string& name, int64_t ranks, int64_t microbatches) {
   auto s = schedule(name);
   return titan::compile_pipeline(*s, PipelineShape{ranks, ranks * s->stages_per_rank().min, microbatches});
 }
@@ -53,12 +53,12 @@ TEST_SUITE("pp_schedules") {
           CAPTURE(name);
           CAPTURE(p);
           CAPTURE(m);
-          titan::PipelineProgram plan_ = plan(name, p, m);
-          REQUIRE(plan_.compute.size() == static_cast<size_t>(p));
+          titan::PipelineProgram program_ = program(name, p, m);
+          REQUIRE(program_.compute.size() == static_cast<size_t>(p));
           for (int64_t r = 0; r < p; ++r) {
-            const auto local = titan::rank_to_stages(plan_.placement, plan_.shape, r);
+            const auto local = titan::rank_to_stages(program_.placement, program_.shape, r);
             std::map<std::pair<int64_t, ActionType>, int64_t> counts;
-            for (const auto& action : plan_.compute[static_cast<size_t>(r)]) {
+            for (const auto& action : program_.compute[static_cast<size_t>(r)]) {
               CHECK(std::find(local.begin(), local.end(), action.stage) != local.end());
               ++counts[{action.stage * 1000 + action.microbatch, action.type}];
             }
@@ -72,7 +72,7 @@ TEST_SUITE("pp_schedules") {
                 CHECK(full + input == 1);
               }
             }
-            CHECK(plan_.compute[static_cast<size_t>(r)].size() >= local.size() * static_cast<size_t>(2 * m));
+            CHECK(program_.compute[static_cast<size_t>(r)].size() >= local.size() * static_cast<size_t>(2 * m));
           }
         }
       }
@@ -85,11 +85,11 @@ TEST_SUITE("pp_schedules") {
         CAPTURE(p);
         CAPTURE(m);
         const double closed = static_cast<double>(p - 1) / static_cast<double>(m + p - 1);
-        CHECK(plan("GPipe", p, m).timeline.bubble_fraction == doctest::Approx(closed));
-        CHECK(plan("1F1B", p, m).timeline.bubble_fraction == doctest::Approx(closed));
+        CHECK(program("GPipe", p, m).timeline.bubble_fraction == doctest::Approx(closed));
+        CHECK(program("1F1B", p, m).timeline.bubble_fraction == doctest::Approx(closed));
         // Megatron's interleaved bound with v = 2 stages per rank (m a multiple of p).
         if (m % p == 0) {
-          CHECK(plan("Interleaved1F1B", p, m).timeline.bubble_fraction ==
+          CHECK(program("Interleaved1F1B", p, m).timeline.bubble_fraction ==
                 doctest::Approx(static_cast<double>(p - 1) / static_cast<double>(2 * m + p - 1)));
         }
       }
@@ -101,14 +101,14 @@ TEST_SUITE("pp_schedules") {
       for (int64_t m : {2 * p, 4 * p}) {
         CAPTURE(p);
         CAPTURE(m);
-        const double one_f_one_b = plan("1F1B", p, m).timeline.bubble_fraction;
+        const double one_f_one_b = program("1F1B", p, m).timeline.bubble_fraction;
         for (const char* name : {"InterleavedZeroBubble", "ZBVZeroBubble", "DualPipeV"}) {
           CAPTURE(name);
-          CHECK(plan(name, p, m).timeline.bubble_fraction < one_f_one_b);
+          CHECK(program(name, p, m).timeline.bubble_fraction < one_f_one_b);
         }
         // Splitting W off is what buys it: the same interleaving with full backwards is worse.
-        CHECK(plan("InterleavedZeroBubble", p, m).timeline.bubble_fraction <
-              plan("Interleaved1F1B", p, m).timeline.bubble_fraction);
+        CHECK(program("InterleavedZeroBubble", p, m).timeline.bubble_fraction <
+              program("Interleaved1F1B", p, m).timeline.bubble_fraction);
       }
     }
   }
@@ -150,7 +150,7 @@ TEST_SUITE("pp_schedules") {
 
   TEST_CASE("V schedules hand stage pp-1's output to stage pp in memory: no send or recv between them") {
     for (const char* name : {"ZBVZeroBubble", "DualPipeV"}) {
-      titan::PipelineProgram v = plan(name, 4, 8);
+      titan::PipelineProgram v = program(name, 4, 8);
       int64_t comm = 0;
       for (const auto& rank : v.actions) {
         for (const auto& action : rank) {

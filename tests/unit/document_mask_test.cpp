@@ -14,7 +14,7 @@
 #include "titan/error.hpp"
 #include "titan/layers.hpp"
 #include "titan/model.hpp"
-#include "titan/schedule.hpp"
+#include "titan/microbatch_runner.hpp"
 
 namespace {
 

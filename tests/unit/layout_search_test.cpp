@@ -11,7 +11,7 @@
 #include "titan/layout_search.hpp"
 #include "titan/plan_entry.hpp"
 #include "titan/registry.hpp"
-#include "titan/run_plan.hpp"
+#include "titan/run_spec.hpp"
 #include "titan/step_estimate.hpp"
 
 using titan::test::has;
@@ -104,7 +104,7 @@ TEST_SUITE("layout_search") {
       CHECK(plan.estimate.mfu < 0.6);
       if (i > 0) CHECK(plan.estimate.tokens_per_s <= result.top[i - 1].estimate.tokens_per_s * 1.005);
       // What `titan config check CONFIG --world-size 8` runs.
-      titan::RunPlan run = titan::plan_run(titan::ConfigNode::parse(plan.yaml, "layout.yaml"), 0, 8);
+      titan::RunSpec run = titan::resolve_run(titan::ConfigNode::parse(plan.yaml, "layout.yaml"), 0, 8);
       const auto degrees = titan::resolve_mesh_degrees(titan::mesh_requests(run), 8);
       CHECK_NOTHROW(titan::validate_parallelism(run, degrees));
     }
@@ -181,7 +181,7 @@ TEST_SUITE("layout_search") {
     // What the plugins wrote is a plugins: list the trainer accepts on 4 x 2 x 2 ranks.
     const std::string yaml = "model: {name: llama3, flavor: debugmodel}\ntraining: {local_batch_size: 8}\nplugins:\n" +
                              written;
-    titan::RunPlan run = titan::plan_run(titan::ConfigNode::parse(yaml, "planned.yaml"), 0, 16);
+    titan::RunSpec run = titan::resolve_run(titan::ConfigNode::parse(yaml, "planned.yaml"), 0, 16);
     CHECK_NOTHROW(titan::validate_parallelism(run, titan::resolve_mesh_degrees(titan::mesh_requests(run), 16)));
     // adamw has no role: asked anyway, the error names it.
     CHECK_THROWS_WITH_AS(registry.plan_entry("adamw", layout), doctest::Contains("plugin 'adamw'"), titan::Error);

@@ -6,7 +6,7 @@
 #include "titan/metrics_sink.hpp"
 #include "titan/parallelizer.hpp"
 #include "titan/registry.hpp"
-#include "titan/run_plan.hpp"
+#include "titan/run_spec.hpp"
 
 using titan::PluginRegistry;
 

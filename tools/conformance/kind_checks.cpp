@@ -14,7 +14,7 @@
 #include "pipeline_split_checks.h"
 #include "pipeline_schedule_training.h"
 #include "precision_checks.h"
-#include "schedule_checks.h"
+#include "microbatch_runner_checks.h"
 #include "titan/config.hpp"
 #include "titan/plugin.hpp"
 
@@ -52,8 +52,8 @@ const std::vector<KindChecks>& all_kind_checks() {
        [](const KindCheckRequest& r) { return check_model(r.plugin, r.declaration); }},
       {kind_checkpointer, "checkpointer", "options that enable saving, async_options",
        [](const KindCheckRequest& r) { return check_checkpointer(r); }},
-      {kind_schedule, "schedule", "options, microbatches, tolerance",
-       [](const KindCheckRequest& r) { return check_schedule(r.plugin, r.declaration); }},
+      {kind_microbatch_runner, "microbatch_runner", "options, microbatches, tolerance",
+       [](const KindCheckRequest& r) { return check_microbatch_runner(r.plugin, r.declaration); }},
       {kind_precision, "precision", "options",
        [](const KindCheckRequest& r) { return check_precision(r.plugin, r.declaration); }},
       {kind_lr_schedule, "lr_schedule", "options, training_steps",

@@ -21,7 +21,7 @@
 #include "titan/placement.hpp"
 #include "titan/plugin.hpp"
 #include "titan/registry.hpp"
-#include "titan/run_plan.hpp"
+#include "titan/run_spec.hpp"
 #include "titan/world.hpp"
 
 namespace titan::conformance {

@@ -20,7 +20,7 @@
 #include "titan/pipeline_schedule.hpp"
 #include "titan/plugin.hpp"
 #include "titan/registry.hpp"
-#include "titan/run_plan.hpp"
+#include "titan/run_spec.hpp"
 #include "titan/trainer.hpp"
 #include "titan/world.hpp"
 
@@ -156,8 +156,8 @@ CheckResults pipeline_training_worker(const WorkerArgs& args) {
   init_logging(world.rank);
   const std::string dump = args.scratch + "/dump";
   ConfigNode config = ConfigNode::parse(job_yaml(training, schedule, dump), "conformance pipeline job");
-  RunPlan plan = plan_run(config, world.rank, world.world_size);
-  train(plan, world);
+  RunSpec spec = resolve_run(config, world.rank, world.world_size);
+  train(spec, world);
   const std::string& reference = args.value("reference");
   if (world.rank != 0 || reference.empty()) return {};  // rank 0 holds metrics.jsonl and final.pt
   return {compare(row_name(schedule, training), training, read_trace(dump), read_trace(reference))};

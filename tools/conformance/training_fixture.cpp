@@ -10,7 +10,7 @@
 #include "titan/moe.hpp"
 #include "titan/plugin.hpp"
 #include "titan/registry.hpp"
-#include "titan/schedule.hpp"
+#include "titan/microbatch_runner.hpp"
 
 namespace titan::conformance {
 
@@ -95,7 +95,7 @@ std::map<std::string, at::Tensor> expert_biases(CausalLM& model) {
 }
 
 FixtureStep::FixtureStep(CausalLM& model, const DeviceMesh* mesh, std::unique_ptr<Optimizer> optimizer)
-    : schedule_(gradient_accumulation_schedule()), optimizer_(std::move(optimizer)) {
+    : runner_(gradient_accumulation()), optimizer_(std::move(optimizer)) {
   std::vector<std::string> names;
   for (const auto& item : model.named_parameters()) {
     if (!item.value().requires_grad()) continue;
@@ -104,7 +104,7 @@ FixtureStep::FixtureStep(CausalLM& model, const DeviceMesh* mesh, std::unique_pt
   }
   if (!optimizer_) optimizer_ = std::make_unique<SgdOptimizer>(parts_.parameters);
   parts_.model = &model;
-  parts_.schedule = schedule_.get();
+  parts_.runner = runner_.get();
   parts_.optimizer = optimizer_.get();
   parts_.mesh = mesh;
   parts_.norm_weights = norm_weights_over(mesh, model, names);

@@ -70,7 +70,7 @@ class FixtureStep {
   StepResult run(const at::Tensor& windows, double lr, StepObserver* observer = nullptr);
 
  private:
-  std::unique_ptr<Schedule> schedule_;
+  std::unique_ptr<MicrobatchRunner> runner_;
   std::unique_ptr<Optimizer> optimizer_;
   StepParts parts_;
 };

@@ -33,33 +33,33 @@ at::ScalarType parse_dtype(const std::string& name, const std::string& where) {
   throw Error(where + ": expected one of {float32, bfloat16, float16}, got '" + name + "'");
 }
 
-std::string resolve_dtype(const ExportOptions& options, const RunPlan& plan, std::string& where) {
+std::string resolve_dtype(const ExportOptions& options, const RunSpec& spec, std::string& where) {
   where = "--dtype";
   if (!options.dtype.empty()) return options.dtype;
-  ConfigNode checkpoint = plan.root.child("checkpoint");
+  ConfigNode checkpoint = spec.root.child("checkpoint");
   where = "checkpoint.export_dtype";
   return checkpoint.has("export_dtype") ? checkpoint.get<std::string>("export_dtype", "float32") : "float32";
 }
 
 // The model's parameters, in its order, checked against the checkpoint's names.
-std::vector<ExportedTensor> plan_tensors(const RunPlan& plan, const std::string& step_dir) {
-  auto names = plan.model->hf_names();
+std::vector<ExportedTensor> tensors_to_export(const RunSpec& spec, const std::string& step_dir) {
+  auto names = spec.model->hf_names();
   if (names.empty()) {
-    throw Error("model plugin '" + plan.model_plugin + "' has no Hugging Face names; it cannot be exported");
+    throw Error("model plugin '" + spec.model_plugin + "' has no Hugging Face names; it cannot be exported");
   }
-  auto saved_list = plan.checkpointer->model_tensor_names(step_dir);
+  auto saved_list = spec.checkpointer->model_tensor_names(step_dir);
   std::set<std::string> saved(saved_list.begin(), saved_list.end());
   std::vector<ExportedTensor> tensors;
-  auto model = plan.model->build(c10::Device(c10::kMeta));
+  auto model = spec.model->build(c10::Device(c10::kMeta));
   for (const auto& item : model->named_parameters()) {
     if (!saved.erase(item.key())) {
       throw Error("checkpoint '" + step_dir + "' has no model tensor '" + item.key() + "', which model " +
-                  plan.model_plugin + " " + plan.model->flavor() +
+                  spec.model_plugin + " " + spec.model->flavor() +
                   " has (is its config.yaml the one it was saved with?)");
     }
     auto hf = names.find(item.key());
     if (hf == names.end()) {
-      throw Error("model plugin '" + plan.model_plugin + "' gives no HF name for '" + item.key() + "'");
+      throw Error("model plugin '" + spec.model_plugin + "' gives no HF name for '" + item.key() + "'");
     }
     std::vector<int64_t> shape = item.value().sizes().vec();
     if (!hf_name_is_stacked(hf->second)) {
@@ -86,7 +86,7 @@ std::vector<ExportedTensor> plan_tensors(const RunPlan& plan, const std::string&
   }
   if (!saved.empty()) {
     throw Error("checkpoint '" + step_dir + "' has model tensor '" + *saved.begin() + "', which model " +
-                plan.model_plugin + " " + plan.model->flavor() + " does not have");
+                spec.model_plugin + " " + spec.model->flavor() + " does not have");
   }
   if (!skipped.empty()) {
     auto bias = std::find_if(skipped.begin(), skipped.end(),
@@ -139,12 +139,12 @@ void export_safetensors(const ExportOptions& options) {
     throw Error("'" + options.step_dir + "' has no config.yaml; expected a checkpoint step folder written by the "
                 "dcp checkpointer (e.g. outputs/run/checkpoint/step-100)");
   }
-  CheckpointPlan planned = plan_for_checkpoint(ConfigNode::load_file(config_path.string()));
-  const RunPlan& plan = planned.plan;
+  CheckpointSpec resolved = spec_for_checkpoint(ConfigNode::load_file(config_path.string()));
+  const RunSpec& spec = resolved.spec;
   std::string where;
-  std::string dtype_name = resolve_dtype(options, plan, where);
+  std::string dtype_name = resolve_dtype(options, spec, where);
   at::ScalarType dtype = parse_dtype(dtype_name, where);
-  std::vector<ExportedTensor> tensors = plan_tensors(plan, options.step_dir);
+  std::vector<ExportedTensor> tensors = tensors_to_export(spec, options.step_dir);
   if (safetensors::is_hf_folder(options.out_dir)) {
     throw Error("'" + options.out_dir + "' already holds safetensors files; remove them or choose another --out");
   }
@@ -163,7 +163,7 @@ void export_safetensors(const ExportOptions& options) {
     for (size_t i : files[f]) {
       const ExportedTensor& tensor = tensors[i];
       if (tensor.name != cached_name) {
-        cached = plan.model->to_hf(tensor.name, plan.checkpointer->read_model_tensor(options.step_dir, tensor.name));
+        cached = spec.model->to_hf(tensor.name, spec.checkpointer->read_model_tensor(options.step_dir, tensor.name));
         cached_name = tensor.name;
       }
       at::Tensor value = tensor.part >= 0 ? cached.select(0, tensor.part) : cached;
@@ -183,10 +183,10 @@ void export_safetensors(const ExportOptions& options) {
     nlohmann::ordered_json index = {{"metadata", {{"total_size", total_bytes}}}, {"weight_map", weight_map}};
     write_text(out / "model.safetensors.index.json", index.dump(2) + "\n");
   }
-  auto config = nlohmann::ordered_json::parse(plan.model->hf_config_json());
+  auto config = nlohmann::ordered_json::parse(spec.model->hf_config_json());
   config["torch_dtype"] = dtype_name;
-  config["bos_token_id"] = planned.tokenizer->bos_id();
-  config["eos_token_id"] = planned.tokenizer->eos_id();
+  config["bos_token_id"] = resolved.tokenizer->bos_id();
+  config["eos_token_id"] = resolved.tokenizer->eos_id();
   write_text(out / "config.json", config.dump(2) + "\n");
   spdlog::info("exported {} tensors ({:.1f} MiB, {}) from {} to {} ({} safetensors file{})", tensors.size(),
                total_bytes / 1048576.0, dtype_name, options.step_dir, options.out_dir, files.size(),

@@ -1,21 +1,21 @@
 // Shared by `titan checkpoint export` and `import`: the model and
-// checkpointer of a run config, planned as `titan train` plans them.
+// checkpointer of a run config, resolved as `titan train` resolves them.
 #pragma once
 #include <cstdint>
 #include <memory>
 #include <string>
 
-#include "titan/run_plan.hpp"
+#include "titan/run_spec.hpp"
 #include "titan/tokenizer.hpp"
 
 namespace titan::cli {
 
-struct CheckpointPlan {
-  RunPlan plan;  // vocabulary set from the config's tokenizer
+struct CheckpointSpec {
+  RunSpec spec;  // vocabulary set from the config's tokenizer
   std::unique_ptr<Tokenizer> tokenizer;
 };
 // Plans `config` on one process and attaches its checkpointer.
-CheckpointPlan plan_for_checkpoint(const ConfigNode& config);
+CheckpointSpec spec_for_checkpoint(const ConfigNode& config);
 
 struct ExportOptions {
   std::string step_dir;

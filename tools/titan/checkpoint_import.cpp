@@ -14,10 +14,10 @@ namespace titan::cli {
 void import_safetensors(const ImportOptions& options) {
   ConfigNode config = ConfigNode::load_file(options.config_path);
   for (const auto& assignment : options.overrides) config.apply_override(assignment);
-  CheckpointPlan planned = plan_for_checkpoint(config);
-  const RunPlan& plan = planned.plan;
-  HfWeights weights(options.hf_dir, *plan.model);
-  auto model = plan.model->build(c10::Device(c10::kMeta));
+  CheckpointSpec resolved = spec_for_checkpoint(config);
+  const RunSpec& spec = resolved.spec;
+  HfWeights weights(options.hf_dir, *spec.model);
+  auto model = spec.model->build(c10::Device(c10::kMeta));
   std::map<std::string, at::Tensor> tensors;
   std::set<std::string> loaded;
   int64_t bytes = 0;
@@ -29,7 +29,7 @@ void import_safetensors(const ImportOptions& options) {
   };
   for (const auto& item : model->named_parameters()) read(item.key(), item.value());
   // Buffers the model gives HF names (DeepSeek-V3's expert bias).
-  const auto names = plan.model->hf_names();
+  const auto names = spec.model->hf_names();
   for (const auto& item : model->named_buffers()) {
     if (names.count(item.key())) read(item.key(), item.value());
   }
@@ -38,7 +38,7 @@ void import_safetensors(const ImportOptions& options) {
     spdlog::warn("{} tensors of {} are not used by the model (first: {})", unused.size(), options.hf_dir,
                  unused.front());
   }
-  plan.checkpointer->write_model(options.out_dir, tensors, plan.root.dump());
+  spec.checkpointer->write_model(options.out_dir, tensors, spec.root.dump());
   spdlog::info("imported {} tensors ({:.1f} MiB) from {} into {}", tensors.size(), bytes / 1048576.0, options.hf_dir,
                options.out_dir);
 }

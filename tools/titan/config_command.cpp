@@ -1,4 +1,4 @@
-// `titan config check CONFIG [--set ...]`: plans the run (loads plugins,
+// `titan config check CONFIG [--set ...]`: resolves the run (loads plugins,
 // reads every option) without training.
 #include <iostream>
 
@@ -7,7 +7,7 @@
 #include "titan/device_mesh.hpp"
 #include "titan/error.hpp"
 #include "titan/logging.hpp"
-#include "titan/run_plan.hpp"
+#include "titan/run_spec.hpp"
 #include "titan/tokenizer.hpp"
 
 namespace titan::cli {
@@ -51,23 +51,23 @@ int config_command(const Args& args) {
   init_logging(0, run.log_level.empty() ? "warn" : run.log_level);
   ConfigNode config = ConfigNode::load_file(run.config_path);
   for (const auto& assignment : run.overrides) config.apply_override(assignment);
-  RunPlan plan = plan_run(config);
+  RunSpec spec = resolve_run(config);
   // The tokenizer decides the vocabulary; without its file (a large model's
   // config checked on a laptop) the flavor's own vocabulary is checked.
   try {
-    plan.model->set_vocab_size(load_tokenizer(resolve_asset(plan.core.tokenizer_path))->vocab_size());
+    spec.model->set_vocab_size(load_tokenizer(resolve_asset(spec.core.tokenizer_path))->vocab_size());
   } catch (const Error& error) {
-    std::cerr << "note: " << error.what() << "; checking with the flavor's vocabulary (" << plan.model->vocab_size()
+    std::cerr << "note: " << error.what() << "; checking with the flavor's vocabulary (" << spec.model->vocab_size()
               << ")\n";
   }
-  std::map<std::string, int64_t> degrees = requested_degrees(plan);
+  std::map<std::string, int64_t> degrees = requested_degrees(spec);
   if (world_size > 0) {
-    degrees = resolve_mesh_degrees(mesh_requests(plan), world_size);
+    degrees = resolve_mesh_degrees(mesh_requests(spec), world_size);
   }
-  validate_parallelism(plan, degrees);
-  if (print) std::cout << plan.root.dump() << "\n";
-  std::cout << run.config_path << ": ok (model " << plan.model_plugin << " " << plan.model->flavor() << ", "
-            << plan.parallelizers.size() << " parallelizers)\n";
+  validate_parallelism(spec, degrees);
+  if (print) std::cout << spec.root.dump() << "\n";
+  std::cout << run.config_path << ": ok (model " << spec.model_plugin << " " << spec.model->flavor() << ", "
+            << spec.parallelizers.size() << " parallelizers)\n";
   return 0;
 }
 

@@ -69,7 +69,7 @@ Options parse(const Args& args) {
   return options;
 }
 
-PipelineProgram plan_from(const Options& options) {
+PipelineProgram program_from(const Options& options) {
   if (!options.csv.empty()) {
     CsvSchedule csv = read_schedule_csv(options.csv);
     PipelineShape shape = csv.shape;
@@ -104,20 +104,20 @@ const char* colour_of(ActionType type) {
 }
 
 // One row per rank, one box per compute action at its simulated ticks.
-std::string timeline_svg(const PipelineProgram& plan) {
+std::string timeline_svg(const PipelineProgram& program) {
   const int tick = 28, row = 30, left = 70, top = 34;
-  const int64_t width = left + plan.timeline.makespan * tick + 20;
-  const int64_t height = top + static_cast<int64_t>(plan.timeline.ranks.size()) * row + 40;
+  const int64_t width = left + program.timeline.makespan * tick + 20;
+  const int64_t height = top + static_cast<int64_t>(program.timeline.ranks.size()) * row + 40;
   std::ostringstream svg;
   svg << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << width << "\" height=\"" << height
       << "\" font-family=\"monospace\" font-size=\"11\">\n"
-      << "<title>" << plan.name << ": " << plan.shape.to_string() << "</title>\n"
-      << "<text x=\"4\" y=\"16\">" << plan.name << ": " << plan.shape.to_string() << ", bubble " << std::fixed
-      << std::setprecision(4) << plan.timeline.bubble_fraction << "</text>\n";
-  for (size_t r = 0; r < plan.timeline.ranks.size(); ++r) {
+      << "<title>" << program.name << ": " << program.shape.to_string() << "</title>\n"
+      << "<text x=\"4\" y=\"16\">" << program.name << ": " << program.shape.to_string() << ", bubble " << std::fixed
+      << std::setprecision(4) << program.timeline.bubble_fraction << "</text>\n";
+  for (size_t r = 0; r < program.timeline.ranks.size(); ++r) {
     const int64_t y = top + static_cast<int64_t>(r) * row;
     svg << "<text x=\"4\" y=\"" << y + 18 << "\">rank " << r << "</text>\n";
-    for (const TimedAction& timed : plan.timeline.ranks[r]) {
+    for (const TimedAction& timed : program.timeline.ranks[r]) {
       if (!is_compute(timed.action.type)) continue;
       const int64_t x = left + timed.start * tick;
       const int64_t w = (timed.end - timed.start) * tick;
@@ -128,7 +128,7 @@ std::string timeline_svg(const PipelineProgram& plan) {
           << "</text></g>\n";
     }
   }
-  const int64_t legend = top + static_cast<int64_t>(plan.timeline.ranks.size()) * row + 12;
+  const int64_t legend = top + static_cast<int64_t>(program.timeline.ranks.size()) * row + 12;
   int64_t x = left;
   for (ActionType type : {ActionType::forward, ActionType::full_backward, ActionType::backward_input,
                           ActionType::backward_weight}) {
@@ -148,20 +148,20 @@ int pp_schedule_command(const Args& args) {
     return args.empty() ? 2 : 0;
   }
   const Options options = parse(args);
-  const PipelineProgram plan = plan_from(options);
-  std::cout << plan.name << ": " << plan.shape.to_string() << ", " << placement_name(plan.placement)
+  const PipelineProgram program = program_from(options);
+  std::cout << program.name << ": " << program.shape.to_string() << ", " << placement_name(program.placement)
             << " placement; the static check passed\n\n"
-            << format_pipeline_order(options.comm ? plan.actions : plan.compute) << "\n";
+            << format_pipeline_order(options.comm ? program.actions : program.compute) << "\n";
   int64_t busy = 0;
-  for (const auto& rank : plan.timeline.ranks) {
+  for (const auto& rank : program.timeline.ranks) {
     for (const auto& timed : rank) busy += timed.end - timed.start;
   }
-  std::cout << "bubble fraction: " << std::fixed << std::setprecision(4) << plan.timeline.bubble_fraction << " ("
-            << plan.timeline.makespan << " ticks x " << plan.shape.ranks << " ranks, " << busy
+  std::cout << "bubble fraction: " << std::fixed << std::setprecision(4) << program.timeline.bubble_fraction << " ("
+            << program.timeline.makespan << " ticks x " << program.shape.ranks << " ranks, " << busy
             << " busy; F = I = W = 1 tick, B = 2)\n";
   if (!options.svg.empty()) {
     std::ofstream out(options.svg);
-    out << timeline_svg(plan);
+    out << timeline_svg(program);
     if (!out) throw Error("--svg: cannot write '" + options.svg + "'");
     std::cout << "timeline written to " << options.svg << "\n";
   }

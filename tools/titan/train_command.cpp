@@ -3,7 +3,7 @@
 
 #include "commands.h"
 #include "titan/logging.hpp"
-#include "titan/run_plan.hpp"
+#include "titan/run_spec.hpp"
 #include "titan/trainer.hpp"
 
 namespace titan::cli {
@@ -24,9 +24,9 @@ int train_command(const Args& args) {
   init_logging(world.rank, run.log_level);
   ConfigNode config = ConfigNode::load_file(run.config_path);
   for (const auto& assignment : run.overrides) config.apply_override(assignment);
-  RunPlan plan = plan_run(config, world.rank, world.world_size);
-  spdlog::info("config {} ({} plugins in canonical order)", run.config_path, plan.parallelizers.size());
-  TrainResult result = train(plan, world);
+  RunSpec spec = resolve_run(config, world.rank, world.world_size);
+  spdlog::info("config {} ({} plugins in canonical order)", run.config_path, spec.parallelizers.size());
+  TrainResult result = train(spec, world);
   if (result.already_finished) return 0;  // the trainer said so
   spdlog::info("training done: steps {}..{}, last loss {:.4f}{}", result.first_step, result.last_step,
                result.last_loss, result.stopped_by_signal ? " (stopped by signal)" : "");

@@ -15,7 +15,18 @@
 
 namespace titan {
 
-class DistRuntime;
+// Where a mesh gets its process groups: the trainer's distributed runtime,
+// or the dry run's simulated job.
+class ProcessGroups {
+ public:
+  virtual ~ProcessGroups() = default;
+  virtual int rank() const = 0;
+  virtual int world_size() const = 0;
+  virtual Comm& world_group() = 0;
+  // A group of the given global ranks; collective over those ranks only
+  // (non-members must not call it). `name` must be unique per group.
+  virtual std::unique_ptr<Comm> new_group(const std::string& name, const std::vector<int>& ranks) = 0;
+};
 
 // The canonical dim order; degrees of dims nobody asked for are 1.
 const std::vector<std::string>& mesh_dim_order();
@@ -51,7 +62,7 @@ MeshSlices mesh_slices(const std::map<std::string, int64_t>& degrees, const std:
 class DeviceMesh {
  public:
   // Collective over all ranks: every rank creates the groups it belongs to.
-  DeviceMesh(DistRuntime& runtime, const std::map<std::string, int64_t>& degrees,
+  DeviceMesh(ProcessGroups& runtime, const std::map<std::string, int64_t>& degrees,
              const std::vector<MeshSplitRequest>& splits = {});
   ~DeviceMesh();
 

@@ -3,7 +3,7 @@
 // plugin) and the settings core's executor runs them with. Core builds one
 // model part per stage this rank holds (cut_to_stage), applies the
 // parallelizers to each part, and drives the parts with the schedule's
-// checked action lists (pipeline_program.hpp).
+// checked action lists.
 #pragma once
 #include <cstdint>
 #include <string>

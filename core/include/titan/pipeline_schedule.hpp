@@ -1,8 +1,8 @@
 // The pipeline-parallel schedule contract: a schedule is, per pp rank, the
 // ordered list of actions over (stage, microbatch) that rank runs in one
 // step. Schedule plugins produce compute-only lists; core lowers them to
-// lists with explicit send/recv and proves them deadlock-free
-// (titan/pipeline_program.hpp); the executor runs the lowered lists.
+// lists with explicit send/recv and proves them deadlock-free (the
+// trainer's pipeline program); the executor runs the lowered lists.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -11,6 +11,13 @@
 #include "titan/error.hpp"  // validate() and the helpers throw titan::Error
 
 namespace titan {
+
+// Config keys the checks name in their errors.
+constexpr const char* kPipelineDegreeKey = "pipeline_parallel_degree";
+constexpr const char* kLayersPerStageKey = "pipeline_parallel_layers_per_stage";
+constexpr const char* kMicrobatchesKey = "num_pp_microbatches";  // or local_batch_size / pipeline_parallel_microbatch_size
+constexpr const char* kMicrobatchSizeKey = "pipeline_parallel_microbatch_size";
+constexpr const char* kScheduleCsvKey = "pipeline_parallel_schedule_csv";
 
 // PyTorch's spellings (torch.distributed.pipelining): F I W B SEND_F RECV_F SEND_B RECV_B.
 enum class ActionType : uint8_t {

@@ -43,7 +43,11 @@ namespace titan {
 // 15: block-causal attention: AttentionCore::forward and DecoderAttention::forward take the documents
 //     (AttentionContext), CausalLM::run takes document positions, Microbatch::document_positions;
 //     the loss over the global batch's real labels: Microbatch::row_weights, loss_weight, weighted_loss
-constexpr int kPluginAbiVersion = 15;
+// 16: libtitan_core exports the SDK only (the trainer and the planner are libtitan_train and libtitan_plan);
+//     Schedule -> MicrobatchRunner (kind_microbatch_runner, titan/microbatch_runner.hpp), gradient_accumulation
+//     takes an Autocast; titan/pipeline_program.hpp left the SDK (its config key names moved to
+//     pipeline_schedule.hpp); DeviceMesh is built from ProcessGroups
+constexpr int kPluginAbiVersion = 16;
 
 // The kinds a plugin registers one factory of: name, interface, PluginKind
 // bit. The enum below (kind_model, ...), the registrar's methods (model(),
@@ -55,7 +59,7 @@ constexpr int kPluginAbiVersion = 15;
 #define TITAN_SINGLE_FACTORY_KINDS(KIND) \
   KIND(model, ModelSpec, 0)              \
   KIND(parallelizer, Parallelizer, 1)    \
-  KIND(schedule, Schedule, 2)            \
+  KIND(microbatch_runner, MicrobatchRunner, 2) \
   KIND(optimizer, OptimizerFactory, 3)   \
   KIND(lr_schedule, LrSchedule, 4)       \
   KIND(precision, PrecisionPolicy, 5)    \

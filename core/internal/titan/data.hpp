@@ -12,7 +12,7 @@
 #include <ATen/core/Tensor.h>
 #include <nlohmann/json.hpp>
 
-#include "titan/schedule.hpp"
+#include "titan/microbatch_runner.hpp"
 #include "titan/tokenizer.hpp"
 
 namespace titan {

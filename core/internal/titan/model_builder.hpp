@@ -10,7 +10,7 @@
 #include "titan/model.hpp"
 #include "titan/parallelizer.hpp"
 #include "titan/precision.hpp"
-#include "titan/run_plan.hpp"
+#include "titan/run_spec.hpp"
 
 namespace titan {
 

@@ -12,4 +12,4 @@
 #include "titan/pipeline.hpp"
 #include "titan/pipeline_schedule.hpp"
 #include "titan/precision.hpp"
-#include "titan/schedule.hpp"
+#include "titan/microbatch_runner.hpp"

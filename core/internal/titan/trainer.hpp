@@ -7,7 +7,7 @@
 #pragma once
 #include <cstdint>
 
-#include "titan/run_plan.hpp"
+#include "titan/run_spec.hpp"
 #include "titan/world.hpp"
 
 namespace titan {
@@ -24,6 +24,6 @@ struct TrainResult {
 
 // `world`: this process's place in the job (detect_world()); the default
 // is a single process.
-TrainResult train(RunPlan& plan, const World& world = World{});
+TrainResult train(RunSpec& spec, const World& world = World{});
 
 }  // namespace titan

@@ -18,7 +18,7 @@
 #include "titan/grad_clip.hpp"
 #include "titan/model.hpp"
 #include "titan/optimizer.hpp"
-#include "titan/schedule.hpp"
+#include "titan/microbatch_runner.hpp"
 
 namespace titan {
 
@@ -45,7 +45,7 @@ std::vector<double> norm_weights_over(const DeviceMesh* mesh, const CausalLM& mo
 // What a step runs on, built once.
 struct StepParts {
   CausalLM* model = nullptr;  // a pipeline's parts seen as one model, when pipelined
-  Schedule* schedule = nullptr;
+  MicrobatchRunner* runner = nullptr;
   Optimizer* optimizer = nullptr;
   const DeviceMesh* mesh = nullptr;    // null on one process
   std::vector<at::Tensor> parameters;  // trainable, in the norm's order

@@ -3,14 +3,13 @@
 #include "titan/checkpointer.hpp"
 
 #include "titan/error.hpp"
-#include "titan/registry.hpp"
 
 namespace titan {
 
 namespace {
 [[noreturn]] void unsupported(const std::string& what) {
-  throw Error("the configured checkpointer cannot " + what + "; use a checkpointer that keeps a per-tensor index (checkpoint.name=" +
-              PluginRegistry::default_plugin("checkpoint") + ", the default)");
+  throw Error("the configured checkpointer cannot " + what +
+              "; use a checkpointer that keeps a per-tensor index (the default one does: leave checkpoint.name unset)");
 }
 }  // namespace
 

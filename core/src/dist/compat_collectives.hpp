@@ -8,6 +8,9 @@
 
 #include "titan/comm.hpp"
 
+// Private to libtitan_core: not exported (titan_core.map exports the
+// titan namespace).
+#pragma GCC visibility push(hidden)
 namespace titan::compat {
 
 // A started collective: wait on every work, then run `finish` (copy back,
@@ -47,3 +50,4 @@ StartedCollective start_recv(c10d::ProcessGroup& group, at::Tensor& tensor, int 
 void wait_for(c10d::Work& work, std::chrono::milliseconds timeout, const std::string& what);
 
 }  // namespace titan::compat
+#pragma GCC visibility pop

@@ -6,7 +6,6 @@
 #include <numeric>
 #include <set>
 
-#include "titan/dist_runtime.hpp"
 #include "titan/error.hpp"
 
 namespace titan {
@@ -227,9 +226,9 @@ MeshSlices mesh_slices(const std::map<std::string, int64_t>& requested, const st
   return out;
 }
 
-DeviceMesh::DeviceMesh(DistRuntime& runtime, const std::map<std::string, int64_t>& degrees,
+DeviceMesh::DeviceMesh(ProcessGroups& runtime, const std::map<std::string, int64_t>& degrees,
                        const std::vector<MeshSplitRequest>& splits)
-    : world_size_(runtime.world().world_size), splits_(splits) {
+    : world_size_(runtime.world_size()), splits_(splits) {
   int64_t product = 1;
   for (const auto& dim : mesh_dim_order()) {
     auto found = degrees.find(dim);
@@ -239,7 +238,7 @@ DeviceMesh::DeviceMesh(DistRuntime& runtime, const std::map<std::string, int64_t
     throw Error("device mesh " + describe_degrees(degrees) + " has " + std::to_string(product) + " ranks, the world " +
                 std::to_string(world_size_));
   }
-  MeshSlices slices = mesh_slices(degrees, splits, runtime.world().rank);
+  MeshSlices slices = mesh_slices(degrees, splits, runtime.rank());
   degrees_ = slices.degrees;
   coordinates_ = slices.coordinates;
   for (const auto& group : slices.groups) groups_[group.name] = runtime.new_group(group.label, group.ranks);

@@ -18,7 +18,6 @@
 #include <cstdlib>
 #include <map>
 
-#include "plan/dry_rank.hpp"
 #include "process_group_comm.hpp"
 #include "titan/compat.hpp"
 #include "titan/error.hpp"
@@ -35,7 +34,7 @@ struct DistRuntime::Impl {
   std::string network;  // "interface eth0 (10.0.0.2)", for messages
   std::unique_ptr<Comm> world_group;
   std::map<std::string, int> groups_named;  // a name reused (e.g. by a second mesh) gets a fresh prefix
-  DryRank* dry_run = nullptr;  // a rank of `titan plan`'s dry run: its groups are simulated
+  GroupMaker simulated;  // set: `titan plan`'s dry run, whose groups are simulated
 };
 
 namespace {
@@ -144,12 +143,6 @@ DistRuntime::DistRuntime(const World& world, const DistTimeouts& timeouts, const
     : world_(world), impl_(std::make_unique<Impl>()) {
   impl_->timeouts = timeouts;
   impl_->backend = backend;
-  if ((impl_->dry_run = current_dry_rank())) {
-    std::vector<int> everyone(world.world_size);
-    for (int rank = 0; rank < world.world_size; ++rank) everyone[rank] = rank;
-    impl_->world_group = new_group("world", everyone);
-    return;
-  }
   if (backend != "gloo" && backend != "nccl") {
     throw Error("comm backend '" + backend + "' is unknown; use gloo (CPU tensors) or nccl (CUDA tensors)");
   }
@@ -198,6 +191,14 @@ DistRuntime::DistRuntime(const World& world, const DistTimeouts& timeouts, const
                world.master_port);
 }
 
+DistRuntime::DistRuntime(const World& world, GroupMaker simulated) : world_(world), impl_(std::make_unique<Impl>()) {
+  if (!simulated) throw Error("DistRuntime: the simulated group maker is empty");
+  impl_->simulated = std::move(simulated);
+  std::vector<int> everyone(world.world_size);
+  for (int rank = 0; rank < world.world_size; ++rank) everyone[rank] = rank;
+  impl_->world_group = new_group("world", everyone);
+}
+
 DistRuntime::~DistRuntime() = default;
 
 
@@ -209,7 +210,7 @@ std::unique_ptr<Comm> DistRuntime::new_group(const std::string& name, const std:
     if (ranks[i] == world_.rank) index = static_cast<int>(i);
   }
   if (index < 0) throw Error("process group '" + name + "' does not contain this rank");
-  if (impl_->dry_run) return impl_->dry_run->world->new_group(name, ranks, world_.rank, &impl_->dry_run->events);
+  if (impl_->simulated) return impl_->simulated(name, ranks);
   // The key names the members too, and members create their groups in the
   // same order, so every member counts the same instance.
   std::string key = name + "/ranks";
@@ -258,7 +259,7 @@ std::unique_ptr<Comm> DistRuntime::new_group(const std::string& name, const std:
   // Named in the group's failures: after a timeout across machines, which
   // hosts were on the other end is the first question.
   const std::string peers = world_.distributed() ? describe_peers(*impl_->store, world_.rank, ranks) : "";
-  return make_process_group_comm(group, name, ranks, impl_->timeouts.collective, peers);
+  return internal::make_process_group_comm(group, name, ranks, impl_->timeouts.collective, peers);
 }
 
 }  // namespace titan

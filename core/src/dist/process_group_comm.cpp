@@ -387,7 +387,7 @@ void clear_comm_observers() {
   observers().clear();
 }
 
-std::unique_ptr<Comm> make_process_group_comm(c10::intrusive_ptr<c10d::ProcessGroup> group, std::string name,
+std::unique_ptr<Comm> internal::make_process_group_comm(c10::intrusive_ptr<c10d::ProcessGroup> group, std::string name,
                                               std::vector<int> global_ranks, std::chrono::milliseconds timeout,
                                               std::string peers) {
   test_faults::check_environment();

@@ -18,6 +18,9 @@
 #include <cstdint>
 #include <string>
 
+// Private to libtitan_core: not exported (titan_core.map exports the
+// titan namespace).
+#pragma GCC visibility push(hidden)
 namespace titan::test_faults {
 
 enum class Action { none, skip, grow, reshape };
@@ -29,3 +32,4 @@ void check_environment();
 Action take(const std::string& op, const std::string& group, int global_rank, uint64_t sequence);
 
 }  // namespace titan::test_faults
+#pragma GCC visibility pop

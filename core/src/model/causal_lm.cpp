@@ -1,6 +1,5 @@
 // CausalLM's wrapper chains, layout table and placement-aware init, and
 // ModelSpec defaults.
-#include "plan/dry_rank.hpp"
 #include "titan/model.hpp"
 
 #include <ATen/ATen.h>
@@ -10,6 +9,7 @@
 
 #include "titan/compat.hpp"
 #include "titan/error.hpp"
+#include "titan/meta_tally.hpp"
 
 namespace titan {
 
@@ -102,7 +102,7 @@ at::Tensor cross_entropy_loss(const at::Tensor& logits, const at::Tensor& labels
 void materialize_module(torch::nn::Module& module, const c10::Device& device) {
   // A dry run counts its meta bytes from here on, as a real run's
   // allocator sees nothing of the model before this.
-  if (DryRank* rank = current_dry_rank()) rank->tally.counting = true;
+  if (internal::MetaTally* tally = internal::current_meta_tally()) tally->counting = true;
   at::NoGradGuard no_grad;
   for (auto& tensor : module.parameters()) {
     if (tensor.device().is_meta()) compat::materialize_in_place(tensor, device);

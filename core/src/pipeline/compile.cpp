@@ -69,16 +69,16 @@ void check_shape(const PipelineSchedule& schedule, const PipelineShape& shape) {
 
 namespace pipeline_detail {
 
-PipelineProgram finish_plan(std::string name, StagePlacement placement, const PipelineShape& shape, RankActions compute,
+PipelineProgram finish_program(std::string name, StagePlacement placement, const PipelineShape& shape, RankActions compute,
                          RankActions actions) {
-  PipelineProgram plan;
-  plan.timeline = check_pipeline(actions, placement, shape, name);
-  plan.name = std::move(name);
-  plan.placement = placement;
-  plan.shape = shape;
-  plan.compute = std::move(compute);
-  plan.actions = std::move(actions);
-  return plan;
+  PipelineProgram program;
+  program.timeline = check_pipeline(actions, placement, shape, name);
+  program.name = std::move(name);
+  program.placement = placement;
+  program.shape = shape;
+  program.compute = std::move(compute);
+  program.actions = std::move(actions);
+  return program;
 }
 
 }  // namespace pipeline_detail
@@ -97,10 +97,10 @@ PipelineProgram compile_pipeline(const PipelineSchedule& schedule, const Pipelin
                 std::to_string(shape.ranks) + " (" + kPipelineDegreeKey + ")");
   }
   RankActions actions = lower_to_comm(compute, schedule.placement(), shape);
-  PipelineProgram plan =
-      pipeline_detail::finish_plan(label, schedule.placement(), shape, std::move(compute), std::move(actions));
-  plan.name = schedule.name();
-  return plan;
+  PipelineProgram program =
+      pipeline_detail::finish_program(label, schedule.placement(), shape, std::move(compute), std::move(actions));
+  program.name = schedule.name();
+  return program;
 }
 
 }  // namespace titan

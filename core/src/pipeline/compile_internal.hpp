@@ -1,4 +1,4 @@
-// Shared by plan.cpp and csv.cpp: the last step of every plan.
+// Shared by compile.cpp and csv.cpp: the last step of every program.
 #pragma once
 #include <string>
 
@@ -6,8 +6,8 @@
 
 namespace titan::pipeline_detail {
 
-// Checks the full lists and packs the plan.
-PipelineProgram finish_plan(std::string label, StagePlacement placement, const PipelineShape& shape, RankActions compute,
+// Checks the full lists and packs the program.
+PipelineProgram finish_program(std::string label, StagePlacement placement, const PipelineShape& shape, RankActions compute,
                          RankActions actions);
 
 }  // namespace titan::pipeline_detail

@@ -130,9 +130,9 @@ PipelineProgram compile_pipeline_csv(const CsvSchedule& csv, const PipelineShape
       }
     }
   }
-  PipelineProgram plan = pipeline_detail::finish_plan(label, placement, shape, std::move(compute), std::move(actions));
-  plan.name = csv.path;
-  return plan;
+  PipelineProgram program = pipeline_detail::finish_program(label, placement, shape, std::move(compute), std::move(actions));
+  program.name = csv.path;
+  return program;
 }
 
 }  // namespace titan

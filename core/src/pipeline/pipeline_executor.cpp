@@ -75,10 +75,10 @@ struct PipelineExecutor::Run {
   at::Tensor loss_sum;
 };
 
-PipelineExecutor::PipelineExecutor(PipelineProgram plan, std::vector<std::shared_ptr<CausalLM>> parts,
+PipelineExecutor::PipelineExecutor(PipelineProgram program, std::vector<std::shared_ptr<CausalLM>> parts,
                                    std::vector<int64_t> stages, Comm* pp, int64_t pp_rank,
                                    PipelineExecutorOptions options)
-    : plan_(std::move(plan)),
+    : program_(std::move(program)),
       parts_(std::move(parts)),
       stages_(std::move(stages)),
       pp_(pp),
@@ -110,7 +110,7 @@ size_t PipelineExecutor::local_index(int64_t stage) const {
 }
 
 void PipelineExecutor::split(Run& run, const Microbatch& batch, int64_t batches) const {
-  const int64_t microbatches = plan_.shape.microbatches;
+  const int64_t microbatches = program_.shape.microbatches;
   if (batch.inputs.size(0) % microbatches != 0) {
     throw Error("pipeline: a batch of " + std::to_string(batch.inputs.size(0)) + " rows does not split into " +
                 std::to_string(microbatches) + " microbatches; set training.local_batch_size (or " +
@@ -158,7 +158,7 @@ at::Tensor PipelineExecutor::evaluate(const Microbatch& batch) {
 }
 
 void PipelineExecutor::run_actions(Run& run) {
-  const auto& actions = plan_.actions.at(static_cast<size_t>(pp_rank_));
+  const auto& actions = program_.actions.at(static_cast<size_t>(pp_rank_));
   post_recvs(run);
   for (size_t i = 0; i < actions.size(); ++i) {
     const Action& action = actions[i];
@@ -179,7 +179,7 @@ void PipelineExecutor::post_recvs(Run& run) {
   // The first pass learns the shapes (from the headers and its own stage
   // outputs): it posts each recv where it stands.
   if (run.send_headers) return;
-  const auto& actions = plan_.actions.at(static_cast<size_t>(pp_rank_));
+  const auto& actions = program_.actions.at(static_cast<size_t>(pp_rank_));
   const c10::Device device = run.inputs.front().device();
   for (size_t i = 0; i < actions.size(); ++i) {
     const Action& action = actions[i];
@@ -192,7 +192,7 @@ void PipelineExecutor::post_recvs(Run& run) {
     if (shape == shapes.end()) continue;
     at::Tensor buffer = at::empty(shape->second.first, at::TensorOptions().dtype(shape->second.second).device(device));
     CallSite site("pp " + action.to_string());  // what the flight recorder names, as if posted in place
-    PointToPoint p2p = point_to_point(action, plan_.placement, plan_.shape);
+    PointToPoint p2p = point_to_point(action, program_.placement, program_.shape);
     // The buffer lives in the map (stable address) until its wait: a Comm
     // may hold on to the tensor it was given, not a copy.
     auto& posted = run.recvs[i];
@@ -209,7 +209,7 @@ at::Tensor PipelineExecutor::take_recv(Run& run, const Action& action, size_t po
     run.recvs.erase(posted);
     return buffer;
   }
-  PointToPoint p2p = point_to_point(action, plan_.placement, plan_.shape);
+  PointToPoint p2p = point_to_point(action, program_.placement, program_.shape);
   pp_->recv_async(buffer, static_cast<int>(p2p.peer), p2p.tag)->wait();
   return buffer;
 }
@@ -217,7 +217,7 @@ at::Tensor PipelineExecutor::take_recv(Run& run, const Action& action, size_t po
 void PipelineExecutor::run_action(Run& run, const Action& action, size_t position) {
   ProfileRange range((run.forward_only ? "pipeline eval " : "pipeline ") + action.to_string());
   const int64_t s = action.stage, m = action.microbatch;
-  const int64_t last_stage = plan_.shape.stages - 1;
+  const int64_t last_stage = program_.shape.stages - 1;
   Slot& slot = run.slots[{s, m}];
   switch (action.type) {
     case ActionType::forward: {
@@ -268,7 +268,7 @@ void PipelineExecutor::run_action(Run& run, const Action& action, size_t positio
 
 void PipelineExecutor::send(Run& run, const Action& action, const at::Tensor& tensor) {
   if (!tensor.defined()) throw Error("pipeline: " + action.to_string() + " has nothing to send");
-  PointToPoint p2p = point_to_point(action, plan_.placement, plan_.shape);
+  PointToPoint p2p = point_to_point(action, program_.placement, program_.shape);
   if (p2p.tag >= kHeaderTagOffset) throw Error("pipeline: too many stages x microbatches for the p2p tags");
   at::Tensor payload = tensor.contiguous();
   if (action.type == ActionType::send_forward && run.send_headers) {
@@ -280,7 +280,7 @@ void PipelineExecutor::send(Run& run, const Action& action, const at::Tensor& te
 
 at::Tensor PipelineExecutor::recv_forward(Run& run, const Action& action, size_t position) {
   if (run.recvs.count(position)) return take_recv(run, action, position, at::Tensor());
-  PointToPoint p2p = point_to_point(action, plan_.placement, plan_.shape);
+  PointToPoint p2p = point_to_point(action, program_.placement, program_.shape);
   const c10::Device device = run.inputs.front().device();
   if (run.send_headers) {
     at::Tensor header = at::zeros({kHeaderLength}, at::TensorOptions().dtype(at::kLong).device(header_device(device)));
@@ -303,7 +303,7 @@ void PipelineExecutor::backward(Run& run, const Action& action, bool input_gradi
     throw Error("pipeline: " + action.to_string() + " has no forward to run back through");
   }
   std::vector<at::Tensor> grads;
-  if (s < plan_.shape.stages - 1 && slot.target.defined()) {
+  if (s < program_.shape.stages - 1 && slot.target.defined()) {
     if (!slot.grad_output.defined()) {
       // The stage after is on this rank: its input gradient is handed over in memory.
       const Slot& down = run.slots[{s + 1, m}];
@@ -316,7 +316,7 @@ void PipelineExecutor::backward(Run& run, const Action& action, bool input_gradi
     // Data parallelism reduces on the stage's last weight pass of the step.
     // (A split I on the first stage accumulates the embedding's gradient, so
     // plugins that reduce as gradients accumulate refuse the split.)
-    const int64_t microbatches = plan_.shape.microbatches;
+    const int64_t microbatches = program_.shape.microbatches;
     parts_[i]->set_gradient_sync(run.last_batch && run.weight_passes[i] + 1 == microbatches);
   }
   const bool has_input = s > 0;

@@ -15,7 +15,7 @@
 #include "titan/comm.hpp"
 #include "titan/model.hpp"
 #include "titan/pipeline_program.hpp"
-#include "titan/schedule.hpp"
+#include "titan/microbatch_runner.hpp"
 
 namespace titan {
 
@@ -29,15 +29,15 @@ struct PipelineExecutorOptions {
   std::string trace_path;  // Chrome-trace JSON of every action ("" none)
 };
 
-class PipelineExecutor : public Schedule {
+class PipelineExecutor : public MicrobatchRunner {
  public:
   // `parts[i]` runs stage `stages[i]` (rank_to_stages order); `pp` is the pp
   // group (null when the degree is 1); `pp_rank` this rank's place in it.
-  PipelineExecutor(PipelineProgram plan, std::vector<std::shared_ptr<CausalLM>> parts, std::vector<int64_t> stages,
+  PipelineExecutor(PipelineProgram program, std::vector<std::shared_ptr<CausalLM>> parts, std::vector<int64_t> stages,
                    Comm* pp, int64_t pp_rank, PipelineExecutorOptions options);
   ~PipelineExecutor() override;
 
-  // One optimizer step: each batch split into the plan's microbatches and
+  // One optimizer step: each batch split into the program's microbatches and
   // run through the pipeline, gradients of mean(loss over all microbatches)
   // accumulated. Runs the parts it was given (`model` is them seen as one)
   // with each last stage's own loss. Returns that mean loss on the rank of
@@ -45,7 +45,7 @@ class PipelineExecutor : public Schedule {
   // it over pp).
   at::Tensor forward_backward(CausalLM& model, const std::vector<Microbatch>& batches, const LossFn& loss) override;
 
-  // TorchTitan's pp_schedule.eval(): the batch split into the plan's
+  // TorchTitan's pp_schedule.eval(): the batch split into the program's
   // microbatches and run through each rank's list without gradients, only
   // its forwards and the activations they send (a subsequence of a checked
   // list finishes too: it only waits less). Returns the mean loss over the
@@ -72,7 +72,7 @@ class PipelineExecutor : public Schedule {
   void backward(Run& run, const Action& action, bool input_gradient, bool weight_gradient);
   void write_trace() const;
 
-  PipelineProgram plan_;
+  PipelineProgram program_;
   std::vector<std::shared_ptr<CausalLM>> parts_;
   std::vector<int64_t> stages_;
   std::vector<std::vector<at::Tensor>> part_parameters_;

@@ -5,7 +5,7 @@
 #include <optional>
 
 #include "titan/error.hpp"
-#include "titan/run_plan.hpp"
+#include "titan/run_spec.hpp"
 
 namespace titan {
 
@@ -28,12 +28,12 @@ int64_t pipeline_microbatches(const PipelineSettings& settings, int64_t local_ba
 
 }  // namespace
 
-PipelineRun plan_pipeline_run(const RunPlan& plan, int64_t pp_degree) {
-  if (!plan.pipeline) throw Error("plan_pipeline_run: the run has no pipeline plugin");
-  const PipelineSettings& settings = plan.pipeline->settings();
-  const int64_t microbatches = pipeline_microbatches(settings, plan.core.training.local_batch_size);
+PipelineRun resolve_pipeline_run(const RunSpec& spec, int64_t pp_degree) {
+  if (!spec.pipeline) throw Error("resolve_pipeline_run: the run has no pipeline plugin");
+  const PipelineSettings& settings = spec.pipeline->settings();
+  const int64_t microbatches = pipeline_microbatches(settings, spec.core.training.local_batch_size);
   // Validation runs the schedule forward only, on the same microbatch count.
-  const ValidationConfig& validation = plan.core.validation;
+  const ValidationConfig& validation = spec.core.validation;
   if (validation.enable && validation.local_batch_size % microbatches != 0) {
     throw Error("validation.local_batch_size (" + std::to_string(validation.local_batch_size) +
                 ") does not split into the pipeline's " + std::to_string(microbatches) +
@@ -46,15 +46,15 @@ PipelineRun plan_pipeline_run(const RunPlan& plan, int64_t pp_degree) {
     csv = read_schedule_csv(settings.schedule_csv);
     default_stages = csv->shape.stages;
   } else {
-    default_stages = pp_degree * plan.pipeline_schedule->stages_per_rank().min;
+    default_stages = pp_degree * spec.pipeline_schedule->stages_per_rank().min;
   }
   PipelineRun run;
-  run.stage_modules = plan.pipeline->stage_modules(*plan.model, default_stages);
+  run.stage_modules = spec.pipeline->stage_modules(*spec.model, default_stages);
   PipelineShape shape;
   shape.ranks = pp_degree;
   shape.stages = static_cast<int64_t>(run.stage_modules.size());
   shape.microbatches = microbatches;
-  run.program = csv ? compile_pipeline_csv(*csv, shape) : compile_pipeline(*plan.pipeline_schedule, shape);
+  run.program = csv ? compile_pipeline_csv(*csv, shape) : compile_pipeline(*spec.pipeline_schedule, shape);
   return run;
 }
 

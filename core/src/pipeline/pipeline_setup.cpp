@@ -18,9 +18,9 @@ namespace {
 // reduce gradients or recompute when a block's input gradient is computed
 // (data parallelism, activation checkpointing) need the whole backward at I.
 // The plugins that need the whole backward in one pass (none: it may split).
-std::vector<std::string> whole_backward_plugins(const RunPlan& plan) {
+std::vector<std::string> whole_backward_plugins(const RunSpec& spec) {
   std::vector<std::string> names;
-  for (const auto& [name, parallelizer] : plan.parallelizers) {
+  for (const auto& [name, parallelizer] : spec.parallelizers) {
     if (!parallelizer->allows_split_backward()) names.push_back(name);
   }
   return names;
@@ -37,14 +37,14 @@ std::string trace_file(const std::string& prefix, int rank) {
 
 }  // namespace
 
-PipelineModel build_pipeline_model(const RunPlan& plan, const PipelineRun& run, const DeviceMesh* mesh,
+PipelineModel build_pipeline_model(const RunSpec& spec, const PipelineRun& run, const DeviceMesh* mesh,
                                    int global_rank, const c10::Device& device,
                                    const std::function<void(CausalLM&)>& transform) {
   const int64_t pp_rank = mesh ? mesh->coordinate("pp") : 0;
   const std::vector<int64_t> stages = rank_to_stages(run.program.placement, run.program.shape, pp_rank);
   std::vector<std::shared_ptr<CausalLM>> parts;
   for (int64_t stage : stages) {
-    std::shared_ptr<CausalLM> part = plan.model->build(c10::Device(c10::kMeta));
+    std::shared_ptr<CausalLM> part = spec.model->build(c10::Device(c10::kMeta));
     cut_to_stage(*part, run.stage_modules.at(static_cast<size_t>(stage)));
     spdlog::info("pipeline stage {} on pp rank {}: {}", stage, pp_rank, c10::Join(", ", run.stage_modules[stage]));
     transform(*part);
@@ -54,9 +54,9 @@ PipelineModel build_pipeline_model(const RunPlan& plan, const PipelineRun& run, 
   built.model = std::make_shared<ModelParts>(parts);
   for (const auto& part : parts) materialize_module(*part, device);
   PipelineExecutorOptions options;
-  const std::vector<std::string> whole_backward = whole_backward_plugins(plan);
+  const std::vector<std::string> whole_backward = whole_backward_plugins(spec);
   options.split_backward = whole_backward.empty();
-  const PipelineSettings& settings = plan.pipeline->settings();
+  const PipelineSettings& settings = spec.pipeline->settings();
   if (!settings.trace.empty()) options.trace_path = trace_file(settings.trace, global_rank);
   const bool splits = [&] {
     for (const auto& list : run.program.compute) {

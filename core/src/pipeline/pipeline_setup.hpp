@@ -8,7 +8,7 @@
 #include "model_parts.hpp"
 #include "pipeline_executor.hpp"
 #include "titan/device_mesh.hpp"
-#include "titan/run_plan.hpp"
+#include "titan/run_spec.hpp"
 
 namespace titan {
 
@@ -17,10 +17,10 @@ struct PipelineModel {
   std::unique_ptr<PipelineExecutor> executor;
 };
 
-// `run`: the stages and action lists validate_parallelism planned.
+// `run`: the stages and action lists validate_parallelism compiled.
 // `transform` applies the precision conversion and every parallelizer but
 // the pipeline split to one part (on meta).
-PipelineModel build_pipeline_model(const RunPlan& plan, const PipelineRun& run, const DeviceMesh* mesh,
+PipelineModel build_pipeline_model(const RunSpec& spec, const PipelineRun& run, const DeviceMesh* mesh,
                                    int global_rank, const c10::Device& device,
                                    const std::function<void(CausalLM&)>& transform);
 

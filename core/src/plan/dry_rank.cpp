@@ -11,7 +11,7 @@ thread_local DryRank* current = nullptr;
 
 DryRank* current_dry_rank() { return current; }
 
-DryRankScope::DryRankScope(DryRank& rank) { current = &rank; }
+DryRankScope::DryRankScope(DryRank& rank) : tally_(rank.tally) { current = &rank; }
 DryRankScope::~DryRankScope() { current = nullptr; }
 
 std::string DryRankTally::where() const {

@@ -12,22 +12,18 @@
 
 #include "simulated_world.hpp"
 #include "titan/comm_observer.hpp"
+#include "titan/meta_tally.hpp"
 
 namespace titan {
 
-struct DryRankTally {
-  // Off while the model is built on meta, as in a real run (where nothing
-  // is allocated until the parallelized model is materialized).
-  bool counting = false;
-  std::atomic<int64_t> live{0};  // meta bytes allocated and not yet freed (frees may come from other threads)
-  int64_t peak = 0;              // since the last restart_peak()
-  std::string peak_at;           // where that peak was reached: "step 2 / forward_backward / backward"
+// Core's meta tally (its allocator counts the bytes into it) plus what the
+// planner measures around it.
+struct DryRankTally : internal::MetaTally {
   double flops = 0;              // matmul and attention FLOPs since the last restart_flops()
   double recompute_flops = 0;    // the part of them run again by activation checkpointing
   std::string phase;             // set by the driver: "build", "step 1", ...
   std::vector<std::string> ranges;  // the open ProfileRanges (forward, backward, pipeline F0 ...)
   int recomputing = 0;           // inside kRecomputeRange
-  bool in_backward = false;      // at the peak: inside autograd's backward
 
   void restart_peak() {
     peak = live.load();
@@ -35,7 +31,7 @@ struct DryRankTally {
   }
   void restart_flops() { flops = recompute_flops = 0; }
   void add_flops(double count);  // recompute too while inside kRecomputeRange
-  std::string where() const;
+  std::string where() const override;
 };
 
 struct DryRank {
@@ -54,14 +50,16 @@ class DryRankScope {
   ~DryRankScope();
   DryRankScope(const DryRankScope&) = delete;
   DryRankScope& operator=(const DryRankScope&) = delete;
+
+ private:
+  internal::MetaTallyScope tally_;
 };
 
-// Process-wide, once: meta tensors' storage is counted into the tally of
-// the thread's dry-run rank (compat.cpp: the allocator interface is
-// LibTorch's); the Meta kernels of the matmuls count their FLOPs into it
+// Process-wide, once, beside core's internal::install_meta_allocator
+// (which counts meta tensors' storage into the thread's tally): the Meta
+// kernels of the matmuls count their FLOPs into the rank's tally
 // (meta_kernels.cpp; the attention kernels always do); ProfileRanges are
 // kept as its place (range_tracker.cpp).
-void install_meta_allocator();
 void install_counting_matmuls();
 void install_range_tracker();
 

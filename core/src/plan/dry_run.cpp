@@ -16,7 +16,7 @@
 #include "titan/device_mesh.hpp"
 #include "titan/error.hpp"
 #include "titan/layout_search.hpp"
-#include "titan/run_plan.hpp"
+#include "titan/run_spec.hpp"
 #include "train/training_run.hpp"
 
 namespace titan {
@@ -43,14 +43,14 @@ const std::vector<std::string> kAlikeDims = {"dp_replicate", "dp_shard", "tp"};
 // the other dims and, along each alike dim, the last coordinate if it has
 // it and 0 otherwise. First and last both run, so what only an edge rank
 // does (rank 0's duties, the last shard) is simulated too.
-std::vector<int> representatives(const RunPlan& plan, int world_size, bool every_rank) {
+std::vector<int> representatives(const RunSpec& spec, int world_size, bool every_rank) {
   std::vector<int> result(static_cast<size_t>(world_size));
   if (every_rank || world_size == 1) {
     for (int rank = 0; rank < world_size; ++rank) result[rank] = rank;
     return result;
   }
-  const auto degrees = resolve_mesh_degrees(mesh_requests(plan), world_size);
-  const auto splits = mesh_splits(plan);
+  const auto degrees = resolve_mesh_degrees(mesh_requests(spec), world_size);
+  const auto splits = mesh_splits(spec);
   std::map<std::map<std::string, int64_t>, int> first_of;  // the other dims' coordinates -> representative
   for (int rank = 0; rank < world_size; ++rank) {
     std::map<std::string, int64_t> others;
@@ -106,7 +106,7 @@ int64_t checkpoint_bytes(const CausalLM& model, Optimizer& optimizer, const Devi
   return bytes;
 }
 
-void run_rank(RunPlan& plan, DryRank& dry, const DryRunOptions& options, bool check_alike, std::mutex& plugin_mutex,
+void run_rank(RunSpec& spec, DryRank& dry, const DryRunOptions& options, bool check_alike, std::mutex& plugin_mutex,
               RankPlan& out) {
   DryRankScope scope(dry);
   DryRankTally& tally = dry.tally;
@@ -118,7 +118,10 @@ void run_rank(RunPlan& plan, DryRank& dry, const DryRunOptions& options, bool ch
   RunSeams seams;
   seams.shapes_only = true;
   seams.plugin_mutex = &plugin_mutex;
-  TrainingRun run(plan, world, seams);
+  seams.simulated_groups = [&dry](const std::string& name, const std::vector<int>& ranks) {
+    return dry.world->new_group(name, ranks, dry.rank, &dry.events);
+  };
+  TrainingRun run(spec, world, seams);
   if (check_alike && run.parallel->mesh()) check_even_shards(*run.model, *run.parallel->mesh());
   StepOutcome outcome;
   for (int64_t step = 1; step <= options.steps; ++step) {
@@ -153,22 +156,22 @@ DryRunReport dry_run(const ConfigNode& config, const DryRunOptions& options) {
   if (options.world_size < 1) throw Error("dry run: the world size must be at least 1");
   if (options.steps < 1) throw Error("dry run: at least one step");
   const auto start = std::chrono::steady_clock::now();
-  install_meta_allocator();
+  internal::install_meta_allocator();
   install_counting_matmuls();
   install_range_tracker();
   at::set_num_threads(1);  // meta kernels do no work to split
 
   // Rank 0 plans from the caller's config, so that config errors name its
   // file and line; every other simulated rank from its own copy.
-  std::map<int, RunPlan> plans;
-  plans.emplace(0, plan_run(config, 0, options.world_size));
+  std::map<int, RunSpec> plans;
+  plans.emplace(0, resolve_run(config, 0, options.world_size));
   const std::vector<int> representative = representatives(plans.at(0), options.world_size, options.every_rank);
   std::vector<int> simulated;
   for (int rank = 0; rank < options.world_size; ++rank) {
     if (representative[rank] != rank) continue;
     simulated.push_back(rank);
     if (rank == 0) continue;
-    plans.emplace(rank, plan_run(ConfigNode::parse(config.dump(), "the config (rank " + std::to_string(rank) + "'s copy)"),
+    plans.emplace(rank, resolve_run(ConfigNode::parse(config.dump(), "the config (rank " + std::to_string(rank) + "'s copy)"),
                                  rank, options.world_size));
   }
 
@@ -176,11 +179,11 @@ DryRunReport dry_run(const ConfigNode& config, const DryRunOptions& options) {
   report.world_size = options.world_size;
   report.measured_step = options.steps;
   {
-    const RunPlan& plan = plans.at(0);
-    const TrainingConfig& training = plan.core.training;
-    report.model = plan.model_plugin + " " + plan.model->flavor();
-    report.parameters = plan.model->num_params();
-    const auto degrees = resolve_mesh_degrees(mesh_requests(plan), options.world_size);
+    const RunSpec& spec = plans.at(0);
+    const TrainingConfig& training = spec.core.training;
+    report.model = spec.model_plugin + " " + spec.model->flavor();
+    report.parameters = spec.model->num_params();
+    const auto degrees = resolve_mesh_degrees(mesh_requests(spec), options.world_size);
     int64_t dp = 1;
     for (const auto& [dim, degree] : degrees) {
       if (degree > 1) report.mesh += (report.mesh.empty() ? "" : ", ") + dim + "=" + std::to_string(degree);
@@ -189,20 +192,20 @@ DryRunReport dry_run(const ConfigNode& config, const DryRunOptions& options) {
     const int64_t batch = training.global_batch_size > 0 ? training.global_batch_size : training.local_batch_size * dp;
     report.tokens_per_step = batch * training.seq_len;
     report.degrees = degrees;
-    const bool bf16 = plan.precision ? plan.precision->param_dtype() == c10::kBFloat16
+    const bool bf16 = spec.precision ? spec.precision->param_dtype() == c10::kBFloat16
                                      : training.mixed_precision_param == "bfloat16";
     report.float32_matmuls = !bf16;
     try {  // the block count, for the estimate's overlap and bubble (a model without HF names has none)
-      report.layers = read_model_shape(plan.model_plugin, plan.model->flavor(), training.seq_len).layers;
+      report.layers = read_model_shape(spec.model_plugin, spec.model->flavor(), training.seq_len).layers;
     } catch (const Error&) {
     }
-    if (plan.pipeline) {
-      const PipelineSettings& settings = plan.pipeline->settings();
+    if (spec.pipeline) {
+      const PipelineSettings& settings = spec.pipeline->settings();
       report.pipeline_schedule = settings.schedule;
       report.pipeline_microbatches =
           settings.microbatches > 0 ? settings.microbatches : training.local_batch_size / settings.microbatch_size;
     }
-    report.model_flops_per_step = plan.model->flops_per_token(training.seq_len) * report.tokens_per_step;
+    report.model_flops_per_step = spec.model->flops_per_token(training.seq_len) * report.tokens_per_step;
   }
 
   SimulatedWorld world(options.world_size, representative, options.serial);

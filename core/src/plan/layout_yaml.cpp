@@ -10,7 +10,7 @@
 #include "titan/layout_search.hpp"
 #include "titan/plan_entry.hpp"
 #include "titan/registry.hpp"
-#include "titan/run_plan.hpp"
+#include "titan/run_spec.hpp"
 #include "titan/tokenizer.hpp"
 
 #include "layout_cost.hpp"
@@ -114,7 +114,7 @@ std::string layout_yaml(const SearchRequest& request, const ModelShape& model, c
 }
 
 void check_layout_yaml(const std::string& yaml, int64_t world_size) {
-  RunPlan plan = plan_run(ConfigNode::parse(yaml, "<titan plan layout>"), 0, static_cast<int>(world_size));
+  RunSpec plan = resolve_run(ConfigNode::parse(yaml, "<titan plan layout>"), 0, static_cast<int>(world_size));
   // As `config check`: the tokenizer's vocabulary when its file is there,
   // the flavor's otherwise.
   try {

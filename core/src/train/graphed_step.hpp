@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "titan/compat.hpp"
-#include "titan/schedule.hpp"
+#include "titan/microbatch_runner.hpp"
 #include "titan/training_step.hpp"
 
 namespace titan {

@@ -4,7 +4,7 @@
 #include <numeric>
 
 #include "titan/error.hpp"
-#include "titan/schedule.hpp"
+#include "titan/microbatch_runner.hpp"
 
 namespace titan {
 

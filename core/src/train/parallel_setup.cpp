@@ -10,10 +10,11 @@
 
 namespace titan {
 
-ParallelSetup::ParallelSetup(const World& world, const RunPlan& plan, RunObserver& observer) {
-  const std::vector<MeshDimRequest> requests = mesh_requests(plan);
+ParallelSetup::ParallelSetup(const World& world, const RunSpec& spec, RunObserver& observer,
+                             const GroupMaker& simulated) {
+  const std::vector<MeshDimRequest> requests = mesh_requests(spec);
   if (!world.distributed() && requests.empty()) {
-    validate_parallelism(plan, {});  // parallelizers without mesh dims still check the model
+    validate_parallelism(spec, {});  // parallelizers without mesh dims still check the model
     return;
   }
   std::map<std::string, int64_t> degrees;
@@ -25,14 +26,15 @@ ParallelSetup::ParallelSetup(const World& world, const RunPlan& plan, RunObserve
                                     "asks for dp_shard or dp_replicate: `titan plugins list` shows them)"
                                   : ""));
   }
-  pipeline_run_ = validate_parallelism(plan, degrees);  // before any group or weight exists
+  pipeline_run_ = validate_parallelism(spec, degrees);  // before any group or weight exists
   DistTimeouts timeouts;
-  timeouts.init = std::chrono::seconds(plan.core.comm.init_timeout_seconds);
-  timeouts.collective = std::chrono::seconds(plan.core.comm.train_timeout_seconds);
+  timeouts.init = std::chrono::seconds(spec.core.comm.init_timeout_seconds);
+  timeouts.collective = std::chrono::seconds(spec.core.comm.train_timeout_seconds);
   observer.before_rendezvous();
-  const bool cuda = c10::Device(plan.core.training.device).is_cuda();
-  runtime_ = std::make_unique<DistRuntime>(world, timeouts, cuda ? "nccl" : "gloo");
-  mesh_ = std::make_unique<DeviceMesh>(*runtime_, degrees, mesh_splits(plan));
+  const bool cuda = c10::Device(spec.core.training.device).is_cuda();
+  runtime_ = simulated ? std::make_unique<DistRuntime>(world, simulated)
+                      : std::make_unique<DistRuntime>(world, timeouts, cuda ? "nccl" : "gloo");
+  mesh_ = std::make_unique<DeviceMesh>(*runtime_, degrees, mesh_splits(spec));
   if (!world.distributed()) return;
   spdlog::info("device mesh: {}", mesh_->describe());
   std::vector<int> everyone(world.world_size);

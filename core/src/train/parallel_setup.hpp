@@ -11,14 +11,15 @@
 #include "titan/dist_runtime.hpp"
 #include "titan/model.hpp"
 #include "run_seams.hpp"
-#include "titan/run_plan.hpp"
+#include "titan/run_spec.hpp"
 
 namespace titan {
 
 class ParallelSetup {
  public:
-  // `observer` hears of the rendezvous before the job's processes meet.
-  ParallelSetup(const World& world, const RunPlan& plan, RunObserver& observer);
+  // `observer` hears of the rendezvous before the job's processes meet;
+  // `simulated`, when set, makes the groups instead (no rendezvous).
+  ParallelSetup(const World& world, const RunSpec& spec, RunObserver& observer, const GroupMaker& simulated = {});
   ~ParallelSetup();
 
   const DeviceMesh* mesh() const { return mesh_.get(); }
@@ -27,7 +28,7 @@ class ParallelSetup {
   int dp_rank() const;
   int dp_degree() const;
 
-  // The pipeline's stages and checked action lists, planned once when the
+  // The pipeline's stages and checked action lists, compiled once when the
   // degrees were resolved (null without a pipeline).
   const PipelineRun* pipeline_run() const { return pipeline_run_ ? &*pipeline_run_ : nullptr; }
 

@@ -6,8 +6,9 @@
 #include <memory>
 #include <mutex>
 
+#include "titan/dist_runtime.hpp"
 #include "titan/model.hpp"
-#include "titan/run_plan.hpp"
+#include "titan/run_spec.hpp"
 #include "titan/trainer.hpp"
 #include "titan/training_step.hpp"
 #include "titan/world.hpp"
@@ -38,11 +39,14 @@ struct RunSeams {
   // Held while the plugins transform a pipeline stage's model: the dry
   // run's rank threads share one (plugins are not written for threads).
   std::mutex* plugin_mutex = nullptr;
+  // Set: the job's process groups come from here, not from a rendezvous
+  // (the dry run's simulated job).
+  GroupMaker simulated_groups;
   std::shared_ptr<RunObserver> observer;  // null: nothing watches the run
 };
 
 // The training loop (trainer.cpp) with these seams; titan::train
 // (train_entry.cpp) gives it the fault hooks as its observer.
-TrainResult run_training(RunPlan& plan, const World& world, const RunSeams& seams);
+TrainResult run_training(RunSpec& spec, const World& world, const RunSeams& seams);
 
 }  // namespace titan

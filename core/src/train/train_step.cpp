@@ -18,7 +18,7 @@
 namespace titan {
 
 StepOutcome TrainingRun::step(int64_t step) {
-  const TrainingConfig& training = plan.core.training;
+  const TrainingConfig& training = spec.core.training;
   const bool dry_run = seams.shapes_only;
   observer->begin_step(step);
   if (host_reads) host_reads->take();  // what ran between steps (logging, checkpoints) is not the step's
@@ -32,9 +32,9 @@ StepOutcome TrainingRun::step(int64_t step) {
   // Nothing in the step reads a tensor's value on the host except on log
   // steps (and once a step under on_nonfinite_loss: skip): on a GPU each
   // read would wait for the device's queue to drain.
-  const bool log_step = step % plan.core.metrics.log_freq == 0 || step == training.steps;
+  const bool log_step = step % spec.core.metrics.log_freq == 0 || step == training.steps;
   StepOptions options;
-  options.lr = plan.optimizer->base_lr() * plan.lr_schedule->factor(step);
+  options.lr = spec.optimizer->base_lr() * spec.lr_schedule->factor(step);
   options.log_step = log_step;
   options.skip_nonfinite = training.on_nonfinite_loss == "skip" && !dry_run;
   options.count_state_bytes = log_step || dry_run;
@@ -61,7 +61,7 @@ StepOutcome TrainingRun::step(int64_t step) {
                                       at::where(finite, first_nonfinite_step_, step));
     if (log_step) check_nonfinite();
   }
-  if (plan.core.comm.verify_collectives && world.distributed() && verifier.due(step, step == resumed_step + 1) &&
+  if (spec.core.comm.verify_collectives && world.distributed() && verifier.due(step, step == resumed_step + 1) &&
       !dry_run) {
     CallSite site("verify_collectives");
     verifier.verify(*parallel->mesh(), step);
@@ -94,7 +94,7 @@ void TrainingRun::check_nonfinite() {
 }
 
 std::vector<Microbatch> TrainingRun::next_microbatches() {
-  const TrainingConfig& training = plan.core.training;
+  const TrainingConfig& training = spec.core.training;
   // Loaded ahead, on the prefetcher's thread.
   BatchPrefetcher::Step loaded;
   if (batches) {

@@ -42,20 +42,20 @@ void save_full_model(CausalLM& model, const DeviceMesh* mesh, int rank, const st
   if (!out) throw Error("cannot write debug.save_final_model file '" + path + "'");
 }
 
-void write_resolved_config(const RunPlan& plan) {
-  std::filesystem::create_directories(plan.core.job.dump_folder);
-  std::string path = plan.core.job.dump_folder + "/config.resolved.yaml";
+void write_resolved_config(const RunSpec& spec) {
+  std::filesystem::create_directories(spec.core.job.dump_folder);
+  std::string path = spec.core.job.dump_folder + "/config.resolved.yaml";
   std::ofstream out(path);
-  out << plan.root.dump() << "\n";
+  out << spec.root.dump() << "\n";
   if (!out) throw Error("cannot write '" + path + "' (check job.dump_folder)");
 }
 
 }  // namespace
 
-TrainResult run_training(RunPlan& plan, const World& world, const RunSeams& seams) {
-  const CoreConfig& core = plan.core;
-  if (world.rank == 0) write_resolved_config(plan);
-  TrainingRun run(plan, world, seams);
+TrainResult run_training(RunSpec& spec, const World& world, const RunSeams& seams) {
+  const CoreConfig& core = spec.core;
+  if (world.rank == 0) write_resolved_config(spec);
+  TrainingRun run(spec, world, seams);
   if (core.debug.exit_after_init) return TrainResult{};
 
   TrainResult result;
@@ -84,12 +84,12 @@ TrainResult run_training(RunPlan& plan, const World& world, const RunSeams& seam
       run.metrics->record_validation(step, validation.loss, validation.tokens_per_sec, validation.batches);
     }
     const bool stopping = stop.requested();
-    if (plan.checkpointer->should_save(step, step == core.training.steps) ||
-        (stopping && plan.checkpointer->enabled())) {
+    if (spec.checkpointer->should_save(step, step == core.training.steps) ||
+        (stopping && spec.checkpointer->enabled())) {
       run.check_nonfinite();  // never a checkpoint of a diverged model
-      plan.checkpointer->save(step, run.state->capture(step));
+      spec.checkpointer->save(step, run.state->capture(step));
     }
-    plan.checkpointer->poll();
+    spec.checkpointer->poll();
     result.last_step = step;
     run.observer->after_step();
     if (stopping) {
@@ -105,7 +105,7 @@ TrainResult run_training(RunPlan& plan, const World& world, const RunSeams& seam
   if (!core.debug.save_final_model.empty()) {
     save_full_model(*run.model, run.parallel->mesh(), world.rank, core.debug.save_final_model);
   }
-  plan.checkpointer->wait();
+  spec.checkpointer->wait();
   return result;
 }
 

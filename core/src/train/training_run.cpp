@@ -11,7 +11,6 @@
 #include <algorithm>
 #include <thread>
 
-#include "accumulation_schedule.hpp"
 #include "cpu_allocator.hpp"
 #include "cuda_graph_choice.hpp"
 #include "initial_load.hpp"
@@ -21,6 +20,7 @@
 #include "titan/error.hpp"
 #include "titan/logging.hpp"
 #include "titan/model_builder.hpp"
+#include "titan/microbatch_runner.hpp"
 #include "titan/tokenizer.hpp"
 
 namespace titan {
@@ -81,13 +81,13 @@ int64_t accumulation_steps(const TrainingConfig& training, int64_t dp_degree) {
 
 // A precision plugin decides the dtypes the parallelizers gather, compute
 // and reduce in, in place of training.mixed_precision_param / _reduce.
-ParallelizeContext parallelize_context(const RunPlan& plan, const DeviceMesh* mesh, const c10::Device& device) {
-  const TrainingConfig& training = plan.core.training;
+ParallelizeContext parallelize_context(const RunSpec& spec, const DeviceMesh* mesh, const c10::Device& device) {
+  const TrainingConfig& training = spec.core.training;
   auto dtype_of = [](const std::string& name) { return name == "bfloat16" ? c10::kBFloat16 : c10::kFloat; };
-  ParallelizeContext context{*plan.model, device, mesh, dtype_of(training.mixed_precision_param),
+  ParallelizeContext context{*spec.model, device, mesh, dtype_of(training.mixed_precision_param),
                              dtype_of(training.mixed_precision_reduce)};
-  if (!plan.precision) return context;
-  const c10::ScalarType param = plan.precision->param_dtype(), reduce = plan.precision->reduce_dtype();
+  if (!spec.precision) return context;
+  const c10::ScalarType param = spec.precision->param_dtype(), reduce = spec.precision->reduce_dtype();
   if (!trainer_supports_dtype(param) || !trainer_supports_dtype(reduce)) {
     throw Error(std::string("the precision plugin asks for params ") + c10::toString(param) + " / reduce " +
                 c10::toString(reduce) + "; the trainer supports Float and BFloat16");
@@ -99,7 +99,7 @@ ParallelizeContext parallelize_context(const RunPlan& plan, const DeviceMesh* me
   context.param_dtype = param;
   context.reduce_dtype = reduce;
   spdlog::info("precision policy: params {} / reduce {}, loss within {} of float32", c10::toString(param),
-               c10::toString(reduce), plan.precision->loss_tolerance());
+               c10::toString(reduce), spec.precision->loss_tolerance());
   return context;
 }
 
@@ -107,19 +107,19 @@ ParallelizeContext parallelize_context(const RunPlan& plan, const DeviceMesh* me
 
 // Observers (e.g. the flight recorder) see every collective while it lives.
 struct TrainingRun::ObserverScope {
-  ObserverScope(RunPlan& plan, CollectiveVerifier* verifier, StepProfiler* profiler) {
-    for (auto& observer : plan.comm_observers) add_comm_observer(observer.get());
+  ObserverScope(RunSpec& spec, CollectiveVerifier* verifier, StepProfiler* profiler) {
+    for (auto& observer : spec.comm_observers) add_comm_observer(observer.get());
     if (verifier) add_comm_observer(verifier);
     if (profiler->enabled()) add_comm_observer(profiler);
   }
   ~ObserverScope() { clear_comm_observers(); }
 };
 
-TrainingRun::TrainingRun(RunPlan& plan_, const World& world_, const RunSeams& seams_)
-    : plan(plan_), world(world_), device(choose_device(plan_.core.training, seams_)),
-      verifier(plan_.core.comm.verify_collectives_interval), seams(seams_),
+TrainingRun::TrainingRun(RunSpec& spec_, const World& world_, const RunSeams& seams_)
+    : spec(spec_), world(world_), device(choose_device(spec_.core.training, seams_)),
+      verifier(spec_.core.comm.verify_collectives_interval), seams(seams_),
       observer(seams_.observer ? seams_.observer : std::make_shared<RunObserver>()) {
-  const CoreConfig& core = plan.core;
+  const CoreConfig& core = spec.core;
   const TrainingConfig& training = core.training;
   // A rank of `titan plan`'s dry run (a thread among the job's simulated
   // ranks, on meta tensors): the model, the parallelism and the step are
@@ -134,7 +134,7 @@ TrainingRun::TrainingRun(RunPlan& plan_, const World& world_, const RunSeams& se
   memory = std::make_unique<MemoryMetrics>(device);
 
   auto tokenizer = std::shared_ptr<const Tokenizer>(load_tokenizer(resolve_asset(core.tokenizer_path)));
-  plan.model->set_vocab_size(tokenizer->vocab_size());
+  spec.model->set_vocab_size(tokenizer->vocab_size());
   const std::vector<DatasetEntry> datasets = dataset_entries(training);
   documents_ = {{tokenizer->bos_id(), tokenizer->eos_id()},
                 packing_named(training.packing),
@@ -148,10 +148,10 @@ TrainingRun::TrainingRun(RunPlan& plan_, const World& world_, const RunSeams& se
   // Before the model: the CPU timeline counts its parameters too.
   memory_snapshot = std::make_unique<MemorySnapshot>(core.profiling, core.job.dump_folder, world.rank, device);
   observers = std::make_unique<ObserverScope>(
-      plan, core.comm.verify_collectives && world.distributed() ? &verifier : nullptr, profiler.get());
-  parallel = std::make_unique<ParallelSetup>(world, plan, *observer);
-  plan.checkpointer->attach(CheckpointEnv{world.rank, world.world_size, parallel->mesh(), parallel->checkpoint_comm(),
-                                          plan.root.dump()});
+      spec, core.comm.verify_collectives && world.distributed() ? &verifier : nullptr, profiler.get());
+  parallel = std::make_unique<ParallelSetup>(world, spec, *observer, seams.simulated_groups);
+  spec.checkpointer->attach(CheckpointEnv{world.rank, world.world_size, parallel->mesh(), parallel->checkpoint_comm(),
+                                          spec.root.dump()});
   loader = std::make_unique<TokenWindowLoader>(open_mixture(datasets, mixture_seed(training), tokenizer), tokenizer,
                                                training.seq_len, parallel->dp_rank(), parallel->dp_degree());
   loader->set_documents(documents_);
@@ -165,18 +165,18 @@ TrainingRun::TrainingRun(RunPlan& plan_, const World& world_, const RunSeams& se
   if (core.debug.exit_after_init) return;
   build_optimizer_and_schedule();
   state = std::make_unique<TrainStateView>(*model, *optimizer, *batches);
-  if (plan.checkpointer->load(state->slots())) {
+  if (spec.checkpointer->load(state->slots())) {
     resumed_step = state->restore(state->slots());
     spdlog::info("resumed from checkpoint at step {} (data position {})", resumed_step, batches->position());
   } else {
-    load_initial_weights(*plan.checkpointer, *plan.model, *model);  // checkpoint.initial_load_path, if set
+    load_initial_weights(*spec.checkpointer, *spec.model, *model);  // checkpoint.initial_load_path, if set
   }
 
   MetricsSetup metrics_setup;
   metrics_setup.config = core.metrics;
   metrics_setup.dump_folder = core.job.dump_folder;
   metrics_setup.rank = world.rank;
-  metrics_setup.flops_per_token = plan.model->flops_per_token(training.seq_len);
+  metrics_setup.flops_per_token = spec.model->flops_per_token(training.seq_len);
   metrics_setup.peak_flops = core.metrics.peak_flops;
   if (metrics_setup.peak_flops == 0) {
     metrics_setup.peak_flops =
@@ -184,7 +184,7 @@ TrainingRun::TrainingRun(RunPlan& plan_, const World& world_, const RunSeams& se
   }
   // A replica's tokens are shared by its tp x cp x pp devices.
   metrics_setup.devices_per_replica = std::max<int64_t>(1, world.world_size / parallel->dp_degree());
-  for (auto& sink : plan.metrics_sinks) metrics_setup.sinks.push_back(sink.get());
+  for (auto& sink : spec.metrics_sinks) metrics_setup.sinks.push_back(sink.get());
   metrics_setup.memory = memory.get();
   metrics = std::make_unique<StepMetrics>(std::move(metrics_setup));
   // Only rank 0 draws the live line, and only on a terminal (a launcher
@@ -205,13 +205,13 @@ void TrainingRun::build_optimizer_and_schedule() {
     parameters.push_back(item.value());
     names.push_back(item.key());
   }
-  optimizer = plan.optimizer->build(named);
+  optimizer = spec.optimizer->build(named);
 
-  accumulation_schedule_ = autocast_dtype_ ? std::make_unique<AccumulationSchedule>(device.type(), *autocast_dtype_)
-                                           : std::make_unique<AccumulationSchedule>();
-  const TrainingConfig& training = plan.core.training;
+  default_runner_ = gradient_accumulation(
+      autocast_dtype_ ? std::optional<Autocast>(Autocast{device.type(), *autocast_dtype_}) : std::nullopt);
+  const TrainingConfig& training = spec.core.training;
   step_parts_.model = model.get();
-  step_parts_.schedule = pipeline ? pipeline.get() : plan.schedule ? plan.schedule.get() : accumulation_schedule_.get();
+  step_parts_.runner = pipeline ? pipeline.get() : spec.microbatch_runner ? spec.microbatch_runner.get() : default_runner_.get();
   step_parts_.optimizer = optimizer.get();
   step_parts_.mesh = parallel->mesh();
   step_parts_.norm_weights = norm_weights_over(parallel->mesh(), *model, names);
@@ -237,22 +237,22 @@ void TrainingRun::build_optimizer_and_schedule() {
 }
 
 // The dry run's rank: the tokenizer only for its vocabulary (a large
-// model's config is planned where its tokenizer file is not), no data
+// model's config is planned (`titan plan`) where its tokenizer file is not), no data
 // (next_microbatches() makes token ids of the right shape), no checkpoint,
 // no observers (the simulated groups check every collective themselves).
 void TrainingRun::build_dry_run() {
-  const CoreConfig& core = plan.core;
+  const CoreConfig& core = spec.core;
   try {
-    plan.model->set_vocab_size(load_tokenizer(resolve_asset(core.tokenizer_path))->vocab_size());
+    spec.model->set_vocab_size(load_tokenizer(resolve_asset(core.tokenizer_path))->vocab_size());
   } catch (const Error&) {  // the flavor's own vocabulary, as `titan config check` does
   }
   documents_.positions = core.block_causal;  // zeros for tokens: one document a row
-  parallel = std::make_unique<ParallelSetup>(world, plan, *observer);
+  parallel = std::make_unique<ParallelSetup>(world, spec, *observer, seams.simulated_groups);
   accumulation_ = accumulation_steps(core.training, parallel->dp_degree());
   build_model();
   for (const StepHook* hook : model->step_hooks()) {
     if (hook->host_driven.empty()) continue;
-    throw Error("the dry run cannot run " + plan.model_plugin + "'s " + hook->name + ": " + hook->host_driven +
+    throw Error("the dry run cannot run " + spec.model_plugin + "'s " + hook->name + ": " + hook->host_driven +
                 ", and meta tensors have no values; plan a flavor without it, or run `titan config check` for the "
                 "layout");
   }
@@ -262,42 +262,42 @@ void TrainingRun::build_dry_run() {
 // Through the same builder as titan-conformance (titan/model_builder.hpp);
 // a pipeline cuts its parts first and each part goes through it.
 void TrainingRun::build_model() {
-  const ParallelizeContext context = parallelize_context(plan, parallel->mesh(), device);
+  const ParallelizeContext context = parallelize_context(spec, parallel->mesh(), device);
   compute_dtype_ = context.param_dtype;
-  if (plan.parallelizers.empty() && !plan.precision && compute_dtype_ != c10::kFloat) {
+  if (spec.parallelizers.empty() && !spec.precision && compute_dtype_ != c10::kFloat) {
     // The parallelizers (fsdp) gather parameters in that dtype. With none
     // the weights stay float32 and the forward autocasts, as TorchTitan
     // does without FSDP; a pipeline's stages have no autocast yet.
-    if (plan.pipeline || !(device.is_cpu() || device.is_cuda())) {
+    if (spec.pipeline || !(device.is_cpu() || device.is_cuda())) {
       spdlog::warn("training.mixed_precision_param={} takes effect through a parallelizer: a pipeline (or a dry "
                    "run) with none computes in float32. Add the fsdp plugin (dp_shard: -1)",
-                   plan.core.training.mixed_precision_param);
+                   spec.core.training.mixed_precision_param);
     } else {
       autocast_dtype_ = compute_dtype_;
       spdlog::info("training.mixed_precision_param={}: float32 weights, the forward under autocast",
-                   plan.core.training.mixed_precision_param);
+                   spec.core.training.mixed_precision_param);
     }
     compute_dtype_ = c10::kFloat;
   }
   CausalLM* first_stage = nullptr;
-  if (plan.pipeline) {
-    const PipelineRun* planned = parallel->pipeline_run();
-    if (!planned) throw Error("pipeline: the run was not planned (no pp mesh dim)");
-    PipelineModel built = build_pipeline_model(plan, *planned, parallel->mesh(), world.rank, device,
+  if (spec.pipeline) {
+    const PipelineRun* resolved = parallel->pipeline_run();
+    if (!resolved) throw Error("pipeline: the run was not resolved (no pp mesh dim)");
+    PipelineModel built = build_pipeline_model(spec, *resolved, parallel->mesh(), world.rank, device,
                                                [&](CausalLM& part) {
                                                  std::unique_lock<std::mutex> building;
                                                  if (seams.plugin_mutex) building = std::unique_lock(*seams.plugin_mutex);
-                                                 apply_plugins(part, plan.parallelizers, plan.precision.get(), context);
+                                                 apply_plugins(part, spec.parallelizers, spec.precision.get(), context);
                                                });
     model = built.model;
     first_stage = built.model->parts().front().get();
     pipeline = std::move(built.executor);
   } else {
-    model = titan::build_model(*plan.model, plan.parallelizers, plan.precision.get(), context);
+    model = titan::build_model(*spec.model, spec.parallelizers, spec.precision.get(), context);
     first_stage = model.get();
   }
-  if (plan.core.block_causal && !first_stage->supports_documents()) {
-    throw Error("model.attn_mask_type: block_causal, but model " + plan.model_plugin +
+  if (spec.core.block_causal && !first_stage->supports_documents()) {
+    throw Error("model.attn_mask_type: block_causal, but model " + spec.model_plugin +
                 " does not read document positions (CausalLM::supports_documents; titan::Decoder's models do); set "
                 "model.attn_mask_type: causal");
   }
@@ -305,18 +305,18 @@ void TrainingRun::build_model() {
   // Whether any stage has step hooks: every pp rank must agree before it
   // joins the merge of their metrics, so the stages ask each other once.
   const DeviceMesh* mesh = parallel->mesh();
-  if (plan.pipeline && mesh && mesh->size("pp") > 1) {
+  if (spec.pipeline && mesh && mesh->size("pp") > 1) {
     at::Tensor hooks_held = at::full({1}, static_cast<int64_t>(model->step_hooks().size()), at::kLong);
     mesh->group("pp").all_reduce(hooks_held, ReduceOp::max);
     hook_metrics_over_pp_ = hooks_held.item<int64_t>() > 0;
   }
-  if (!seams.shapes_only) model->init_weights(static_cast<uint64_t>(plan.core.training.seed));  // meta: no values
+  if (!seams.shapes_only) model->init_weights(static_cast<uint64_t>(spec.core.training.seed));  // meta: no values
   model->train();
   int64_t local_bytes = 0;
   for (const auto& param : model->parameters()) local_bytes += param.numel() * param.element_size();
   spdlog::info("model {} flavor {}: {:.2f}M parameters, vocab {}, on {}; this rank holds {:.1f} MiB of them, "
                "peak resident {:.1f} MiB after init",
-               plan.model_plugin, plan.model->flavor(), plan.model->num_params() / 1e6, plan.model->vocab_size(),
+               spec.model_plugin, spec.model->flavor(), spec.model->num_params() / 1e6, spec.model->vocab_size(),
                device.str(), local_bytes / 1048576.0, peak_resident_bytes() / 1048576.0);
 }
 

@@ -21,8 +21,8 @@
 #include "train_state.hpp"
 #include "titan/data.hpp"
 #include "titan/optimizer.hpp"
-#include "titan/run_plan.hpp"
-#include "titan/schedule.hpp"
+#include "titan/run_spec.hpp"
+#include "titan/microbatch_runner.hpp"
 #include "titan/training_step.hpp"
 #include "titan/world.hpp"
 
@@ -40,7 +40,7 @@ class TrainingRun {
  public:
   // `seams`: the dry run's shapes_only, and the observer (fault hooks) that
   // watches the run.
-  TrainingRun(RunPlan& plan, const World& world, const RunSeams& seams);
+  TrainingRun(RunSpec& spec, const World& world, const RunSeams& seams);
   ~TrainingRun();
 
   // Forward and backward over the step's microbatches (gradient
@@ -54,7 +54,7 @@ class TrainingRun {
 
   // Members in the order they are built; they are torn down in reverse
   // (the model before its groups, the observers after every collective).
-  RunPlan& plan;
+  RunSpec& spec;
   const World world;
   const c10::Device device;
   std::unique_ptr<MemoryMetrics> memory;  // built first: on CPU it counts the allocations from here on
@@ -83,7 +83,7 @@ class TrainingRun {
   void build_dry_run();
   std::vector<Microbatch> next_microbatches();
 
-  std::unique_ptr<Schedule> accumulation_schedule_;
+  std::unique_ptr<MicrobatchRunner> default_runner_;
   std::unique_ptr<GraphedStep> graphed_;  // training.cuda_graph
   // What the shared step runs on (titan/training_step.hpp); its schedule is
   // the pipeline, a schedule plugin, or plain gradient accumulation.

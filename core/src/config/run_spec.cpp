@@ -1,5 +1,5 @@
 // Plans a run: core sections, plugin selection and creation, unknown keys.
-#include "titan/run_plan.hpp"
+#include "titan/run_spec.hpp"
 
 #include <algorithm>
 #include <cctype>
@@ -68,20 +68,20 @@ void sort_canonical(std::vector<NamedParallelizer>& parallelizers) {
   });
 }
 
-std::optional<PipelineRun> validate_parallelism(const RunPlan& plan, const std::map<std::string, int64_t>& degrees) {
+std::optional<PipelineRun> validate_parallelism(const RunSpec& spec, const std::map<std::string, int64_t>& degrees) {
   std::vector<ApplyOrder> apply_orders;
-  for (const auto& item : plan.parallelizers) apply_orders.push_back(item.parallelizer->apply_order());
-  ValidateContext context{*plan.model, degrees, plan.core.training.seq_len, apply_orders};
-  if (plan.pipeline) plan.pipeline->validate(context);
-  for (const auto& [name, parallelizer] : plan.parallelizers) parallelizer->validate(context);
+  for (const auto& item : spec.parallelizers) apply_orders.push_back(item.parallelizer->apply_order());
+  ValidateContext context{*spec.model, degrees, spec.core.training.seq_len, apply_orders};
+  if (spec.pipeline) spec.pipeline->validate(context);
+  for (const auto& [name, parallelizer] : spec.parallelizers) parallelizer->validate(context);
   // After the plugins' own checks, whose messages name their keys.
-  check_mesh_splits(mesh_splits(plan), degrees);
-  // The stages and every pp rank's action lists are planned and statically
+  check_mesh_splits(mesh_splits(spec), degrees);
+  // The stages and every pp rank's action lists are compiled and statically
   // checked here, once per run, so a pipeline that cannot run fails in
   // `titan config check` and before any group exists in training.
   std::optional<PipelineRun> pipeline_run;
   auto pp = degrees.find("pp");
-  if (plan.pipeline && pp != degrees.end()) pipeline_run = plan_pipeline_run(plan, pp->second);
+  if (spec.pipeline && pp != degrees.end()) pipeline_run = resolve_pipeline_run(spec, pp->second);
   return pipeline_run;
 }
 
@@ -95,55 +95,55 @@ std::vector<MeshDimRequest> mesh_requests(const std::vector<NamedParallelizer>& 
   return requests;
 }
 
-std::vector<MeshDimRequest> mesh_requests(const RunPlan& plan) {
-  return mesh_requests(plan.parallelizers, plan.pipeline.get());
+std::vector<MeshDimRequest> mesh_requests(const RunSpec& spec) {
+  return mesh_requests(spec.parallelizers, spec.pipeline.get());
 }
 
-std::vector<MeshSplitRequest> mesh_splits(const RunPlan& plan) {
+std::vector<MeshSplitRequest> mesh_splits(const RunSpec& spec) {
   std::vector<MeshSplitRequest> splits;
-  for (const auto& item : plan.parallelizers) {
+  for (const auto& item : spec.parallelizers) {
     for (const auto& split : item.parallelizer->mesh_splits()) splits.push_back(split);
   }
   return splits;
 }
 
-std::map<std::string, int64_t> requested_degrees(const RunPlan& plan) {
+std::map<std::string, int64_t> requested_degrees(const RunSpec& spec) {
   std::map<std::string, int64_t> degrees;
-  for (const auto& request : mesh_requests(plan)) {
+  for (const auto& request : mesh_requests(spec)) {
     if (request.degree > 0) degrees[request.dim] = request.degree;
   }
   return degrees;
 }
 
-RunPlan plan_run(const ConfigNode& root, int rank, int world_size) {
-  RunPlan plan;
-  plan.root = root;
-  plan.core = read_core_config(root);
+RunSpec resolve_run(const ConfigNode& root, int rank, int world_size) {
+  RunSpec spec;
+  spec.root = root;
+  spec.core = read_core_config(root);
   auto& registry = PluginRegistry::instance();
-  for (const auto& dir : plan.core.job.plugin_path) registry.add_search_dir(dir);
-  auto make_context = [&](const ConfigNode& options) { return context_for(options, plan.core, rank, world_size); };
+  for (const auto& dir : spec.core.job.plugin_path) registry.add_search_dir(dir);
+  auto make_context = [&](const ConfigNode& options) { return context_for(options, spec.core, rank, world_size); };
   // A section's plugin: its `name`, or the build's default for the section.
   auto section_plugin = [&](const ConfigNode& section, const std::string& key, const std::string& what) {
     return section.get<std::string>("name", PluginRegistry::default_plugin(key), what);
   };
 
   ConfigNode model = root.child("model");
-  plan.model_plugin = section_plugin(model, "model", "model plugin");
+  spec.model_plugin = section_plugin(model, "model", "model plugin");
   model.get<std::string>("tokenizer_path", "", "");  // read by read_core_config
-  plan.model = registry.create_model(plan.model_plugin, make_context(model));
+  spec.model = registry.create_model(spec.model_plugin, make_context(model));
 
   ConfigNode optimizer = root.child("optimizer");
   std::string optimizer_plugin = lowercase(section_plugin(optimizer, "optimizer", "optimizer plugin (AdamW -> adamw)"));
-  plan.optimizer = registry.create_optimizer(optimizer_plugin, make_context(optimizer));
+  spec.optimizer = registry.create_optimizer(optimizer_plugin, make_context(optimizer));
 
   ConfigNode lr = root.child("lr_scheduler");
-  plan.lr_schedule = registry.create_lr_schedule(section_plugin(lr, "lr_scheduler", "LR schedule plugin"), make_context(lr));
+  spec.lr_schedule = registry.create_lr_schedule(section_plugin(lr, "lr_scheduler", "LR schedule plugin"), make_context(lr));
 
   ConfigNode checkpoint = root.child("checkpoint");
-  plan.checkpointer =
+  spec.checkpointer =
       registry.create_checkpointer(section_plugin(checkpoint, "checkpoint", "checkpointer plugin"), make_context(checkpoint));
 
-  plan.metrics_sinks = switched_metrics_sinks(root.child("metrics"), make_context);
+  spec.metrics_sinks = switched_metrics_sinks(root.child("metrics"), make_context);
 
   for (const ConfigNode& entry : root.children("plugins")) {
     std::string name = entry.require<std::string>("name", "plugin name");
@@ -156,33 +156,37 @@ RunPlan plan_run(const ConfigNode& root, int rank, int world_size) {
     }
     auto context = make_context(entry);
     if (info.kinds & kind_parallelizer) {
-      plan.parallelizers.push_back({name, registry.create_parallelizer(name, context)});
+      spec.parallelizers.push_back({name, registry.create_parallelizer(name, context)});
     }
     if (info.kinds & kind_pipeline_splitter) {
-      if (plan.pipeline) entry.fail("name", "a second pipeline split ('" + name + "'); list one pipeline plugin");
-      plan.pipeline = registry.create_pipeline_splitter(name, context);
+      if (spec.pipeline) entry.fail("name", "a second pipeline split ('" + name + "'); list one pipeline plugin");
+      spec.pipeline = registry.create_pipeline_splitter(name, context);
     }
-    if (info.kinds & kind_schedule) {
-      if (plan.schedule) entry.fail("name", "a second schedule plugin ('" + name + "'); list only one");
-      plan.schedule = registry.create_schedule(name, context);
+    if (info.kinds & kind_microbatch_runner) {
+      if (spec.microbatch_runner) {
+        entry.fail("name", "a second microbatch_runner plugin ('" + name + "'); list only one");
+      }
+      spec.microbatch_runner = registry.create_microbatch_runner(name, context);
     }
     if (info.kinds & kind_precision) {
-      if (plan.precision) entry.fail("name", "a second precision plugin ('" + name + "'); list only one");
-      plan.precision = registry.create_precision(name, context);
+      if (spec.precision) entry.fail("name", "a second precision plugin ('" + name + "'); list only one");
+      spec.precision = registry.create_precision(name, context);
     }
-    if (info.kinds & kind_comm_observer) plan.comm_observers.push_back(registry.create_comm_observer(name, context));
-    if (info.kinds & kind_metrics_sink) plan.metrics_sinks.push_back(registry.create_metrics_sink(name, context));
+    if (info.kinds & kind_comm_observer) spec.comm_observers.push_back(registry.create_comm_observer(name, context));
+    if (info.kinds & kind_metrics_sink) spec.metrics_sinks.push_back(registry.create_metrics_sink(name, context));
   }
-  sort_canonical(plan.parallelizers);
-  if (plan.pipeline) {
-    if (plan.schedule) throw Error("plugins: a schedule plugin and the pipeline split both drive the step; list one");
-    if (plan.pipeline->settings().schedule_csv.empty()) {
+  sort_canonical(spec.parallelizers);
+  if (spec.pipeline) {
+    if (spec.microbatch_runner) {
+      throw Error("plugins: a microbatch_runner plugin and the pipeline split both drive the step; list one");
+    }
+    if (spec.pipeline->settings().schedule_csv.empty()) {
       PluginContext context = make_context(ConfigNode());
-      plan.pipeline_schedule = registry.create_pipeline_schedule(plan.pipeline->settings().schedule, context);
+      spec.pipeline_schedule = registry.create_pipeline_schedule(spec.pipeline->settings().schedule, context);
     }
   }
   root.check_unknown_keys();
-  return plan;
+  return spec;
 }
 
 }  // namespace titan

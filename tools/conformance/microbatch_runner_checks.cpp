@@ -1,6 +1,6 @@
 // Both runs start from the same fixture init and see the same tokens; the
-// only difference is the microbatch split the schedule drives.
-#include "schedule_checks.h"
+// only difference is the microbatch split the runner drives.
+#include "microbatch_runner_checks.h"
 
 #include <torch/torch.h>
 
@@ -9,22 +9,22 @@
 #include "training_fixture.h"
 #include "titan/plugin.hpp"
 #include "titan/registry.hpp"
-#include "titan/schedule.hpp"
+#include "titan/microbatch_runner.hpp"
 
 namespace titan::conformance {
 
 namespace {
 
-struct ScheduleDeclaration {
+struct RunnerDeclaration {
   ConfigNode options;
   int64_t microbatches = 0;
   double loss_tolerance = 0;
   double grads_tolerance = 0;
 };
 
-ScheduleDeclaration read_declaration(const ConfigNode& declaration, const TrainingFixture& fixture) {
-  ConfigNode section = declaration.child("schedule");
-  ScheduleDeclaration out;
+RunnerDeclaration read_declaration(const ConfigNode& declaration, const TrainingFixture& fixture) {
+  ConfigNode section = declaration.child("microbatch_runner");
+  RunnerDeclaration out;
   out.options = section.child("options");
   out.microbatches = section.get<int64_t>("microbatches", 4, "microbatches the fixture's batch is split into");
   ConfigNode tolerance = section.child("tolerance");
@@ -37,8 +37,8 @@ ScheduleDeclaration read_declaration(const ConfigNode& declaration, const Traini
   return out;
 }
 
-CheckResult schedule_row(const std::string& name, double measured, double limit, const std::string& detail) {
-  return {"schedule." + name, measured <= limit, false, measured, limit, detail};
+CheckResult runner_row(const std::string& name, double measured, double limit, const std::string& detail) {
+  return {"microbatch_runner." + name, measured <= limit, false, measured, limit, detail};
 }
 
 std::map<std::string, at::Tensor> gradients_of(CausalLM& model) {
@@ -51,13 +51,13 @@ std::map<std::string, at::Tensor> gradients_of(CausalLM& model) {
 
 }  // namespace
 
-CheckResults check_schedule(const std::string& plugin, const ConfigNode& declaration) {
+CheckResults check_microbatch_runner(const std::string& plugin, const ConfigNode& declaration) {
   TrainingFixture fixture = load_fixture(declaration);
-  ScheduleDeclaration declared = read_declaration(declaration, fixture);
+  RunnerDeclaration declared = read_declaration(declaration, fixture);
   PluginContext context;
   context.options = declared.options;
   context.training_steps = fixture.steps;
-  auto schedule = PluginRegistry::instance().create_schedule(PluginRegistry::instance().load(plugin).name, context);
+  auto runner = PluginRegistry::instance().create_microbatch_runner(PluginRegistry::instance().load(plugin).name, context);
 
   at::Tensor windows = fixture_windows(fixture, 1);
   const int64_t length = fixture.seq_len;
@@ -98,7 +98,7 @@ CheckResults check_schedule(const std::string& plugin, const ConfigNode& declara
     }
     microbatches.push_back(std::move(microbatch));
   }
-  at::Tensor loss = schedule->forward_backward(*model, microbatches, model->loss());
+  at::Tensor loss = runner->forward_backward(*model, microbatches, model->loss());
   auto grads = gradients_of(*model);
 
   CheckResults results;
@@ -106,7 +106,7 @@ CheckResults check_schedule(const std::string& plugin, const ConfigNode& declara
   bool scalar = loss.defined() && loss.dim() == 0 && !loss.requires_grad();
   double value = loss.defined() ? loss.item<double>() : NAN;
   double loss_diff = std::isfinite(value) ? relative_difference(value, reference_loss.item<double>()) : INFINITY;
-  results.push_back(schedule_row("loss", scalar ? loss_diff : INFINITY, declared.loss_tolerance,
+  results.push_back(runner_row("loss", scalar ? loss_diff : INFINITY, declared.loss_tolerance,
                         scalar ? "loss " + std::to_string(value) + " vs whole batch " +
                                      std::to_string(reference_loss.item<double>()) + ", " + split
                                : "step() must return a detached 0-dim tensor"));
@@ -118,14 +118,14 @@ CheckResults check_schedule(const std::string& plugin, const ConfigNode& declara
     double diff = found == grads.end() ? INFINITY : (found->second - grad).abs().max().item<double>();
     if (diff > worst || worst_name.empty()) worst = diff, worst_name = name;
   }
-  results.push_back(schedule_row("grads", worst / std::max(scale, 1e-12), declared.grads_tolerance,
+  results.push_back(runner_row("grads", worst / std::max(scale, 1e-12), declared.grads_tolerance,
                         "max |grad - whole-batch grad| / max |whole-batch grad|, worst " + worst_name));
   int wrong = 0;
   for (size_t i = 0; i < sync_seen.size(); ++i) wrong += sync_seen[i] != (i + 1 == sync_seen.size());
   if (sync_seen.size() != microbatches.size()) wrong += 1;
   std::string pattern;
   for (bool on : sync_seen) pattern += on ? '1' : '0';
-  results.push_back(schedule_row("gradient_sync", wrong, 0,
+  results.push_back(runner_row("gradient_sync", wrong, 0,
                         "gradient_sync() during each microbatch's backward: " + pattern + " (expected only the last on)"));
   return results;
 }

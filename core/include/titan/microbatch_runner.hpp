@@ -1,12 +1,13 @@
-// A Schedule runs one training step's forward and backward passes over the
-// step's microbatches, accumulating their gradients: plain gradient
-// accumulation by default, or a `schedule` plugin's. A schedule plugin never
-// drives pipeline stages: with a pipeline, core's pipeline executor
-// (pipeline_program.hpp) runs the step and a schedule plugin is refused.
+// A MicrobatchRunner runs one training step's forward and backward passes
+// over the step's microbatches, accumulating their gradients: plain gradient
+// accumulation by default, or a `microbatch_runner` plugin's. Such a plugin
+// never drives pipeline stages: with a pipeline, core's pipeline executor
+// runs the step and a microbatch_runner plugin is refused.
 #pragma once
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "titan/model.hpp"
@@ -21,7 +22,7 @@ struct Microbatch {
   at::Tensor document_positions;
   // Each row's share of the step's loss, known on the host: its labels that
   // carry loss x the data-parallel degree / those of the whole global batch
-  // (every microbatch of every data-parallel rank). A schedule weights a
+  // (every microbatch of every data-parallel rank). A runner weights a
   // microbatch's mean loss (the LossFn's) by the sum over its rows, so the
   // step's loss is the sum over the global batch's real labels divided by
   // their count, however they are split. Empty: 1 / microbatches each.
@@ -35,9 +36,9 @@ double loss_weight(const Microbatch& microbatch, double fallback, int64_t begin 
 // carries loss (weight 0) has a NaN mean (0 / 0): it contributes 0.
 at::Tensor weighted_loss(const at::Tensor& mean, double weight);
 
-class Schedule {
+class MicrobatchRunner {
  public:
-  virtual ~Schedule() = default;
+  virtual ~MicrobatchRunner() = default;
   // Accumulates gradients of the weighted sum of the microbatches' losses
   // (loss_weight(): the step's loss over its real labels) into the params;
   // returns that loss as a 0-dim tensor (detached). Gradient sync
@@ -50,7 +51,14 @@ class Schedule {
 };
 
 // The trainer's default: forward and backward over each microbatch in turn,
-// gradients accumulated, the loss averaged over the microbatches.
-std::unique_ptr<Schedule> gradient_accumulation_schedule();
+// gradients accumulated, the loss averaged over the microbatches. With
+// `autocast_to`, forward and loss run under autocast to that dtype on the
+// device type (training.mixed_precision_param with no parallelizer, as
+// TorchTitan does).
+struct Autocast {
+  c10::DeviceType device_type;
+  c10::ScalarType dtype;
+};
+std::unique_ptr<MicrobatchRunner> gradient_accumulation(std::optional<Autocast> autocast_to = std::nullopt);
 
 }  // namespace titan

@@ -1,15 +1,25 @@
 // Gradient accumulation over microbatches (no pipeline).
-#include "accumulation_schedule.hpp"
-
 #include <torch/torch.h>
 
 #include "titan/compat.hpp"
 #include "titan/profile_range.hpp"
+#include "titan/microbatch_runner.hpp"
 
 namespace titan {
 
-at::Tensor AccumulationSchedule::forward_backward(CausalLM& model, const std::vector<Microbatch>& microbatches,
-                                      const LossFn& loss) {
+namespace {
+
+class GradientAccumulation : public MicrobatchRunner {
+ public:
+  explicit GradientAccumulation(std::optional<Autocast> autocast) : autocast_(autocast) {}
+  at::Tensor forward_backward(CausalLM& model, const std::vector<Microbatch>& microbatches, const LossFn& loss) override;
+
+ private:
+  std::optional<Autocast> autocast_;
+};
+
+at::Tensor GradientAccumulation::forward_backward(CausalLM& model, const std::vector<Microbatch>& microbatches,
+                                                  const LossFn& loss) {
   at::Tensor total;
   const double mean = 1.0 / static_cast<double>(microbatches.size());
   for (size_t i = 0; i < microbatches.size(); ++i) {
@@ -20,7 +30,7 @@ at::Tensor AccumulationSchedule::forward_backward(CausalLM& model, const std::ve
     {
       ProfileRange range("forward");
       std::optional<compat::AutocastScope> autocast;
-      if (autocast_) autocast.emplace(autocast_->first, autocast_->second);
+      if (autocast_) autocast.emplace(autocast_->device_type, autocast_->dtype);
       at::Tensor logits = model.run(microbatch.inputs, microbatch.document_positions);
       value = weighted_loss(loss(logits, microbatch.labels), weight);
     }
@@ -34,6 +44,10 @@ at::Tensor AccumulationSchedule::forward_backward(CausalLM& model, const std::ve
   return total;
 }
 
-std::unique_ptr<Schedule> gradient_accumulation_schedule() { return std::make_unique<AccumulationSchedule>(); }
+}  // namespace
+
+std::unique_ptr<MicrobatchRunner> gradient_accumulation(std::optional<Autocast> autocast_to) {
+  return std::make_unique<GradientAccumulation>(autocast_to);
+}
 
 }  // namespace titan

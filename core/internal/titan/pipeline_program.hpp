@@ -1,4 +1,5 @@
-// Core services around the pipeline schedule contract (pipeline_schedule.hpp):
+// The trainer's services around the pipeline schedule contract
+// (titan/pipeline_schedule.hpp):
 // lowering compute lists to lists with explicit send/recv, the static check
 // that proves the lists of all ranks run together without a deadlock, the
 // theoretical timeline and bubble, and user schedules read from CSV.
@@ -10,13 +11,6 @@
 #include "titan/pipeline_schedule.hpp"
 
 namespace titan {
-
-// Config keys the checks name in their errors.
-constexpr const char* kPipelineDegreeKey = "pipeline_parallel_degree";
-constexpr const char* kLayersPerStageKey = "pipeline_parallel_layers_per_stage";
-constexpr const char* kMicrobatchesKey = "num_pp_microbatches";  // or local_batch_size / pipeline_parallel_microbatch_size
-constexpr const char* kMicrobatchSizeKey = "pipeline_parallel_microbatch_size";
-constexpr const char* kScheduleCsvKey = "pipeline_parallel_schedule_csv";
 
 // The cost of each compute action in ticks; PyTorch's simulator counts one per action.
 // Any unit works: titan_bench_pipeline replays a schedule with measured microseconds.

@@ -1,7 +1,7 @@
-// A run, planned: the config read and checked, every plugin loaded and its
+// A run, resolved: the config read and checked, every plugin loaded and its
 // object created (factories only parse options; nothing heavy happens), the
 // parallelizers sorted into the canonical order. `titan config check` stops
-// here; `titan train` hands the plan to the trainer.
+// here; `titan train` hands the spec to the trainer.
 #pragma once
 #include <map>
 #include <memory>
@@ -20,7 +20,7 @@
 #include "titan/pipeline.hpp"
 #include "titan/pipeline_program.hpp"
 #include "titan/precision.hpp"
-#include "titan/schedule.hpp"
+#include "titan/microbatch_runner.hpp"
 
 namespace titan {
 
@@ -29,7 +29,7 @@ struct NamedParallelizer {
   std::unique_ptr<Parallelizer> parallelizer;
 };
 
-struct RunPlan {
+struct RunSpec {
   ConfigNode root;
   CoreConfig core;
   std::string model_plugin;
@@ -38,7 +38,7 @@ struct RunPlan {
   std::unique_ptr<LrSchedule> lr_schedule;
   std::unique_ptr<Checkpointer> checkpointer;
   std::vector<NamedParallelizer> parallelizers;  // canonical order
-  std::unique_ptr<Schedule> schedule;            // null: gradient accumulation
+  std::unique_ptr<MicrobatchRunner> microbatch_runner;            // null: gradient accumulation
   // The plugin that cuts the model into stages (null: no pipeline) and its
   // schedule by name (null when it runs a CSV).
   std::unique_ptr<PipelineSplitter> pipeline;
@@ -48,16 +48,16 @@ struct RunPlan {
   std::vector<std::unique_ptr<CommObserver>> comm_observers;
 };
 
-RunPlan plan_run(const ConfigNode& root, int rank = 0, int world_size = 1);
+RunSpec resolve_run(const ConfigNode& root, int rank = 0, int world_size = 1);
 
 // Every mesh dim the pipeline split and the parallelizers ask for, in their order.
 std::vector<MeshDimRequest> mesh_requests(const std::vector<NamedParallelizer>& parallelizers,
                                           const PipelineSplitter* pipeline = nullptr);
-std::vector<MeshDimRequest> mesh_requests(const RunPlan& plan);
+std::vector<MeshDimRequest> mesh_requests(const RunSpec& spec);
 // The dims the parallelizers declare over the dense ones (e.g. ep).
-std::vector<MeshSplitRequest> mesh_splits(const RunPlan& plan);
+std::vector<MeshSplitRequest> mesh_splits(const RunSpec& spec);
 // The degrees known without a world: those asked for explicitly (> 0).
-std::map<std::string, int64_t> requested_degrees(const RunPlan& plan);
+std::map<std::string, int64_t> requested_degrees(const RunSpec& spec);
 
 // A pipelined run's stages (module paths per stage) and every pp rank's
 // checked action lists for a pp degree; throws titan::Error naming the key.
@@ -65,13 +65,13 @@ struct PipelineRun {
   std::vector<std::vector<std::string>> stage_modules;
   PipelineProgram program;
 };
-PipelineRun plan_pipeline_run(const RunPlan& plan, int64_t pp_degree);
+PipelineRun resolve_pipeline_run(const RunSpec& spec, int64_t pp_degree);
 
 // Every parallelizer's validate() on the model (its vocabulary already set)
-// and `degrees` (resolved; see ValidateContext), and the pipeline planned
+// and `degrees` (resolved; see ValidateContext), and the pipeline resolved
 // and statically checked when pp is known (returned; empty without pp),
 // before any weight exists.
-std::optional<PipelineRun> validate_parallelism(const RunPlan& plan, const std::map<std::string, int64_t>& degrees);
+std::optional<PipelineRun> validate_parallelism(const RunSpec& spec, const std::map<std::string, int64_t>& degrees);
 
 // Sorts by ApplyOrder, keeping the user's order among plugins of the same
 // place.
