@@ -72,7 +72,7 @@ double measure_memcpy_bytes_per_s() {
 // machine, not of this process's container.
 DeviceSpec measured_cpu() {
   const int64_t cores = std::max<int64_t>(1, std::thread::hardware_concurrency());
-  const double flops = measure_cpu_peak_flops() / static_cast<double>(cores);
+  const double flops = cpu_peak_flops().flops / static_cast<double>(cores);
   const double memcpy_rate = measure_memcpy_bytes_per_s();
   const int64_t ram = static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * static_cast<int64_t>(sysconf(_SC_PAGE_SIZE));
   DeviceSpec cpu;
@@ -87,7 +87,7 @@ DeviceSpec measured_cpu() {
   // The measured rate is already an achieved one; matmuls and attention
   // are 84% of Titan's CPU step (docs/benchmarks.md, "CPU vs PyTorch eager").
   cpu.matmul_efficiency = 0.84;
-  cpu.source = "measured: a 512x512 float32 matmul on all threads for 0.25 s, divided by the cores; one thread's "
+  cpu.source = "measured: a 512x512 float32 matmul on all threads (once per machine: ~/.cache/titan), divided by the cores; one thread's "
                "memcpy of 64 MiB for every bandwidth; RAM / cores (a busy machine measures low)";
   return cpu;
 }

@@ -157,9 +157,16 @@ double StepMetrics::mfu_percent(double flops_per_sec) {
   const double mfu = 100.0 * flops_per_sec / setup_.peak_flops;
   if (mfu <= 100.0) return mfu;
   if (!warned_mfu_) {
-    spdlog::warn("MFU measured {:.0f}% of the peak of {:.3g} FLOP/s; logged as 100%. The peak is too low: set "
-                 "metrics.peak_flops to the device's real peak",
-                 mfu, setup_.peak_flops);
+    if (setup_.peak_source.empty()) {
+      spdlog::warn("MFU measured {:.0f}% of the peak of {:.3g} FLOP/s; logged as 100%. The peak is too low: set "
+                   "metrics.peak_flops to the device's real peak",
+                   mfu, setup_.peak_flops);
+    } else {  // a busy machine measures low, and the measurement is kept
+      spdlog::warn("MFU measured {:.0f}% of the CPU's peak of {:.3g} FLOP/s ({}); logged as 100%. The peak is too "
+                   "low (measured while the machine was busy?): delete that file to measure again on an idle "
+                   "machine, or set metrics.peak_flops",
+                   mfu, setup_.peak_flops, setup_.peak_source);
+    }
     warned_mfu_ = true;
   }
   return 100.0;

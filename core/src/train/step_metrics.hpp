@@ -6,6 +6,7 @@
 #include <c10/core/Device.h>
 
 #include <chrono>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <memory>
@@ -50,6 +51,7 @@ struct MetricsSetup {
   int rank = 0;
   double flops_per_token = 0;  // the whole model's, forward and backward
   double peak_flops = 0;       // per device; 0: unknown, MFU is logged as 0
+  std::string peak_source;     // a measured CPU peak: when, and where it is kept
   // Devices that share one data-parallel replica's tokens (tp x cp x pp):
   // throughput and MFU are per device, as TorchTitan's.
   int64_t devices_per_replica = 1;
@@ -95,6 +97,16 @@ std::string metrics_file_name(const MetricsConfig& config, int rank);
 
 // Dense float32 matmul FLOP/s of this CPU with the current thread count.
 double measure_cpu_peak_flops();
+// The same, measured once per machine (CPU model, cores, threads, LibTorch)
+// and kept in titan_cache_dir()/cpu_peak_flops.json (cpu_peak_cache.cpp);
+// `source` says when and where, for the warning of an MFU above 100%.
+struct CpuPeak {
+  double flops = 0;
+  std::string source;
+};
+CpuPeak cpu_peak_flops();
+// TITAN_CACHE_DIR, else $XDG_CACHE_HOME/titan, else ~/.cache/titan.
+std::filesystem::path titan_cache_dir();
 // Datasheet dense FLOP/s of a GPU from its name (H100 SXM/PCIe, H200, A100,
 // B200) for the dtype its matmuls run in (kFloat: plain fp32, TF32 being
 // off; otherwise tensor-core bf16); 0 when unknown (MFU is then logged as 0).

@@ -1,0 +1,57 @@
+// The CPU's peak behind MFU, measured once per machine: the first run
+// measures and keeps it under TITAN_CACHE_DIR, later runs read it, and a
+// damaged file is measured over.
+#include "doctest_torch.hpp"
+
+#include <cstdlib>
+#include <nlohmann/json.hpp>
+
+#include "test_support.hpp"
+#include "train/step_metrics.hpp"
+
+namespace {
+
+// TITAN_CACHE_DIR pointed at a fresh folder for one test case.
+class CacheDirScope {
+ public:
+  explicit CacheDirScope(const std::filesystem::path& dir) : dir_(dir) {
+    std::filesystem::remove_all(dir_);
+    setenv("TITAN_CACHE_DIR", dir_.c_str(), 1);
+  }
+  ~CacheDirScope() { unsetenv("TITAN_CACHE_DIR"); }
+  std::filesystem::path file() const { return dir_ / "cpu_peak_flops.json"; }
+
+ private:
+  std::filesystem::path dir_;
+};
+
+}  // namespace
+
+TEST_CASE("the CPU's peak FLOP/s is measured once and then read from the cache folder") {
+  CacheDirScope cache(titan::test::temp_dir("cpu_peak_cache"));
+  CHECK(titan::titan_cache_dir() == cache.file().parent_path());
+
+  const titan::CpuPeak first = titan::cpu_peak_flops();
+  CHECK(first.flops > 1e8);  // any CPU this runs on does more than 0.1 GFLOP/s
+  CHECK(first.source.find("measured at this run's start") != std::string::npos);
+  REQUIRE(std::filesystem::exists(cache.file()));
+  auto json = nlohmann::json::parse(titan::test::read_file(cache.file()));
+  REQUIRE(json.size() == 1);
+  const std::string key = json.begin().key();
+  CHECK(key.find("threads") != std::string::npos);
+  CHECK(json[key]["flops"].get<double>() == first.flops);
+
+  // A kept value is used as it is (here one no matmul would measure).
+  json[key]["flops"] = 12345.0;
+  json[key]["measured"] = "2026-01-02";
+  titan::test::write_file(cache.file(), json.dump());
+  const titan::CpuPeak kept = titan::cpu_peak_flops();
+  CHECK(kept.flops == 12345.0);
+  CHECK(kept.source.find("measured on 2026-01-02, kept in " + cache.file().string()) != std::string::npos);
+
+  // A damaged file is measured over and rewritten.
+  titan::test::write_file(cache.file(), "{not json");
+  const titan::CpuPeak again = titan::cpu_peak_flops();
+  CHECK(again.flops > 1e8);
+  CHECK(nlohmann::json::parse(titan::test::read_file(cache.file())).contains(key));
+}
