@@ -4,6 +4,8 @@
 #include "doctest_torch.hpp"
 
 #include <cstdlib>
+#include <optional>
+#include <string>
 #include <nlohmann/json.hpp>
 
 #include "test_support.hpp"
@@ -15,14 +17,22 @@ namespace {
 class CacheDirScope {
  public:
   explicit CacheDirScope(const std::filesystem::path& dir) : dir_(dir) {
+    if (const char* before = std::getenv("TITAN_CACHE_DIR")) before_ = before;
     std::filesystem::remove_all(dir_);
     setenv("TITAN_CACHE_DIR", dir_.c_str(), 1);
   }
-  ~CacheDirScope() { unsetenv("TITAN_CACHE_DIR"); }
+  ~CacheDirScope() {
+    if (before_) {
+      setenv("TITAN_CACHE_DIR", before_->c_str(), 1);
+    } else {
+      unsetenv("TITAN_CACHE_DIR");
+    }
+  }
   std::filesystem::path file() const { return dir_ / "cpu_peak_flops.json"; }
 
  private:
   std::filesystem::path dir_;
+  std::optional<std::string> before_;
 };
 
 }  // namespace
