@@ -1,9 +1,11 @@
-// Gradient accumulation over microbatches (no pipeline).
+// Gradient accumulation over microbatches (no pipeline): the default
+// MicrobatchRunner (titan/microbatch_runner.hpp).
+#include "titan/microbatch_runner.hpp"
+
 #include <torch/torch.h>
 
 #include "titan/compat.hpp"
 #include "titan/profile_range.hpp"
-#include "titan/microbatch_runner.hpp"
 
 namespace titan {
 
