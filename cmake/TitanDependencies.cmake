@@ -68,7 +68,7 @@ target_precompile_headers(titan_pch PRIVATE <torch/torch.h>)
 option(TITAN_UNITY_BUILD "Compile core, the CLI, the harness, the plugins and the tests in unity batches" ON)
 function(titan_unity_build target)
   if(TITAN_UNITY_BUILD)
-    set_target_properties(${target} PROPERTIES UNITY_BUILD ON UNITY_BUILD_BATCH_SIZE 8)
+    set_target_properties(${target} PROPERTIES UNITY_BUILD ON UNITY_BUILD_BATCH_SIZE 16)
     # A class with a member of a file's anonymous-namespace type is fine in
     # its own file; GCC warns once that file is #included into a batch.
     target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-Wno-subobject-linkage>)

@@ -9,7 +9,7 @@ namespace titan::cli::fr {
 
 namespace {
 
-std::string ranks_text(const std::vector<int>& ranks) {
+std::string ranks_or_none(const std::vector<int>& ranks) {
   std::string text;
   for (size_t i = 0; i < ranks.size(); ++i) text += (i ? "," : "") + std::to_string(ranks[i]);
   return text.empty() ? "none" : text;
@@ -19,8 +19,8 @@ std::string ranks_text(const std::vector<int>& ranks) {
 
 std::string render_text(const Analysis& analysis) {
   std::string text = "flight recorder: world size " + std::to_string(analysis.world_size) + ", dumps from ranks " +
-                     ranks_text(analysis.ranks_with_dumps) + ", missing ranks " +
-                     ranks_text(analysis.missing_ranks) + "\n";
+                     ranks_or_none(analysis.ranks_with_dumps) + ", missing ranks " +
+                     ranks_or_none(analysis.missing_ranks) + "\n";
   for (const Dump& dump : analysis.dumps) {
     text += "  rank " + std::to_string(dump.rank) + ": " + dump.trigger + ": " + dump.reason + "\n";
   }
@@ -33,7 +33,7 @@ std::string render_text(const Analysis& analysis) {
     text += (i == 0 ? "first divergence: " : "also: ") + finding.kind + ": " + finding.summary + "\n";
     for (const Variant& variant : finding.variants) {
       std::string who = variant.ranks.size() == 1 ? "rank " : "ranks ";
-      text += "    " + (variant.ranks.empty() ? "" : who + ranks_text(variant.ranks) + ": ") +
+      text += "    " + (variant.ranks.empty() ? "" : who + ranks_or_none(variant.ranks) + ": ") +
               variant.description + "\n";
     }
   }
