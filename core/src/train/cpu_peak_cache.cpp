@@ -6,12 +6,10 @@
 
 #include <torch/torch.h>
 
-#include <chrono>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 #include <thread>
 
 #include "step_metrics.hpp"
