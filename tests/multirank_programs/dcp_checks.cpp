@@ -58,9 +58,7 @@ int main(int argc, char** argv) {
       runtime = std::make_unique<titan::DistRuntime>(world, timeouts);
       mesh = std::make_unique<titan::DeviceMesh>(*runtime,
                                                  titan::conformance::checkpoint_mesh_degrees(layout, world.world_size));
-      std::vector<int> everyone;
-      for (int rank = 0; rank < world.world_size; ++rank) everyone.push_back(rank);
-      comm = runtime->new_group("checkpoint", everyone);
+      comm = runtime->new_group("checkpoint", world.all_ranks());
     }
     titan::PluginRegistry::instance().load("dcp");
     titan::PluginContext context;

@@ -77,9 +77,7 @@ CheckResults checkpointer_worker(const WorkerArgs& args) {
   if (world.world_size > 1) {
     runtime = std::make_unique<DistRuntime>(world, worker_timeouts());
     mesh = std::make_unique<DeviceMesh>(*runtime, checkpoint_mesh_degrees(layout, world.world_size));
-    std::vector<int> everyone;
-    for (int rank = 0; rank < world.world_size; ++rank) everyone.push_back(rank);
-    comm = runtime->new_group("checkpoint", everyone);
+    comm = runtime->new_group("checkpoint", world.all_ranks());
   }
   ConfigNode options = checkpointer_options(ConfigNode::load_file(args.declaration), async);
   auto checkpointer = create(args.plugin, options, world.rank, world.world_size, args.value("dump"));

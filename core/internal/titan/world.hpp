@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 namespace titan {
 
@@ -19,6 +20,12 @@ struct World {
   std::string source = "single process";  // "torchrun", "slurm", ...
 
   bool distributed() const { return world_size > 1; }
+  // 0, 1, ..., world_size - 1: the members of a group of the whole job.
+  std::vector<int> all_ranks() const {
+    std::vector<int> ranks(static_cast<size_t>(world_size));
+    for (int r = 0; r < world_size; ++r) ranks[static_cast<size_t>(r)] = r;
+    return ranks;
+  }
 };
 
 using EnvLookup = std::function<const char*(const char* name)>;

@@ -184,9 +184,7 @@ DistRuntime::DistRuntime(const World& world, const DistTimeouts& timeouts, const
   // Where this rank's Gloo listens, for the peers' messages should they
   // fail to connect to it (Gloo's own names no address when unreachable).
   impl_->store->set(endpoint_key(world.rank), std::vector<uint8_t>(impl_->network.begin(), impl_->network.end()));
-  std::vector<int> everyone;
-  for (int rank = 0; rank < world.world_size; ++rank) everyone.push_back(rank);
-  impl_->world_group = new_group("world", everyone);
+  impl_->world_group = new_group("world", world.all_ranks());
   spdlog::info("joined {} ranks ({}) through {}:{}", world.world_size, world.source, world.master_addr,
                world.master_port);
 }
@@ -194,9 +192,7 @@ DistRuntime::DistRuntime(const World& world, const DistTimeouts& timeouts, const
 DistRuntime::DistRuntime(const World& world, GroupMaker simulated) : world_(world), impl_(std::make_unique<Impl>()) {
   if (!simulated) throw Error("DistRuntime: the simulated group maker is empty");
   impl_->simulated = std::move(simulated);
-  std::vector<int> everyone(world.world_size);
-  for (int rank = 0; rank < world.world_size; ++rank) everyone[rank] = rank;
-  impl_->world_group = new_group("world", everyone);
+  impl_->world_group = new_group("world", world.all_ranks());
 }
 
 DistRuntime::~DistRuntime() = default;

@@ -37,9 +37,7 @@ ParallelSetup::ParallelSetup(const World& world, const RunSpec& spec, RunObserve
   mesh_ = std::make_unique<DeviceMesh>(*runtime_, degrees, mesh_splits(spec));
   if (!world.distributed()) return;
   spdlog::info("device mesh: {}", mesh_->describe());
-  std::vector<int> everyone(world.world_size);
-  for (int rank = 0; rank < world.world_size; ++rank) everyone[rank] = rank;
-  checkpoint_comm_ = runtime_->new_group("checkpoint", everyone);
+  checkpoint_comm_ = runtime_->new_group("checkpoint", world.all_ranks());
 }
 
 ParallelSetup::~ParallelSetup() = default;

@@ -178,12 +178,14 @@ TrainingRun::TrainingRun(RunSpec& spec_, const World& world_, const RunSeams& se
   metrics_setup.rank = world.rank;
   metrics_setup.flops_per_token = spec.model->flops_per_token(training.seq_len);
   metrics_setup.peak_flops = core.metrics.peak_flops;
-  if (metrics_setup.peak_flops == 0 && device.is_cuda()) {
-    metrics_setup.peak_flops = gpu_peak_flops(compat::device_name(device), compute_dtype_);
-  } else if (metrics_setup.peak_flops == 0) {
-    const CpuPeak peak = cpu_peak_flops();
-    metrics_setup.peak_flops = peak.flops;
-    metrics_setup.peak_source = peak.source;
+  if (metrics_setup.peak_flops == 0) {
+    if (device.is_cuda()) {
+      metrics_setup.peak_flops = gpu_peak_flops(compat::device_name(device), compute_dtype_);
+    } else {
+      const CpuPeak peak = cpu_peak_flops();
+      metrics_setup.peak_flops = peak.flops;
+      metrics_setup.peak_source = peak.source;
+    }
   }
   // A replica's tokens are shared by its tp x cp x pp devices.
   metrics_setup.devices_per_replica = std::max<int64_t>(1, world.world_size / parallel->dp_degree());
