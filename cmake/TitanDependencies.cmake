@@ -54,11 +54,32 @@ titan_use_torch_wheel_fixes(titan_build_flags INTERFACE)
 target_compile_definitions(titan_build_flags INTERFACE BOOST_DLL_USE_STD_FS
   $<$<BOOL:${TITAN_WITH_CUDA}>:TITAN_WITH_CUDA=1>)
 
+# LibTorch as Titan links it: the CPU libraries only (libtorch_cpu, libc10),
+# not the `torch` target, whose libtorch.so pulls in libtorch_cuda and with
+# it CUDA, cuDNN, cuBLAS and NCCL (about 0.2 s and 350 MB a process, on
+# machines without a GPU too). The compile flags are the whole wheel's, CUDA
+# definitions included, so every target shares one precompiled header.
+# What needs CUDA links titan_torch_cuda: libtitan_cuda.so (loaded at run
+# time where a driver is; core/internal/titan/cuda_runtime.hpp), the fused
+# CUDA kernels and their tests.
+add_library(titan_torch INTERFACE)
+target_link_libraries(titan_torch INTERFACE torch_cpu_library c10)
+target_include_directories(titan_torch INTERFACE $<TARGET_PROPERTY:torch,INTERFACE_INCLUDE_DIRECTORIES>)
+target_compile_options(titan_torch INTERFACE $<TARGET_PROPERTY:torch,INTERFACE_COMPILE_OPTIONS>)
+if(TARGET torch_cuda)
+  target_compile_definitions(titan_torch INTERFACE $<TARGET_PROPERTY:torch_cuda,INTERFACE_COMPILE_DEFINITIONS>)
+endif()
+if(TITAN_WITH_CUDA)
+  add_library(titan_torch_cuda INTERFACE)
+  target_link_libraries(titan_torch_cuda INTERFACE titan_torch torch_cuda_library c10_cuda ${NCCL_LIBRARY})
+  target_include_directories(titan_torch_cuda INTERFACE ${CUDAToolkit_INCLUDE_DIRS} ${NCCL_INCLUDE_DIR})
+endif()
+
 # One precompiled LibTorch header, reused by every LibTorch target
 # (compiling <torch/torch.h> costs ~20 s per file on 2 cores, ~8 s with it).
 file(CONFIGURE OUTPUT ${CMAKE_BINARY_DIR}/titan_pch_anchor.cpp CONTENT "// anchor for the precompiled header\n")
 add_library(titan_pch OBJECT ${CMAKE_BINARY_DIR}/titan_pch_anchor.cpp)
-target_link_libraries(titan_pch PUBLIC titan_build_flags ${TORCH_LIBRARIES})
+target_link_libraries(titan_pch PUBLIC titan_build_flags titan_torch)
 target_precompile_headers(titan_pch PRIVATE <torch/torch.h>)
 
 # The large targets compile as unity batches: each batch loads the PCH and

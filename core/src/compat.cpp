@@ -18,26 +18,26 @@
 #include <mutex>
 #include <new>
 
+#include "titan/cuda_runtime.hpp"
 #include "titan/error.hpp"
 #include "titan/meta_tally.hpp"
 #include "titan/peak_memory.hpp"
 
 #ifdef TITAN_WITH_CUDA
-#include <ATen/cuda/CUDAContext.h>
-#include <ATen/cuda/CUDAEvent.h>
-#include <ATen/cuda/CUDAGraph.h>
-#include <c10/cuda/CUDAFunctions.h>
-#include <c10/cuda/CUDAGuard.h>
-#include <ATen/native/cuda/Resize.h>
-#include <c10/cuda/CUDACachingAllocator.h>
-#include <cuda_runtime_api.h>
-#include <torch/csrc/cuda/memory_snapshot.h>
-#include <nccl.h>
+#include <cuda_runtime_api.h>  // CUDART_VERSION only: CUDA's libraries are the module's
+#include <nccl.h>              // NCCL_MAJOR, ...
 #endif
 
 namespace titan::compat {
 
 namespace {
+
+// A CUDA tensor or device exists only where the module loaded.
+const internal::CudaRuntime& loaded_cuda() {
+  const internal::CudaRuntime* cuda = internal::cuda_runtime();
+  if (!cuda) throw std::runtime_error("CUDA is not loaded in this process: " + internal::cuda_runtime_absence());
+  return *cuda;
+}
 
 // [batch, 1, seq, seq]: true where a query sees a key of its own document at
 // or before it.
@@ -89,12 +89,7 @@ void materialize_in_place(at::Tensor& tensor, const c10::Device& device) {
 
 void resize_storage_bytes(const at::Tensor& tensor, size_t bytes) {
   c10::StorageImpl* storage = tensor.storage().unsafeGetStorageImpl();
-#ifdef TITAN_WITH_CUDA
-  if (tensor.is_cuda()) {
-    at::native::resize_bytes_cuda(storage, bytes);
-    return;
-  }
-#endif
+  if (tensor.is_cuda()) return loaded_cuda().resize_storage_bytes(storage, bytes);
   at::native::resize_bytes_cpu(storage, bytes);
 }
 
@@ -119,159 +114,78 @@ std::shared_ptr<void> on_gradient_accumulated(const at::Tensor& param, std::func
   return accumulator;
 }
 
-bool cuda_available() { return torch::cuda::is_available(); }
+bool cuda_available() {
+  const internal::CudaRuntime* cuda = internal::cuda_runtime();
+  return cuda && cuda->available();
+}
+
+std::string cuda_absence() {
+  const internal::CudaRuntime* cuda = internal::cuda_runtime();
+  if (!cuda) return internal::cuda_runtime_absence();
+  return cuda->available() ? "" : "no CUDA device";
+}
+
+int cuda_compute_capability() {
+  const internal::CudaRuntime* cuda = internal::cuda_runtime();
+  return cuda ? cuda->compute_capability() : 0;
+}
 
 std::string cuda_summary() {
 #ifdef TITAN_WITH_CUDA
   std::string text = "CUDA " + std::to_string(CUDART_VERSION / 1000) + "." + std::to_string(CUDART_VERSION % 1000 / 10) +
                      " compiled in (NCCL " + std::to_string(NCCL_MAJOR) + "." + std::to_string(NCCL_MINOR) + "." +
                      std::to_string(NCCL_PATCH) + "); available: ";
-  if (!torch::cuda::is_available()) return text + "no (no CUDA device)";
-  const int64_t count = static_cast<int64_t>(torch::cuda::device_count());
-  return text + "yes, " + std::to_string(count) + " device(s), " + at::cuda::getDeviceProperties(0)->name;
+  const internal::CudaRuntime* cuda = internal::cuda_runtime();
+  return text + (cuda ? cuda->devices() : "no (" + internal::cuda_runtime_absence() + ")");
 #else
   return "CUDA not compiled in (TITAN_WITH_CUDA off)";
 #endif
 }
 
-#ifdef TITAN_WITH_CUDA
 struct DeviceGraph::Graph {
-  c10::DeviceIndex index = 0;
-  at::cuda::CUDAGraph graph;
+  std::unique_ptr<internal::CudaGraph> graph;
 };
 
-namespace {
-
-// `body` on `side`, ordered after `current`'s queued work and before its next.
-void on_stream(c10::cuda::CUDAStream current, c10::cuda::CUDAStream side, const std::function<void()>& body) {
-  at::cuda::CUDAEvent queued;
-  queued.record(current);
-  queued.block(side);
-  {
-    c10::cuda::CUDAStreamGuard guard(side);
-    body();
-  }
-  at::cuda::CUDAEvent done;
-  done.record(side);
-  done.block(current);
-}
-
-}  // namespace
-
-DeviceGraph::DeviceGraph(const c10::Device& device) : graph_(std::make_unique<Graph>()) {
+DeviceGraph::DeviceGraph(const c10::Device& device) {
   if (!device.is_cuda()) throw std::runtime_error("a CUDA graph needs a CUDA device, not " + device.str());
-  graph_->index = device.has_index() ? device.index() : c10::cuda::current_device();
+  graph_ = std::make_unique<Graph>(Graph{loaded_cuda().make_graph(device)});
 }
 
 DeviceGraph::~DeviceGraph() = default;
-
-void DeviceGraph::capture(const std::function<void()>& body) {
-  // Capture may not overlap work still queued elsewhere (PyTorch's
-  // torch.cuda.graph synchronizes the same way).
-  c10::cuda::device_synchronize();
-  const c10::DeviceIndex index = graph_->index;
-  on_stream(c10::cuda::getCurrentCUDAStream(index), c10::cuda::getStreamFromPool(false, index), [&] {
-    graph_->graph.capture_begin();
-    try {
-      body();
-    } catch (...) {
-      try {
-        graph_->graph.capture_end();  // leave the stream out of capture mode
-      } catch (...) {
-      }
-      throw;
-    }
-    graph_->graph.capture_end();
-  });
-}
-
-void DeviceGraph::replay() { graph_->graph.replay(); }
+void DeviceGraph::capture(const std::function<void()>& body) { graph_->graph->capture(body); }
+void DeviceGraph::replay() { graph_->graph->replay(); }
 
 void run_on_side_stream(const c10::Device& device, const std::function<void()>& body) {
   if (!device.is_cuda()) return body();
-  const c10::DeviceIndex index = device.has_index() ? device.index() : c10::cuda::current_device();
-  on_stream(c10::cuda::getCurrentCUDAStream(index), c10::cuda::getStreamFromPool(false, index), body);
+  loaded_cuda().run_on_side_stream(device, body);
 }
-#else
-struct DeviceGraph::Graph {};
-
-DeviceGraph::DeviceGraph(const c10::Device& device) {
-  throw std::runtime_error("a CUDA graph on " + device.str() +
-                           " needs a CUDA build of Titan (TITAN_WITH_CUDA is off)");
-}
-
-DeviceGraph::~DeviceGraph() = default;
-void DeviceGraph::capture(const std::function<void()>& /*body*/) {}
-void DeviceGraph::replay() {}
-
-void run_on_side_stream(const c10::Device& /*device*/, const std::function<void()>& body) { body(); }
-#endif
 
 std::string device_name(const c10::Device& device) {
-#ifdef TITAN_WITH_CUDA
-  if (device.is_cuda()) return at::cuda::getDeviceProperties(device.has_index() ? device.index() : 0)->name;
-#endif
-  return device.str();
+  return device.is_cuda() ? loaded_cuda().device_name(device) : device.str();
 }
 
 int64_t device_memory_allocated(const c10::Device& device) {
-#ifdef TITAN_WITH_CUDA
-  if (device.is_cuda()) {
-    auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device.index());
-    return stats.allocated_bytes[0].current;
-  }
-#endif
-  return 0;
+  return device.is_cuda() ? loaded_cuda().memory_allocated(device) : 0;
 }
 
 DeviceMemoryStats device_memory_stats(const c10::Device& device) {
-  DeviceMemoryStats out;
-#ifdef TITAN_WITH_CUDA
-  if (device.is_cuda()) {
-    const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device.index());
-    const auto all = static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE);
-    out.peak_active = stats.active_bytes[all].peak;
-    out.peak_reserved = stats.reserved_bytes[all].peak;
-    out.alloc_retries = stats.num_alloc_retries;
-    out.ooms = stats.num_ooms;
-    out.capacity = static_cast<int64_t>(at::cuda::getDeviceProperties(device.index())->totalGlobalMem);
-  }
-#endif
-  return out;
+  return device.is_cuda() ? loaded_cuda().memory_stats(device) : DeviceMemoryStats{};
 }
 
 void reset_device_peak_memory(const c10::Device& device) {
-#ifdef TITAN_WITH_CUDA
-  if (device.is_cuda()) c10::cuda::CUDACachingAllocator::resetPeakStats(device.index());
-#endif
-  (void)device;
+  if (device.is_cuda()) loaded_cuda().reset_peak_memory(device);
 }
 
 void record_cuda_memory_history(bool enabled, size_t max_entries) {
-#ifdef TITAN_WITH_CUDA
-  // As torch.cuda.memory._record_memory_history(max_entries=...): every
-  // action, with its stack (in C++, "all" adds the C++ frames to the none
-  // of Python).
-  if (enabled) {
-    // The allocator's per-device parts exist once CUDA is initialized; the
-    // history is switched on in those that exist.
-    at::globalContext().lazyInitDevice(c10::DeviceType::CUDA);
-    torch::cuda::_record_memory_history("all", "all", "all", max_entries);
-  } else {
-    torch::cuda::_record_memory_history(std::nullopt);
-  }
-#else
-  (void)max_entries;
-  if (enabled) throw std::runtime_error("a CUDA memory history needs a CUDA build of Titan (TITAN_WITH_CUDA is off)");
-#endif
+  const internal::CudaRuntime* cuda = internal::cuda_runtime();
+  if (cuda) return cuda->record_memory_history(enabled, max_entries);
+  if (enabled) throw std::runtime_error("a CUDA memory history needs CUDA: " + internal::cuda_runtime_absence());
 }
 
 std::string cuda_memory_snapshot_pickle() {
-#ifdef TITAN_WITH_CUDA
-  return torch::cuda::_memory_snapshot_pickled();
-#else
-  throw std::runtime_error("a CUDA memory snapshot needs a CUDA build of Titan (TITAN_WITH_CUDA is off)");
-#endif
+  const internal::CudaRuntime* cuda = internal::cuda_runtime();
+  if (!cuda) throw std::runtime_error("a CUDA memory snapshot needs CUDA: " + internal::cuda_runtime_absence());
+  return cuda->memory_snapshot_pickle();
 }
 
 bool is_out_of_memory(const std::exception& error) {

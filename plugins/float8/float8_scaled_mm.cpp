@@ -4,26 +4,13 @@
 #include "float8_scaled_mm.h"
 
 #include <ATen/ATen.h>
-#include <torch/cuda.h>
 
 #include "titan/compat.hpp"
 #include "titan/error.hpp"
 
-#ifdef TITAN_WITH_CUDA
-#include <ATen/cuda/CUDAContext.h>
-#endif
-
 namespace titan::float8 {
 
-bool scaled_mm_available() {
-#ifdef TITAN_WITH_CUDA
-  if (!torch::cuda::is_available()) return false;
-  const cudaDeviceProp* properties = at::cuda::getCurrentDeviceProperties();
-  return properties->major * 10 + properties->minor >= 89;
-#else
-  return false;
-#endif
-}
+bool scaled_mm_available() { return compat::cuda_compute_capability() >= 89; }
 
 namespace {
 

@@ -14,7 +14,7 @@
 
 namespace {
 
-struct Layout {
+struct CheckedLayout {
   std::string name;
   int ranks;
   std::string config, plugins, sets;
@@ -38,7 +38,7 @@ std::vector<double> window_reads(const std::filesystem::path& dump, int ranks, i
   return reads;
 }
 
-titan::test::CommandResult train(const Layout& layout, const std::filesystem::path& dump, int port,
+titan::test::CommandResult train(const CheckedLayout& layout, const std::filesystem::path& dump, int port,
                                  const std::string& extra = "") {
   return titan::test::run_command(
       "timeout 300 " + titan::test::titan_binary() + " launch --nproc-per-node " + std::to_string(layout.ranks) +
@@ -56,7 +56,7 @@ TEST_CASE("the training step reads no tensor value on the host between log steps
           "parallel, HSDP, PP x FSDP, PP ZBVZeroBubble and DualPipeV, CP (ring, all-to-all rotation; Ulysses), MoE "
           "with FSDP x EP") {
   const std::string small = titan::test::kSmallModel;
-  const std::vector<Layout> layouts = {
+  const std::vector<CheckedLayout> layouts = {
       {"one_ac_float8", 1, "llama3_debugmodel.yaml", "{name: activation_checkpoint, mode: full}, {name: float8}",
        small + " --set training.local_batch_size=8"},
       // AdamW foreach: ATen's CPU fused AdamW reads each step count (a host
@@ -115,7 +115,7 @@ TEST_CASE("the training step reads no tensor value on the host between log steps
 
 TEST_CASE("the host-read count fails a step that reads: on_nonfinite_loss: skip reads its finite flag once a step, "
           "and the warning names the step and the step's frame") {
-  const Layout one{"skip", 1, "llama3_debugmodel.yaml", "",
+  const CheckedLayout one{"skip", 1, "llama3_debugmodel.yaml", "",
                    titan::test::kSmallModel + " --set training.local_batch_size=8"};
   auto dump = titan::test::temp_dir("host_reads_skip");
   auto result = train(one, dump, 29391, " --set training.on_nonfinite_loss=skip");

@@ -1,4 +1,5 @@
-// The doctest main of titan_tests: every test file registers its cases.
+// The doctest main of the test programs (titan_tests, titan_cuda_tests):
+// every test file registers its cases.
 #include <torch/torch.h>
 #undef CHECK
 #define DOCTEST_CONFIG_IMPLEMENT

@@ -68,9 +68,15 @@ class AutocastScope {
 
 // True when this LibTorch was built with CUDA and a device is present.
 bool cuda_available();
+// Why cuda_available() is false, in words for an error message ("no CUDA
+// driver: libcuda.so.1 not found", "no CUDA device", ...); empty when true.
+std::string cuda_absence();
+// The current CUDA device's compute capability as major * 10 + minor (90
+// for sm_90); 0 without CUDA.
+int cuda_compute_capability();
 // What `titan --version` says of CUDA: compiled in or not (CUDA and NCCL
 // versions), and the devices present, e.g. "CUDA 13.0 compiled in (NCCL
-// 2.28.9); available: no (no CUDA device)".
+// 2.28.9); available: no (no CUDA driver: libcuda.so.1 not found)".
 std::string cuda_summary();
 
 // A CUDA graph of the kernels a function launches. capture() records them

@@ -10,9 +10,6 @@
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
-#ifdef TITAN_WITH_CUDA
-#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
-#endif
 
 #include <algorithm>
 #include <cstdlib>
@@ -20,6 +17,7 @@
 
 #include "process_group_comm.hpp"
 #include "titan/compat.hpp"
+#include "titan/cuda_runtime.hpp"
 #include "titan/error.hpp"
 #include "titan/logging.hpp"
 #include "titan/network_interface.hpp"
@@ -234,17 +232,13 @@ std::unique_ptr<Comm> DistRuntime::new_group(const std::string& name, const std:
     gloo->setTimeout(impl_->timeouts.collective);
     group->setBackend(c10::DeviceType::CPU, c10d::ProcessGroup::BackendType::GLOO, gloo);
     group->setDefaultBackend(c10d::ProcessGroup::BackendType::GLOO);
-#ifdef TITAN_WITH_CUDA
     if (impl_->backend == "nccl") {
       // NCCL connects lazily, at the group's first CUDA collective, on the
       // current CUDA device (the trainer sets it from LOCAL_RANK).
-      auto nccl_options = c10d::ProcessGroupNCCL::Options::create();
-      nccl_options->timeout = impl_->timeouts.collective;
-      auto nccl = c10::make_intrusive<c10d::ProcessGroupNCCL>(store, index, size, nccl_options);
-      group->setBackend(c10::DeviceType::CUDA, c10d::ProcessGroup::BackendType::NCCL, nccl);
+      group->setBackend(c10::DeviceType::CUDA, c10d::ProcessGroup::BackendType::NCCL,
+                        internal::cuda_runtime()->make_nccl_backend(store, index, size, impl_->timeouts.collective));
       group->setDefaultBackend(c10d::ProcessGroup::BackendType::NCCL);
     }
-#endif
   } catch (const c10::Error& error) {
     throw group_failure(*impl_->store, impl_->network, impl_->timeouts.init, world_.rank, name, ranks,
                         error.what_without_backtrace() + loopback_hint(world_, impl_->network));

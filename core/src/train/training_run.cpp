@@ -52,7 +52,7 @@ c10::Device choose_device(const TrainingConfig& training, const RunSeams& seams)
   if (training.device == "cuda") {
     if (!compat::cuda_available()) {
       throw Error("training.device is 'cuda' but this titan has no CUDA (LibTorch " +
-                  std::string(torch_version_string()) + " without CUDA, or no GPU visible); use training.device=cpu");
+                  std::string(torch_version_string()) + "; " + compat::cuda_absence() + "); use training.device=cpu");
     }
     return c10::Device(c10::kCUDA, 0);
   }
