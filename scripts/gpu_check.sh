@@ -528,6 +528,9 @@ if ((want_configure)) && ! ((want_build || want_cuda_tests || want_bench || want
 fi
 targets=(titan titan_all_plugins)
 if ((want_build || want_cuda_tests || want_suite)); then targets+=(titan_tests); fi
+# The fused kernels' direct tests link LibTorch's CUDA libraries: a program
+# of their own (tests/CMakeLists.txt), labelled cuda like the rest.
+if ((want_build || want_cuda_tests)); then targets+=(titan_cuda_tests); fi
 if build_targets "${targets[@]}"; then
   if ((want_cuda_tests)); then run_cuda_tests; fi
   if ((want_bench)); then run_bench; fi
