@@ -1,6 +1,7 @@
 // The CPU's peak behind MFU, measured once per machine: the first run
-// measures and keeps it under TITAN_CACHE_DIR, later runs read it, and a
-// damaged file is measured over.
+// measures and keeps it under TITAN_CACHE_DIR, later runs read it, a
+// damaged file is measured over, and one measured on a busy machine is
+// measured again when the machine is quiet.
 #include "doctest_torch.hpp"
 
 #include <cstdlib>
@@ -51,9 +52,13 @@ TEST_CASE("the CPU's peak FLOP/s is measured once and then read from the cache f
   CHECK(key.find("threads") != std::string::npos);
   CHECK(json[key]["flops"].get<double>() == first.flops);
 
-  // A kept value is used as it is (here one no matmul would measure).
+  CHECK(json[key]["busy"].is_number_integer());  // the other tasks running while it was measured
+
+  // A kept value measured on a quiet machine is used as it is (here one no
+  // matmul would measure).
   json[key]["flops"] = 12345.0;
   json[key]["measured"] = "2026-01-02";
+  json[key]["busy"] = 0;
   titan::test::write_file(cache.file(), json.dump());
   const titan::CpuPeak kept = titan::cpu_peak_flops();
   CHECK(kept.flops == 12345.0);
@@ -64,4 +69,18 @@ TEST_CASE("the CPU's peak FLOP/s is measured once and then read from the cache f
   const titan::CpuPeak again = titan::cpu_peak_flops();
   CHECK(again.flops > 1e8);
   CHECK(nlohmann::json::parse(titan::test::read_file(cache.file())).contains(key));
+}
+
+TEST_CASE("a CPU peak measured beside other running tasks is measured again once the machine is quiet") {
+  // Measured while others ran, or with no record of it (a file from before
+  // the record): measured again on a quiet machine, not on a busy one.
+  CHECK(titan::cpu_peak_measure_again(3, 0));
+  CHECK(titan::cpu_peak_measure_again(std::nullopt, 0));
+  CHECK_FALSE(titan::cpu_peak_measure_again(3, 1));
+  CHECK_FALSE(titan::cpu_peak_measure_again(std::nullopt, 2));
+  // Measured on a quiet machine: kept for good.
+  CHECK_FALSE(titan::cpu_peak_measure_again(0, 0));
+  CHECK_FALSE(titan::cpu_peak_measure_again(0, 4));
+  // /proc/loadavg unreadable (-1): never measured again for it.
+  CHECK_FALSE(titan::cpu_peak_measure_again(3, -1));
 }

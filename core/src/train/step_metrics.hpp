@@ -10,6 +10,7 @@
 #include <fstream>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -105,6 +106,9 @@ struct CpuPeak {
   std::string source;
 };
 CpuPeak cpu_peak_flops();
+// Whether a kept peak is measured again: no other task runs now
+// (`busy_now` == 0), and some did when it was measured (or it is not known).
+bool cpu_peak_measure_again(std::optional<int> busy_then, int busy_now);
 // TITAN_CACHE_DIR, else $XDG_CACHE_HOME/titan, else ~/.cache/titan.
 std::filesystem::path titan_cache_dir();
 // Datasheet dense FLOP/s of a GPU from its name (H100 SXM/PCIe, H200, A100,
