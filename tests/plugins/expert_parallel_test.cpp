@@ -16,7 +16,7 @@ std::string moe(int experts) {
          "  moe_hidden_dim: 32\n  top_k: 2\n  num_experts: " + std::to_string(experts) + "\n";
 }
 
-std::unique_ptr<titan::ModelSpec> qwen3(const std::string& model) {
+std::unique_ptr<titan::ModelSpec> qwen3_moe_spec(const std::string& model) {
   titan::PluginContext context;
   context.options = titan::ConfigNode::parse("model:\n" + model, "run.yaml").child("model");
   return titan::PluginRegistry::instance().create_model("qwen3", context);
@@ -24,7 +24,7 @@ std::unique_ptr<titan::ModelSpec> qwen3(const std::string& model) {
 
 std::string validate_ep(const std::string& options, const std::map<std::string, int64_t>& degrees,
                      const std::string& model = moe(8)) {
-  auto spec = qwen3(model);
+  auto spec = qwen3_moe_spec(model);
   return error_of([&] { create_parallelizer("expert_parallel", options)->validate({*spec, degrees, 64, {}}); });
 }
 

@@ -169,7 +169,7 @@ TrainingRun::TrainingRun(RunSpec& spec_, const World& world_, const RunSeams& se
     resumed_step = state->restore(state->slots());
     spdlog::info("resumed from checkpoint at step {} (data position {})", resumed_step, batches->position());
   } else {
-    load_initial_weights(*spec.checkpointer, *spec.model, *model);  // checkpoint.initial_load_path, if set
+    loaded_initial_weights = load_initial_weights(*spec.checkpointer, *spec.model, *model);  // if set
   }
 
   MetricsSetup metrics_setup;

@@ -72,6 +72,7 @@ class TrainingRun {
   std::unique_ptr<Optimizer> optimizer;
   std::unique_ptr<TrainStateView> state;
   int64_t resumed_step = 0;  // the step a checkpoint resumed after (0: a fresh start)
+  bool loaded_initial_weights = false;  // checkpoint.initial_load_path gave the weights
   std::unique_ptr<StepMetrics> metrics;
   std::unique_ptr<Validator> validator;  // the validation section (null when off)
   const RunSeams seams;
