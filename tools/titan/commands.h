@@ -4,6 +4,9 @@
 #include <string>
 #include <vector>
 
+#include "titan/run_spec.hpp"
+#include "titan/world.hpp"
+
 namespace titan::cli {
 
 using Args = std::vector<std::string>;
@@ -29,5 +32,14 @@ struct RunArgs {
   std::string log_level;
 };
 RunArgs parse_run_args(const Args& args, const std::string& usage);
+
+// What `titan train` and `titan eval` start from: this process's place in
+// the job (its logs prefixed with its rank) and the run CONFIG and its
+// `--set`s (then `forced`, e.g. "validation.enable=true") resolve to.
+struct StartedRun {
+  World world;
+  RunSpec spec;
+};
+StartedRun start_run(const RunArgs& run, const std::vector<std::string>& forced = {});
 
 }  // namespace titan::cli

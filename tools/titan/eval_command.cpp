@@ -40,13 +40,7 @@ int eval_command(const Args& args) {
     std::cout << kEvalUsage;
     return 0;
   }
-  RunArgs run = parse_run_args(args, kEvalUsage);
-  World world = detect_world();
-  init_logging(world.rank, run.log_level);
-  ConfigNode config = ConfigNode::load_file(run.config_path);
-  for (const auto& assignment : run.overrides) config.apply_override(assignment);
-  config.apply_override("validation.enable=true");
-  RunSpec spec = resolve_run(config, world.rank, world.world_size);
+  auto [world, spec] = start_run(parse_run_args(args, kEvalUsage), {"validation.enable=true"});
   const EvalResult result = evaluate(spec, world);
   if (world.rank != 0) return 0;
   write_eval_json(spec.core.job.dump_folder, result);

@@ -3,6 +3,7 @@
 
 #include "commands.h"
 #include "titan/error.hpp"
+#include "titan/logging.hpp"
 
 namespace titan::cli {
 
@@ -39,6 +40,16 @@ RunArgs parse_run_args(const Args& args, const std::string& usage) {
   }
   if (parsed.config_path.empty()) throw Error("a config file is required\n" + usage);
   return parsed;
+}
+
+StartedRun start_run(const RunArgs& run, const std::vector<std::string>& forced) {
+  World world = detect_world();
+  init_logging(world.rank, run.log_level);
+  ConfigNode config = ConfigNode::load_file(run.config_path);
+  for (const auto& assignment : run.overrides) config.apply_override(assignment);
+  for (const auto& assignment : forced) config.apply_override(assignment);
+  RunSpec spec = resolve_run(config, world.rank, world.world_size);
+  return {world, std::move(spec)};
 }
 
 }  // namespace titan::cli

@@ -20,11 +20,7 @@ int train_command(const Args& args) {
     return 0;
   }
   RunArgs run = parse_run_args(args, kTrainUsage);
-  World world = detect_world();
-  init_logging(world.rank, run.log_level);
-  ConfigNode config = ConfigNode::load_file(run.config_path);
-  for (const auto& assignment : run.overrides) config.apply_override(assignment);
-  RunSpec spec = resolve_run(config, world.rank, world.world_size);
+  auto [world, spec] = start_run(run);
   spdlog::info("config {} ({} plugins in canonical order)", run.config_path, spec.parallelizers.size());
   TrainResult result = train(spec, world);
   if (result.already_finished) return 0;  // the trainer said so
