@@ -36,8 +36,13 @@ CudaModule load_cuda_module() {
   const char* set = std::getenv("TITAN_CUDA");
   const std::string choice = set ? set : "auto";
   if (choice == "off" || choice == "0") return {nullptr, "TITAN_CUDA=" + choice + " keeps CUDA unloaded"};
-  if (choice != "on" && choice != "1") {
+  // Too early to throw or log: a wrong value is said where CUDA is wanted.
+  if (choice != "auto" && choice != "on" && choice != "1") {
+    return {nullptr, "TITAN_CUDA=" + choice + " is not one of auto, on, off; CUDA was left unloaded"};
+  }
+  if (choice == "auto") {
     // No driver, no device: LibTorch's CUDA would only say so, at a cost.
+    // The driver stays loaded: LibTorch's CUDA opens it anyway.
     void* driver = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);
     if (!driver) return {nullptr, "no CUDA driver: libcuda.so.1 not found"};
   }

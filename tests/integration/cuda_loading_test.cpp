@@ -50,6 +50,7 @@ TEST_CASE("cuda loading: without a CUDA driver no CUDA library is mapped; the mo
     CHECK(has(cuda_line(""), "available: no (no CUDA driver: libcuda.so.1 not found)"));
   }
   CHECK(has(cuda_line("off"), "available: no (TITAN_CUDA=off keeps CUDA unloaded)"));
+  CHECK(has(cuda_line("yes"), "available: no (TITAN_CUDA=yes is not one of auto, on, off; CUDA was left unloaded)"));
 }
 
 TEST_CASE("cuda loading: TITAN_CUDA=on loads the module before LibTorch settles on CUDA, and CPU training is "

@@ -10,7 +10,9 @@
 // its CUDA hooks, whether CUDA exists for the process, so the module must be
 // in place before that question (at::manual_seed asks it). TITAN_CUDA picks:
 // unset or "auto" loads it where a CUDA driver (libcuda.so.1) is present,
-// "on" always (a CUDA build that cannot load it says why), "off" never.
+// "on" always (a CUDA build that cannot load it says why), "off" never; any
+// other value leaves it unloaded, which `titan --version` and a CUDA run's
+// error name.
 #pragma once
 
 #include <chrono>
