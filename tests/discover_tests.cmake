@@ -1,5 +1,6 @@
-# Run after titan_tests links (cmake -P): lists its doctest cases once, with
-# their source files, and writes one CTest test per case labelled by where the
+# Run after a test program links (titan_tests, titan_cuda_tests; cmake -P):
+# lists its doctest cases once, with their source files, and writes one
+# CTest test per case labelled by where the
 # case lives: its folder (unit, plugins, integration, cuda) and its file's
 # stem (plugins/dcp_test -> dcp, integration/dcp_e2e_test -> dcp_e2e; two
 # files of one stem are refused), so `ctest -L dcp` (a regular expression:
