@@ -16,8 +16,6 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #include <torch/cuda.h>
 
-#include <stdexcept>
-
 namespace titan::internal {
 namespace {
 
@@ -25,8 +23,11 @@ c10::DeviceIndex index_of(const c10::Device& device) {
   return device.has_index() ? device.index() : c10::cuda::current_device();
 }
 
-// `body` on `side`, ordered after `current`'s queued work and before its next.
-void on_stream(c10::cuda::CUDAStream current, c10::cuda::CUDAStream side, const std::function<void()>& body) {
+// `body` on a side stream of device `index`, ordered after the current
+// stream's queued work and before its next.
+void on_side_stream(c10::DeviceIndex index, const std::function<void()>& body) {
+  const c10::cuda::CUDAStream current = c10::cuda::getCurrentCUDAStream(index);
+  const c10::cuda::CUDAStream side = c10::cuda::getStreamFromPool(false, index);
   at::cuda::CUDAEvent queued;
   queued.record(current);
   queued.block(side);
@@ -47,7 +48,7 @@ class Graph final : public CudaGraph {
     // Capture may not overlap work still queued elsewhere (PyTorch's
     // torch.cuda.graph synchronizes the same way).
     c10::cuda::device_synchronize();
-    on_stream(c10::cuda::getCurrentCUDAStream(index_), c10::cuda::getStreamFromPool(false, index_), [&] {
+    on_side_stream(index_, [&] {
       graph_.capture_begin();
       try {
         body();
@@ -104,8 +105,7 @@ class Runtime final : public CudaRuntime {
   }
 
   void run_on_side_stream(const c10::Device& device, const std::function<void()>& body) const override {
-    const c10::DeviceIndex index = index_of(device);
-    on_stream(c10::cuda::getCurrentCUDAStream(index), c10::cuda::getStreamFromPool(false, index), body);
+    on_side_stream(index_of(device), body);
   }
 
   std::string device_name(const c10::Device& device) const override {
