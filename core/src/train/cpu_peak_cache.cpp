@@ -101,14 +101,17 @@ CpuPeak cpu_peak_flops() {
   const fs::path file = titan_cache_dir() / "cpu_peak_flops.json";
   const std::string key = cache_key();
   const nlohmann::json cached = read_json(file);
-  const int busy_now = other_running_tasks();
+  // /proc is read only where the answer can matter: not for a peak kept
+  // from a quiet machine, the usual case, at every rank's start.
+  std::optional<int> busy_now;
   double kept = 0;
   if (auto found = cached.find(key); found != cached.end() && found->contains("flops") &&
                                      (*found)["flops"].is_number() && (*found)["flops"].get<double>() > 0) {
     kept = (*found)["flops"].get<double>();
     std::optional<int> busy_then;
     if (found->contains("busy") && (*found)["busy"].is_number_integer()) busy_then = (*found)["busy"].get<int>();
-    if (!cpu_peak_measure_again(busy_then, busy_now)) {
+    if (busy_then != 0) busy_now = other_running_tasks();
+    if (!busy_now || !cpu_peak_measure_again(busy_then, *busy_now)) {
       const std::string date = found->value("measured", std::string("an earlier run"));
       return {kept, "measured on " + date + ", kept in " + file.string()};
     }
@@ -116,6 +119,7 @@ CpuPeak cpu_peak_flops() {
                  "task(s), and the machine is quiet now",
                  kept, busy_then ? std::to_string(*busy_then) : "an unknown number of");
   }
+  if (!busy_now) busy_now = other_running_tasks();  // nothing kept: measured for the first time
   // The best of what was measured: another load only ever slows a matmul.
   const double flops = std::max(kept, measure_cpu_peak_flops());
   // Written beside and renamed over the file, so that ranks measuring at
@@ -123,7 +127,7 @@ CpuPeak cpu_peak_flops() {
   std::error_code error;
   fs::create_directories(file.parent_path(), error);
   nlohmann::json updated = read_json(file);
-  updated[key] = {{"flops", flops}, {"measured", today()}, {"busy", busy_now}};
+  updated[key] = {{"flops", flops}, {"measured", today()}, {"busy", *busy_now}};
   const fs::path partial = file.string() + "." + std::to_string(getpid()) + ".tmp";
   {
     std::ofstream out(partial);
