@@ -69,6 +69,15 @@ at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::
   return at::scaled_dot_product_attention(q, k, v, mask, 0.0, /*is_causal=*/!mask.has_value(), std::nullopt, gqa);
 }
 
+at::Tensor causal_attention_after(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t past) {
+  if (past == 0) return causal_attention(q, k, v);
+  const bool gqa = q.size(1) != k.size(1);
+  // One query sees every key; more see a causal band shifted by `past`.
+  std::optional<at::Tensor> mask;
+  if (q.size(2) > 1) mask = at::ones({q.size(2), k.size(2)}, q.options().dtype(at::kBool)).tril(past);
+  return at::scaled_dot_product_attention(q, k, v, mask, 0.0, /*is_causal=*/false, std::nullopt, gqa);
+}
+
 std::pair<at::Tensor, at::Tensor> causal_attention_with_weights(const at::Tensor& q, const at::Tensor& k,
                                                                 const at::Tensor& v, const at::Tensor& documents) {
   // The math path written out: SDPA does not return the weights.

@@ -86,7 +86,7 @@ at::Tensor Attention::forward(const at::Tensor& x, const AttentionContext& conte
 
   auto core = std::dynamic_pointer_cast<AttentionCore>(find_module(*this, "sdpa"));
   if (!core) throw Error("deepseek_v3: attention core 'sdpa' is missing or not a titan::AttentionCore");
-  at::Tensor out = core->forward(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), context.documents);
+  at::Tensor out = attend(*core, q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), context);
   out = out.transpose(1, 2).contiguous().view({batch, seq, -1});
   return child_layer(*this, "wo")->forward(out);
 }

@@ -114,6 +114,29 @@ void write_token_shard(const fs::path& path, int64_t count, int64_t vocab) {
       .write(static_cast<const char*>(ids.data_ptr()), static_cast<std::streamsize>(count * sizeof(int16_t)));
 }
 
+// What `titan generate` starts from for `text` with the shipped tokenizer
+// (BOS, then the text's ids), comma-separated for the Python side.
+const char* kPrompt = "Once upon a time there was";
+std::string prompt_ids(const std::string& text) {
+  auto tokenizer = titan::load_tokenizer(titan::test::source_dir() + "/assets/tokenizer/stories_bpe.json");
+  std::string ids = std::to_string(tokenizer->bos_id());
+  for (int32_t id : tokenizer->encode(text)) ids += "," + std::to_string(id);
+  return ids;
+}
+
+// `titan generate`'s greedy continuation (--json) of kPrompt from `folder`,
+// with its KV cache or without; checks the prompt it ran is `expected_prompt`.
+std::vector<int64_t> titan_greedy(const std::string& generate_args, const std::string& expected_prompt, bool cache) {
+  auto result = run_command(titan_cmd("generate " + generate_args + " --prompt '" + kPrompt +
+                                      "' --max-new-tokens 12 --ignore-eos --json" + (cache ? "" : " --no-cache")));
+  const nlohmann::json out = report_of(result);
+  std::string prompt;
+  for (int64_t id : out["prompt_ids"]) prompt += (prompt.empty() ? "" : ",") + std::to_string(id);
+  CHECK(prompt == expected_prompt);
+  CHECK(out["kv_cache"] == cache);
+  return out["ids"].get<std::vector<int64_t>>();
+}
+
 }  // namespace
 
 TEST_SUITE("real readers") {
@@ -152,8 +175,8 @@ TEST_SUITE("real readers") {
     }
   }
 
-  TEST_CASE("transformers: a saved LlamaForCausalLM trains in Titan from its loss, Titan's export loads back as "
-            "LlamaForCausalLM with Titan's logits") {
+  TEST_CASE("transformers: a saved LlamaForCausalLM trains in Titan from its loss and `titan generate` continues "
+            "it as transformers' generate(); Titan's export loads back as LlamaForCausalLM with Titan's logits") {
     if (auto why = missing("transformers,safetensors"); !why.empty()) {
       MESSAGE("TITAN_SKIPPED: " << why);
       return;
@@ -168,9 +191,19 @@ TEST_SUITE("real readers") {
     const auto saved = report_of(run_command(
         reader("hf-save " + (dir / "from_transformers").string() + " --config '" +
                nlohmann::json::parse(spec->hf_config_json()).dump() + "' --tokens " +
-               (dir / "tokens.u16").string() + " --batch 2 --seq 32 --seed 5")));
+               (dir / "tokens.u16").string() + " --batch 2 --seq 32 --seed 5 --new-tokens 12 --prompt-ids " +
+               prompt_ids(kPrompt))));
     INFO(saved.dump());
     const double hf_loss = saved["loss"];
+
+    // `titan generate` on that folder continues a prompt as transformers'
+    // generate() does, token for token, with its KV cache and without.
+    const std::string generate_args =
+        (dir / "from_transformers").string() + " --config configs/llama3_debugmodel.yaml" + kSets;
+    const auto hf_greedy = saved["greedy"].get<std::vector<int64_t>>();
+    REQUIRE(hf_greedy.size() == 12);
+    CHECK(titan_greedy(generate_args, prompt_ids(kPrompt), true) == hf_greedy);
+    CHECK(titan_greedy(generate_args, prompt_ids(kPrompt), false) == hf_greedy);
 
     // Titan starts from that folder; step 1's loss is on the same batch
     // before any update. Two steps, so the exported model is Titan's own.
@@ -355,7 +388,7 @@ TEST_SUITE("real readers") {
 
   TEST_CASE("deepseek_v3: export, import, export is byte-exact and holds every tensor and the expert bias; "
             "transformers loads the export as DeepseekV3ForCausalLM with Titan's logits, and a DeepseekV3 saved by "
-            "transformers starts Titan's training at its own loss") {
+            "transformers starts Titan's training at its own loss and generates its greedy continuation") {
     const fs::path dir = titan::test::temp_dir("real_readers_deepseek_v3");
     // The debug flavor shrunk, with routing HF can express: sigmoid scores,
     // 4 groups of 2 experts of which 2 are kept, route_norm, route_scale 2.5,
@@ -473,10 +506,15 @@ TEST_SUITE("real readers") {
     const auto saved = report_of(run_command(
         reader("deepseek-v3-save " + (dir / "from_transformers").string() + " --config '" +
                nlohmann::json::parse(saved_spec->hf_config_json()).dump() + "' --tokens " +
-               (dir / "tokens.u16").string() + " --batch 2 --seq 32 --seed 5")));
+               (dir / "tokens.u16").string() + " --batch 2 --seq 32 --seed 5 --new-tokens 12 --prompt-ids " +
+               prompt_ids(kPrompt))));
     INFO(saved.dump());
     CHECK(saved["biases"] == 2);
     const double hf_loss = saved["loss"];
+    // Multi-head latent attention, YaRN and the expert bias through
+    // `titan generate`'s KV cache: transformers' greedy continuation.
+    CHECK(titan_greedy((dir / "from_transformers").string() + " --config" + config + sets_of(saved_model) + run_sets,
+                       prompt_ids(kPrompt), true) == saved["greedy"].get<std::vector<int64_t>>());
     result = run_command(titan_cmd(
         "train" + config + sets_of(saved_model) + run_sets + " --set training.steps=1" +
         " --set training.dataset_path=" + (dir / "tokens.u16").string() + " --set checkpoint.initial_load_path=" +

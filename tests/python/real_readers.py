@@ -18,6 +18,7 @@ C++ test decides pass or fail.
   qwen3-save OUT_DIR --config JSON --tokens SHARD --batch B --seq S --seed N
                                        a random DeepseekV3ForCausalLM (and expert bias), save_pretrained;
                                        its loss on the first batch
+  (each *-save also takes --prompt-ids 1,2,3 --new-tokens N: then it prints its greedy generate() too)
   safetensors TITAN_FINAL HF_DIR...    every tensor of each export against Titan's saved model, bit for bit
   tokenizers TOKENIZER IDS FILE...     Tokenizer.from_file ids against Titan's (one line of ids per FILE)
 """
@@ -122,7 +123,7 @@ def hf_save(args):
         other = LlamaForCausalLM(plain_rope_config(config, 10000.0)).float().eval()
         other.load_state_dict(model.state_dict())
         wrong_rope_loss = other(input_ids=window, labels=window).loss.item()
-    print_json({"loss": loss, "wrong_rope_loss": wrong_rope_loss,
+    print_json({"loss": loss, "wrong_rope_loss": wrong_rope_loss, "greedy": greedy_continuation(model, args),
                 "files": sorted(os.listdir(args.out_dir))})
 
 
@@ -204,6 +205,20 @@ def deepseek_v3_logits(args):
     print_json(result)
 
 
+def greedy_continuation(model, args):
+    """transformers' greedy generate() of args.new_tokens tokens after args.prompt_ids (through its KV cache), or
+    None when not asked."""
+    import torch
+
+    if not args.prompt_ids:
+        return None
+    prompt = torch.tensor([[int(i) for i in args.prompt_ids.split(",")]])
+    with torch.no_grad():
+        out = model.generate(prompt, do_sample=False, max_new_tokens=args.new_tokens, min_new_tokens=args.new_tokens,
+                             attention_mask=torch.ones_like(prompt), pad_token_id=0)
+    return out[0, prompt.shape[1]:].tolist()
+
+
 def trained_looking(model_class, config, seed):
     """A random model of transformers' class with trained-looking weights (init's std 0.02 makes attention nearly
     uniform, so a wrong rotary or routing would hardly move the loss)."""
@@ -238,10 +253,12 @@ def deepseek_v3_save(args):
         model.config.rope_interleave = False
         halves_rope_loss = model(input_ids=window, labels=window).loss.item()
         model.config.rope_interleave = True
+        greedy = greedy_continuation(model, args)
         for b in biases:
             b.zero_()
         zero_bias_loss = model(input_ids=window, labels=window).loss.item()
     print_json({"loss": loss, "halves_rope_loss": halves_rope_loss, "zero_bias_loss": zero_bias_loss,
+                "greedy": greedy,
                 "biases": len(biases), "files": sorted(os.listdir(args.out_dir))})
 
 
@@ -354,6 +371,8 @@ def add_save_command(commands, name, config_class, run):
     p.add_argument("--batch", type=int, required=True)
     p.add_argument("--seq", type=int, required=True)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--prompt-ids", default="", help="comma-separated ids: also print the greedy continuation")
+    p.add_argument("--new-tokens", type=int, default=8)
     p.set_defaults(run=run)
 
 

@@ -13,6 +13,7 @@ using Args = std::vector<std::string>;
 
 int train_command(const Args& args);
 int eval_command(const Args& args);
+int generate_command(const Args& args);
 int launch_command(const Args& args);
 int plugins_command(const Args& args);
 int config_command(const Args& args);

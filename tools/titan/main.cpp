@@ -22,6 +22,7 @@ usage: titan <command> [options]
 commands:
   train CONFIG [--set key=value ...]   train as the YAML config says
   eval CONFIG [--set key=value ...]    loss and perplexity of the run's checkpoint on its validation set
+  generate FOLDER --prompt TEXT        continue a prompt with a checkpoint's (or HF folder's) model
   launch --nproc-per-node N -- PROGRAM ARGS...
                                        run N local ranks of PROGRAM (like torchrun)
   config check CONFIG [--set ...]      validate a config without training
@@ -55,6 +56,7 @@ int dispatch(const titan::cli::Args& args) {
   const std::string& command = args[0];
   if (command == "train") return titan::cli::train_command(rest);
   if (command == "eval") return titan::cli::eval_command(rest);
+  if (command == "generate") return titan::cli::generate_command(rest);
   if (command == "launch") return titan::cli::launch_command(rest);
   if (command == "plugins") return titan::cli::plugins_command(rest);
   if (command == "config") return titan::cli::config_command(rest);

@@ -27,7 +27,7 @@ const char* kPpScheduleUsage =
     "  --csv        a schedule in PyTorch's CSV format (one row per rank; compute-only or with comm)\n"
     "  --comm       print the lowered lists with SEND_F/RECV_F/SEND_B/RECV_B (default: compute only)\n";
 
-struct Options {
+struct PpScheduleOptions {
   std::string schedule, csv, svg;
   std::vector<std::string> plugins;
   std::optional<int64_t> stages, microbatches, ranks;
@@ -45,8 +45,8 @@ int64_t positive(const std::string& flag, const std::string& text) {
   return value;
 }
 
-Options parse(const Args& args) {
-  Options options;
+PpScheduleOptions parse_pp_schedule(const Args& args) {
+  PpScheduleOptions options;
   for (size_t i = 0; i < args.size(); ++i) {
     auto value = [&]() -> std::string {
       if (i + 1 >= args.size()) throw Error(args[i] + " needs a value\n" + kPpScheduleUsage);
@@ -69,7 +69,7 @@ Options parse(const Args& args) {
   return options;
 }
 
-PipelineProgram program_from(const Options& options) {
+PipelineProgram program_from(const PpScheduleOptions& options) {
   if (!options.csv.empty()) {
     CsvSchedule csv = read_schedule_csv(options.csv);
     PipelineShape shape = csv.shape;
@@ -147,7 +147,7 @@ int pp_schedule_command(const Args& args) {
     std::cout << kPpScheduleUsage;
     return args.empty() ? 2 : 0;
   }
-  const Options options = parse(args);
+  const PpScheduleOptions options = parse_pp_schedule(args);
   const PipelineProgram program = program_from(options);
   std::cout << program.name << ": " << program.shape.to_string() << ", " << placement_name(program.placement)
             << " placement; the static check passed\n\n"

@@ -30,6 +30,10 @@ at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::
 std::pair<at::Tensor, at::Tensor> causal_attention_with_weights(const at::Tensor& q, const at::Tensor& k,
                                                                 const at::Tensor& v,
                                                                 const at::Tensor& documents = at::Tensor());
+// Causal attention of queries that follow `past` earlier keys (generation
+// with a KV cache): k and v hold past + seq positions, query i sits at
+// position past + i and sees keys 0..past + i.
+at::Tensor causal_attention_after(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t past);
 
 // Gives a tensor (e.g. a parameter built on the meta device) fresh,
 // uninitialized storage on `device` in place, keeping its identity and

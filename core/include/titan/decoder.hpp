@@ -25,6 +25,7 @@
 #include <memory>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "titan/error.hpp"
 #include "titan/model.hpp"
@@ -32,17 +33,51 @@
 namespace titan {
 
 struct MoEOptions;
+class AttentionCore;
 class Rotary;
+
+// The keys and values of the tokens a decoder has already seen, per block,
+// so that generation runs each new token alone (Decoder::forward(tokens,
+// cache)). Room for `capacity` positions is taken at a block's first keys.
+class KvCache {
+ public:
+  explicit KvCache(int64_t capacity) : capacity_(capacity) {}
+  // Positions cached: the next forward's tokens start here.
+  int64_t length() const { return length_; }
+  int64_t capacity() const { return capacity_; }
+  // Appends block `layer`'s keys and values of this forward's tokens (k, v:
+  // [batch, heads, seq, head_dim]) and returns the block's whole keys and
+  // values so far.
+  std::pair<at::Tensor, at::Tensor> append(int64_t layer, const at::Tensor& k, const at::Tensor& v);
+  // The decoder's: after a forward, its `seq` tokens are cached.
+  void advance(int64_t seq);
+
+ private:
+  int64_t capacity_;
+  int64_t length_ = 0;
+  std::vector<std::pair<at::Tensor, at::Tensor>> layers_;
+};
 
 // What each block's attention takes of this forward's sequence: the rotary
 // rows of its tokens (cos, sin: [seq, rope_dim / 2], or [batch, seq,
 // rope_dim / 2] when each document starts at position 0) and, for
 // block-causal attention, the documents of the whole sequence (undefined:
-// causal; AttentionCore::forward says how a core reads them).
+// causal; AttentionCore::forward says how a core reads them). When
+// generating, the cache of earlier tokens' keys and values and the block
+// that runs (`layer`, set by DecoderBlock).
 struct AttentionContext {
   at::Tensor cos, sin;
   at::Tensor documents;
+  KvCache* cache = nullptr;
+  int64_t layer = -1;
 };
+
+// An attention's scores and weighted values, q, k, v: [batch, heads, seq,
+// head_dim]: the core's causal attention, or, with a cache, this forward's
+// queries over the earlier tokens' keys and values and their own. Every
+// DecoderAttention calls it, so that each honours the cache.
+at::Tensor attend(AttentionCore& core, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                  const AttentionContext& context);
 
 // A block's attention: the normalized hidden states and this forward's
 // AttentionContext in, the block's update out.
@@ -117,6 +152,10 @@ class Decoder : public CausalLM {
   // With document positions (CausalLM::run), rotary rows by position
   // within the document and block-causal attention.
   at::Tensor forward(const at::Tensor& tokens) override;
+  // Generation: the logits of `tokens`, which follow the cache's tokens
+  // (rotary rows from position cache.length()); their keys and values are
+  // added to the cache. One process, no documents, no positions set.
+  at::Tensor forward(const at::Tensor& tokens, KvCache& cache);
   bool supports_documents() const override { return true; }
   int64_t num_blocks() const override;
   std::shared_ptr<torch::nn::Module> block(int64_t index) override;
@@ -138,6 +177,7 @@ class Decoder : public CausalLM {
   torch::nn::ModuleDict layers_;
   at::Tensor freqs_cos_;
   at::Tensor freqs_sin_;
+  KvCache* cache_ = nullptr;  // set while forward(tokens, cache) runs
 };
 
 // The ModelSpec part every decoder model shares: its name, flavor and args

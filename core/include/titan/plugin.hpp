@@ -47,7 +47,9 @@ namespace titan {
 //     Schedule -> MicrobatchRunner (kind_microbatch_runner, titan/microbatch_runner.hpp), gradient_accumulation
 //     takes an Autocast; titan/pipeline_program.hpp left the SDK (its config key names moved to
 //     pipeline_schedule.hpp); DeviceMesh is built from ProcessGroups
-constexpr int kPluginAbiVersion = 16;
+// 17: generation's KV cache: KvCache, AttentionContext::cache and ::layer, attend() (every DecoderAttention
+//     calls it), Decoder::forward(tokens, cache) and its member; compat::causal_attention_after
+constexpr int kPluginAbiVersion = 17;
 
 // The kinds a plugin registers one factory of: name, interface, PluginKind
 // bit. The enum below (kind_model, ...), the registrar's methods (model(),

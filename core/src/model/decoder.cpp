@@ -7,6 +7,7 @@
 #include <cmath>
 #include <optional>
 
+#include "titan/compat.hpp"
 #include "titan/error.hpp"
 #include "titan/feed_forward.hpp"
 #include "titan/layers.hpp"
@@ -15,6 +16,33 @@
 #include "titan/param_init.hpp"
 
 namespace titan {
+
+std::pair<at::Tensor, at::Tensor> KvCache::append(int64_t layer, const at::Tensor& k, const at::Tensor& v) {
+  if (layer < 0) throw Error("KvCache: keys of no block (AttentionContext::layer is unset)");
+  const int64_t seq = k.size(2), end = length_ + seq;
+  if (end > capacity_) {
+    throw Error("KvCache: " + std::to_string(end) + " positions do not fit its capacity of " +
+                std::to_string(capacity_));
+  }
+  if (static_cast<int64_t>(layers_.size()) <= layer) layers_.resize(layer + 1);
+  auto& [keys, values] = layers_[layer];
+  if (!keys.defined()) {
+    keys = at::empty({k.size(0), k.size(1), capacity_, k.size(3)}, k.options());
+    values = at::empty({v.size(0), v.size(1), capacity_, v.size(3)}, v.options());
+  }
+  keys.narrow(2, length_, seq).copy_(k);
+  values.narrow(2, length_, seq).copy_(v);
+  return {keys.narrow(2, 0, end), values.narrow(2, 0, end)};
+}
+
+void KvCache::advance(int64_t seq) { length_ += seq; }
+
+at::Tensor attend(AttentionCore& core, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                  const AttentionContext& context) {
+  if (!context.cache) return core.forward(q, k, v, context.documents);
+  auto [keys, values] = context.cache->append(context.layer, k, v);
+  return compat::causal_attention_after(q, keys, values, context.cache->length());
+}
 
 GroupedQueryAttention::GroupedQueryAttention(const Shape& shape, std::shared_ptr<Rotary> rope,
                                              const at::TensorOptions& options)
@@ -52,7 +80,7 @@ at::Tensor GroupedQueryAttention::forward(const at::Tensor& x, const AttentionCo
   k = rope->forward(k, context.cos, context.sin);
   auto core = std::dynamic_pointer_cast<AttentionCore>(find_module(*this, "sdpa"));
   if (!core) throw Error(model_ + ": attention core 'sdpa' is missing or not a titan::AttentionCore");
-  at::Tensor out = core->forward(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), context.documents);
+  at::Tensor out = attend(*core, q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), context);
   out = out.transpose(1, 2).contiguous().view({batch, seq, -1});
   return child_layer(*this, "wo")->forward(out);
 }
@@ -84,7 +112,15 @@ at::Tensor DecoderBlock::forward(const at::Tensor& x, const AttentionContext& co
   if (!attention) {
     throw Error("layers." + std::to_string(layer_id) + ".attention is missing or not a titan::DecoderAttention");
   }
-  at::Tensor h = x + attention->forward(child_layer(*this, "attention_norm")->forward(x), context);
+  at::Tensor normed = child_layer(*this, "attention_norm")->forward(x);
+  at::Tensor h;
+  if (context.cache) {
+    AttentionContext mine = context;
+    mine.layer = layer_id;  // whose keys and values the cache holds
+    h = x + attention->forward(normed, mine);
+  } else {
+    h = x + attention->forward(normed, context);
+  }
   return h + child_layer(*this, ffn_name_)->forward(child_layer(*this, "ffn_norm")->forward(h));
 }
 
@@ -117,13 +153,32 @@ std::shared_ptr<torch::nn::Module> Decoder::block(int64_t index) {
 
 void Decoder::init_buffers() { install_rope_tables(*this, freqs_cos_, freqs_sin_, rope_tables_(), shape_.model); }
 
+at::Tensor Decoder::forward(const at::Tensor& tokens, KvCache& cache) {
+  if (has_positions() || document_positions().defined()) {
+    throw Error(shape_.model + ": a forward with a KV cache takes no positions or documents (generation runs on "
+                "one process, one document a row)");
+  }
+  cache_ = &cache;
+  at::Tensor logits;
+  try {
+    logits = forward(tokens);
+  } catch (...) {
+    cache_ = nullptr;
+    throw;
+  }
+  cache_ = nullptr;
+  cache.advance(tokens.size(1));
+  return logits;
+}
+
 at::Tensor Decoder::forward(const at::Tensor& tokens) {
   // Without tok_embeddings (a later pipeline stage) the input is hidden states.
   auto embeddings = find_child_layer(*this, "tok_embeddings");
   at::Tensor h = embeddings ? embeddings->forward(tokens) : tokens;
   // The tokens' length, not h's: under sequence parallelism h holds a shard.
   const int64_t seq = tokens.size(1);
-  const int64_t last = last_position(seq);  // read in host memory
+  const int64_t first = cache_ ? cache_->length() : 0;  // generation: after the cached tokens
+  const int64_t last = cache_ ? first + seq - 1 : last_position(seq);  // read in host memory
   if (last >= freqs_cos_.size(0)) {
     throw Error(shape_.model + ": position " + std::to_string(last) + " is past the rotary tables (max_seq_len " +
                 std::to_string(freqs_cos_.size(0)) + "); raise model.max_seq_len" + shape_.rope_note);
@@ -145,9 +200,10 @@ at::Tensor Decoder::forward(const at::Tensor& tokens) {
     context.cos = freqs_cos_.index_select(0, global);
     context.sin = freqs_sin_.index_select(0, global);
   } else {
-    context.cos = freqs_cos_.narrow(0, 0, seq);
-    context.sin = freqs_sin_.narrow(0, 0, seq);
+    context.cos = freqs_cos_.narrow(0, first, seq);
+    context.sin = freqs_sin_.narrow(0, first, seq);
   }
+  context.cache = cache_;
   auto blocks = layers_->named_children();
   for (size_t i = 0; i < blocks.size(); ++i) {
     auto block = std::dynamic_pointer_cast<DecoderBlock>(blocks[i].value());

@@ -20,8 +20,14 @@ namespace titan {
 bool load_initial_weights(const Checkpointer& checkpointer, const ModelSpec& spec, CausalLM& model) {
   const std::string path = checkpointer.initial_load_path();
   if (path.empty()) return false;
+  load_weights(checkpointer, spec, model, path, "checkpoint.initial_load_path");
+  return true;
+}
+
+void load_weights(const Checkpointer& checkpointer, const ModelSpec& spec, CausalLM& model, const std::string& path,
+                  const std::string& what, bool with_saved_buffers) {
   if (!std::filesystem::is_directory(path)) {
-    throw Error("checkpoint.initial_load_path '" + path + "' is not a folder (expected a checkpoint step folder or "
+    throw Error(what + " '" + path + "' is not a folder (expected a checkpoint step folder or "
                 "a Hugging Face safetensors folder)");
   }
   const bool hf = safetensors::is_hf_folder(path);
@@ -43,12 +49,10 @@ bool load_initial_weights(const Checkpointer& checkpointer, const ModelSpec& spe
     if (hf) {
       whole = hf_weights->read(name, global);
     } else {
-      if (!saved.count(name)) {
-        throw Error("checkpoint.initial_load_path '" + path + "' has no model tensor '" + name + "'");
-      }
+      if (!saved.count(name)) throw Error(what + " '" + path + "' has no model tensor '" + name + "'");
       whole = checkpointer.read_model_tensor(path, name);
       if (whole.sizes() != c10::IntArrayRef(global)) {
-        throw Error("checkpoint.initial_load_path '" + path + "': tensor '" + name + "' has shape " +
+        throw Error(what + " '" + path + "': tensor '" + name + "' has shape " +
                     c10::str(whole.sizes()) + " but the model's is " + c10::str(global));
       }
     }
@@ -58,18 +62,17 @@ bool load_initial_weights(const Checkpointer& checkpointer, const ModelSpec& spe
   }
   // Buffers the model gives HF names (DeepSeek-V3's expert bias, HF's
   // e_score_correction_bias) come from an HF folder too; from a Titan
-  // checkpoint only parameters are starting weights.
-  if (hf) {
-    const auto names = spec.hf_names();
-    for (auto& item : model.named_buffers()) {
-      const std::string& name = item.key();
-      if (!names.count(name)) continue;
-      const TensorLayout* layout = model.layout(name);
-      at::Tensor whole = hf_weights->read(name, layout ? layout->global_shape : item.value().sizes().vec());
-      item.value().copy_(layout ? local_piece(whole, *layout) : whole);
-      bytes += whole.numel() * whole.element_size();
-      loaded.insert(name);
-    }
+  // checkpoint only parameters are starting weights, unless asked.
+  const auto names = spec.hf_names();
+  for (auto& item : model.named_buffers()) {
+    const std::string& name = item.key();
+    if (hf ? !names.count(name) : (!with_saved_buffers || !saved.count(name))) continue;
+    const TensorLayout* layout = model.layout(name);
+    const std::vector<int64_t> global = layout ? layout->global_shape : item.value().sizes().vec();
+    at::Tensor whole = hf ? hf_weights->read(name, global) : checkpointer.read_model_tensor(path, name);
+    item.value().copy_(layout ? local_piece(whole, *layout) : whole);
+    bytes += whole.numel() * whole.element_size();
+    loaded.insert(name);
   }
   std::vector<std::string> unused;
   if (hf) {
@@ -79,14 +82,14 @@ bool load_initial_weights(const Checkpointer& checkpointer, const ModelSpec& spe
       if (!loaded.count(name)) unused.push_back(name);
     }
   }
-  spdlog::info("loaded initial weights: {} tensors ({:.1f} MiB) from {} '{}'", loaded.size(), bytes / 1048576.0,
-               hf ? "Hugging Face folder" : "checkpoint", path);
+  spdlog::info("loaded {}: {} tensors ({:.1f} MiB) from {} '{}'",
+               what == "checkpoint.initial_load_path" ? "initial weights" : "weights", loaded.size(),
+               bytes / 1048576.0, hf ? "Hugging Face folder" : "checkpoint", path);
   // Expected on a pipeline stage, which holds part of the model.
   if (!unused.empty()) {
     spdlog::info("{} tensors of '{}' are not used by this model or pipeline stage (first: {})", unused.size(), path,
                  unused.front());
   }
-  return true;
 }
 
 }  // namespace titan

@@ -9,11 +9,11 @@
 #include <torch/torch.h>
 
 #include <algorithm>
-#include <thread>
 
 #include "cpu_allocator.hpp"
 #include "cuda_graph_choice.hpp"
 #include "initial_load.hpp"
+#include "run_device.hpp"
 #include "pipeline/pipeline_setup.hpp"
 #include "titan/assets.hpp"
 #include "titan/compat.hpp"
@@ -49,23 +49,7 @@ uint64_t mixture_seed(const TrainingConfig& training) {
 
 c10::Device choose_device(const TrainingConfig& training, const RunSeams& seams) {
   if (seams.shapes_only) return c10::Device(c10::kMeta);  // titan plan: shapes, no values
-  if (training.device == "cuda") {
-    if (!compat::cuda_available()) {
-      throw Error("training.device is 'cuda' but this titan has no CUDA (LibTorch " +
-                  std::string(torch_version_string()) + "; " + compat::cuda_absence() + "); use training.device=cpu");
-    }
-    return c10::Device(c10::kCUDA, 0);
-  }
-  return c10::Device(c10::kCPU);
-}
-
-// LibTorch starts with one intra-op thread here; use the machine unless told.
-void set_threads_and_seed(const TrainingConfig& training) {
-  const int threads = training.threads > 0 ? static_cast<int>(training.threads)
-                                           : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  at::set_num_threads(threads);
-  at::manual_seed(static_cast<uint64_t>(training.seed));
-  if (training.deterministic) at::globalContext().setDeterministicAlgorithms(true, false);
+  return training_device(training);
 }
 
 int64_t accumulation_steps(const TrainingConfig& training, int64_t dp_degree) {
