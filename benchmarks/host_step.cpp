@@ -114,7 +114,8 @@ void measure(const Case& c, int repeats) {
 // the shipped tokenizer's.
 std::string meta_run(const std::string& flavor) {
   const std::string tokenizer = flavor == "debugmodel" ? "assets/tokenizer/stories_bpe.json" : "/nonexistent";
-  return "model: {name: llama3, flavor: " + flavor + ", tokenizer_path: " + tokenizer + "}\n"
+  // Untied, as the Python reference's Llama is.
+  return "model: {name: llama3, flavor: " + flavor + ", tokenizer_path: " + tokenizer + ", enable_weight_tying: false}\n"
          "optimizer: {name: AdamW, lr: 8.0e-4, implementation: fused}\n"
          "training: {local_batch_size: 8, seq_len: 2048, max_norm: 1.0}\n";
 }

@@ -97,6 +97,7 @@ run_titan() {  # name flavor layers seq batch tokenizer mode -> metrics.jsonl in
   # Every 10th step logs (reads the loss on the host); the others never wait for the GPU.
   (cd "$root" && "$build/bin/titan" train "${how[@]}" --set training.threads=0 \
     --set job.dump_folder="$dir" --set model.flavor="$flavor" --set model.n_layers="$layers" \
+    --set model.enable_weight_tying=false \
     --set model.tokenizer_path="$tokenizer" --set model.max_seq_len="$seq" \
     --set training.seq_len="$seq" --set training.local_batch_size="$batch" --set training.steps="$steps" \
     --set training.device=cuda --set training.mixed_precision_param=bfloat16 \

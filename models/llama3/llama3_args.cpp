@@ -31,12 +31,18 @@ Llama3Args make(int64_t dim, int64_t layers, int64_t heads, int64_t kv_heads, in
   return args;
 }
 
+// Llama 3.2's small models share one matrix between embeddings and head.
+Llama3Args tied(Llama3Args args) {
+  args.tie_embeddings = true;
+  return args;
+}
+
 const std::map<std::string, Llama3Args>& table() {
   // dim, layers, heads, kv heads, vocab, multiple_of, ffn multiplier
   static const std::map<std::string, Llama3Args> flavors = {
       {"debugmodel", make(256, 6, 16, 16, 2048, 256, 0.0)},
-      {"1B", make(2048, 16, 32, 8, 128256, 1024, 1.5)},
-      {"3B", make(3072, 28, 24, 8, 128256, 1024, 1.0)},
+      {"1B", tied(make(2048, 16, 32, 8, 128256, 1024, 1.5))},
+      {"3B", tied(make(3072, 28, 24, 8, 128256, 1024, 1.0))},
       {"8B", make(4096, 32, 32, 8, 128256, 1024, 1.3)},
       {"70B", make(8192, 80, 64, 8, 128256, 4096, 1.3)},
       {"405B", make(16384, 126, 128, 8, 128256, 4096, 1.2)},

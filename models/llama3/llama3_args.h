@@ -30,6 +30,7 @@ struct Llama3Args {
   RopeScaling scaling;
   int64_t max_seq_len = 131072;      // length of the rotary tables
   bool depth_init = true;            // out-projection std scales with layer id
+  bool tie_embeddings = false;       // the output head is the embedding matrix (Llama 3.2 1B and 3B)
 
   int64_t head_dim() const { return dim / n_heads; }
   int64_t ffn_hidden_dim() const;

@@ -72,7 +72,7 @@ std::string Llama3Spec::hf_config_json() const {
       {"rope_scaling", nullptr},
       {"vocab_size", args_.vocab_size},
       {"max_position_embeddings", args_.max_seq_len},
-      {"tie_word_embeddings", false},
+      {"tie_word_embeddings", args_.tie_embeddings},
       {"attention_bias", false},
       {"mlp_bias", false},
       {"attention_dropout", 0.0},

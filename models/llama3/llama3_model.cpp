@@ -41,7 +41,7 @@ GroupedQueryAttention::Shape attention_shape(const Llama3Args& args) {
 
 Transformer::Transformer(const Llama3Args& args, const c10::Device& device)
     : Decoder({"llama3", args.vocab_size, args.dim, args.n_layers, args.max_seq_len, args.head_dim(), args.norm_eps,
-               /*rope_note=*/""},
+               /*rope_note=*/"", args.tie_embeddings},
               device,
               [args](int64_t layer_id, const at::TensorOptions& options) {
                 auto attention =

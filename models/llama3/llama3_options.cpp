@@ -15,6 +15,9 @@ Llama3Spec read_llama3_spec(const ConfigNode& options) {
   args.rope_scaling = options.get<bool>("rope_scaling", true, "Llama 3.1 rotary frequency scaling (factor 8)");
   args.max_seq_len = options.get<int64_t>("max_seq_len", 131072, "longest sequence the rotary tables cover");
   args.depth_init = options.get<bool>("depth_init", true, "out-projection init std shrinks with layer depth");
+  args.tie_embeddings = options.get<bool>("enable_weight_tying", args.tie_embeddings,
+                                          "the output head is the embedding matrix (default: as the flavor's "
+                                          "published checkpoint, tied for 1B and 3B)");
   // Shape overrides for experiments and tests; 0 keeps the flavor's value.
   bool kv_heads_set = false;
   const std::pair<const char*, int64_t*> overrides[] = {

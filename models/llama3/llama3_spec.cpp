@@ -18,6 +18,7 @@ int64_t Llama3Spec::num_params(bool include_embedding) const {
   int64_t feed_forward = 3 * a.dim * a.ffn_hidden_dim();
   int64_t block = attention + feed_forward + 2 * a.dim;
   int64_t total = a.n_layers * block + a.dim + a.vocab_size * a.dim;  // + final norm + output
+  if (a.tie_embeddings) total -= a.vocab_size * a.dim;  // the head is the embedding matrix
   return include_embedding ? total + a.vocab_size * a.dim : total;
 }
 
@@ -26,7 +27,9 @@ double Llama3Spec::flops_per_token(int64_t seq_len) const {
   // the attention scores and value products (causal sparsity not counted).
   double attention = 12.0 * static_cast<double>(args_.n_layers) * static_cast<double>(args_.n_heads) *
                      static_cast<double>(args_.head_dim()) * static_cast<double>(seq_len);
-  return 6.0 * static_cast<double>(num_params(false)) + attention;
+  // A tied head still multiplies: its FLOPs count as an untied one's.
+  const double head = args_.tie_embeddings ? static_cast<double>(args_.vocab_size * args_.dim) : 0.0;
+  return 6.0 * (static_cast<double>(num_params(false)) + head) + attention;
 }
 
 std::map<std::string, TpStyle> Llama3Spec::tp_plan() const {
@@ -69,8 +72,9 @@ std::map<std::string, std::string> Llama3Spec::hf_names() const {
       {"attention_norm.weight", "input_layernorm.weight"},
       {"ffn_norm.weight", "post_attention_layernorm.weight"}};
   std::map<std::string, std::string> names = {{"tok_embeddings.weight", "model.embed_tokens.weight"},
-                                              {"norm.weight", "model.norm.weight"},
-                                              {"output.weight", "lm_head.weight"}};
+                                              {"norm.weight", "model.norm.weight"}};
+  // Tied: HF's lm_head is the embedding (tie_word_embeddings), not a tensor of its own.
+  if (!args_.tie_embeddings) names["output.weight"] = "lm_head.weight";
   for (int64_t layer = 0; layer < args_.n_layers; ++layer) {
     std::string index = std::to_string(layer);
     for (const auto& [titan_name, hf_name] : block_names) {

@@ -26,6 +26,7 @@ class Llama3Spec : public DecoderSpec<Llama3Args> {
   at::Tensor to_hf(const std::string& name, const at::Tensor& tensor) const override;
   at::Tensor from_hf(const std::string& name, const at::Tensor& tensor) const override;
   std::string hf_config_json() const override;
+  bool ties_embeddings() const override { return args_.tie_embeddings; }
 };
 
 // The `model:` options (flavor, shape overrides), read and checked

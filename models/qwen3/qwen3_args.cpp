@@ -18,7 +18,7 @@ Qwen3Args dense(int64_t dim, int64_t layers, int64_t heads, int64_t kv_heads, in
   args.n_kv_heads = kv_heads;
   args.hidden_dim = hidden;
   args.vocab_size = vocab;
-  args.hf_tied_embeddings = tied;
+  args.tie_embeddings = tied;
   return args;
 }
 
@@ -43,8 +43,8 @@ Qwen3Args moe(int64_t dim, int64_t layers, int64_t heads, int64_t kv_heads, int6
 
 const std::map<std::string, Qwen3Args>& table() {
   static const std::map<std::string, Qwen3Args> flavors = {
-      // dim, layers, heads, kv heads, FFN hidden, vocab, HF-tied
-      {"debugmodel", dense(256, 8, 16, 8, 3072, 2048, true)},
+      // dim, layers, heads, kv heads, FFN hidden, vocab, tied
+      {"debugmodel", dense(256, 8, 16, 8, 3072, 2048, false)},
       {"0.6B", dense(1024, 28, 16, 8, 3072, 151936, true)},
       {"1.7B", dense(2048, 28, 16, 8, 6144, 151936, true)},
       {"4B", dense(2560, 36, 32, 8, 9728, 151936, true)},

@@ -21,9 +21,9 @@ struct Qwen3Args {
   double norm_eps = 1e-6;
   double rope_theta = 1000000.0;
   int64_t max_seq_len = 4096;    // length of the rotary tables
-  // HF ties the small dense models' output head to the embeddings; Titan
-  // trains them untied for now (an extra vocab x dim matrix), see README.
-  bool hf_tied_embeddings = false;
+  // The output head is the embedding matrix (the small dense models, as
+  // HF's and TorchTitan's; model.enable_weight_tying).
+  bool tie_embeddings = false;
   bool depth_init = true;        // out-projection std shrinks with layer id
   bool moe = false;              // every block's FFN is a MoE layer
   MoEOptions moe_options;        // when moe: Qwen3's softmax, route_norm, gates after the experts

@@ -54,8 +54,9 @@ std::map<std::string, std::string> Qwen3Spec::hf_names() const {
       {"moe.experts.w2", expert + "down_proj.weight"},
       {"moe.experts.w3", expert + "up_proj.weight"}};
   std::map<std::string, std::string> names = {{"tok_embeddings.weight", "model.embed_tokens.weight"},
-                                              {"norm.weight", "model.norm.weight"},
-                                              {"output.weight", "lm_head.weight"}};
+                                              {"norm.weight", "model.norm.weight"}};
+  // Tied: HF's lm_head is the embedding (tie_word_embeddings), not a tensor of its own.
+  if (!args_.tie_embeddings) names["output.weight"] = "lm_head.weight";
   for (int64_t layer = 0; layer < args_.n_layers; ++layer) {
     const std::string titan = "layers." + std::to_string(layer) + ".";
     const std::string hf = "model.layers." + std::to_string(layer) + ".";
@@ -71,7 +72,6 @@ std::map<std::string, std::string> Qwen3Spec::hf_names() const {
 
 std::string Qwen3Spec::hf_config_json() const {
   // Field names and meanings of transformers' Qwen3Config / Qwen3MoeConfig.
-  // Titan trains the output head untied, so the export is untied too.
   nlohmann::ordered_json config = {
       {"architectures", {args_.moe ? "Qwen3MoeForCausalLM" : "Qwen3ForCausalLM"}},
       {"model_type", args_.moe ? "qwen3_moe" : "qwen3"},
@@ -87,7 +87,7 @@ std::string Qwen3Spec::hf_config_json() const {
       {"rope_scaling", nullptr},
       {"vocab_size", args_.vocab_size},
       {"max_position_embeddings", args_.max_seq_len},
-      {"tie_word_embeddings", false},
+      {"tie_word_embeddings", args_.tie_embeddings},
       {"attention_bias", false},
       {"attention_dropout", 0.0},
       {"use_sliding_window", false},

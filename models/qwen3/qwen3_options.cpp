@@ -10,6 +10,9 @@ Qwen3Spec read_qwen3_spec(const ConfigNode& options) {
   Qwen3Args args = flavor_args(flavor);
   args.max_seq_len = options.get<int64_t>("max_seq_len", args.max_seq_len, "longest sequence the rotary tables cover");
   args.depth_init = options.get<bool>("depth_init", true, "out-projection init std shrinks with layer depth");
+  args.tie_embeddings = options.get<bool>("enable_weight_tying", args.tie_embeddings,
+                                          "the output head is the embedding matrix (default: as the flavor's "
+                                          "published checkpoint, tied for 0.6B, 1.7B and 4B)");
   // Shape overrides for experiments and tests; 0 keeps the flavor's value.
   MoEOptions& moe = args.moe_options;
   const std::pair<const char*, int64_t*> overrides[] = {

@@ -31,6 +31,7 @@ std::pair<int64_t, int64_t> block_params(const Qwen3Args& a) {
 int64_t Qwen3Spec::num_params(bool include_embedding) const {
   auto [experts, rest] = block_params(args_);
   int64_t total = args_.n_layers * (experts + rest) + args_.dim + args_.vocab_size * args_.dim;  // + norm + output
+  if (args_.tie_embeddings) total -= args_.vocab_size * args_.dim;  // the head is the embedding matrix
   return include_embedding ? total + args_.vocab_size * args_.dim : total;
 }
 
@@ -46,7 +47,9 @@ double Qwen3Spec::flops_per_token(int64_t seq_len) const {
   }
   double attention = 12.0 * static_cast<double>(args_.n_layers) * static_cast<double>(args_.n_heads) *
                      static_cast<double>(args_.head_dim) * static_cast<double>(seq_len);
-  return 6.0 * (static_cast<double>(num_params(false)) - inactive) + attention;
+  // A tied head still multiplies: its FLOPs count as an untied one's.
+  const double head = args_.tie_embeddings ? static_cast<double>(args_.vocab_size * args_.dim) : 0.0;
+  return 6.0 * (static_cast<double>(num_params(false)) + head - inactive) + attention;
 }
 
 std::map<std::string, TpStyle> Qwen3Spec::tp_plan() const {

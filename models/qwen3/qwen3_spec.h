@@ -26,6 +26,7 @@ class Qwen3Spec : public DecoderSpec<Qwen3Args> {
   // Qwen3-MoE, experts one tensor each, no tensor permuted.
   std::map<std::string, std::string> hf_names() const override;
   std::string hf_config_json() const override;
+  bool ties_embeddings() const override { return args_.tie_embeddings; }
 };
 
 // The `model:` options (flavor, shape and MoE overrides), read and checked

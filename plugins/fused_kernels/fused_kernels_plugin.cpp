@@ -173,6 +173,10 @@ class FusedKernelsParallelizer : public titan::Parallelizer {
     // A pipeline stage without the head has no loss to fuse.
     auto head_module = titan::find_module(model, "output");
     if (options_.cross_entropy && head_module) {
+      if (std::dynamic_pointer_cast<titan::TiedOutput>(head_module)) {
+        throw titan::Error("fused_kernels: cross_entropy fuses an output head of its own, and this model's is tied to "
+                           "the embeddings (model.enable_weight_tying); set cross_entropy: false");
+      }
       auto output = std::dynamic_pointer_cast<titan::Linear>(head_module);
       if (!output || typeid(*output) != typeid(titan::Linear) || !model.logits_vocab_sharded_over().empty()) {
         throw titan::Error("fused_kernels: cross_entropy needs the model's `output` head as a plain titan::Linear "

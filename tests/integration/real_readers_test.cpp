@@ -266,6 +266,50 @@ TEST_SUITE("real readers") {
     CHECK(loaded["wrong_rope_max_abs_diff"].get<double>() > 100 * 1e-5 * scale);
   }
 
+  TEST_CASE("transformers: a tied LlamaForCausalLM (Llama 3.2's layout, no lm_head tensor) starts Titan's tied "
+            "training at its own loss, and Titan's export of it is tied too") {
+    if (auto why = missing("transformers,safetensors"); !why.empty()) {
+      MESSAGE("TITAN_SKIPPED: " << why);
+      return;
+    }
+    const fs::path dir = titan::test::temp_dir("real_readers_tied");
+    titan::PluginContext context;
+    context.options = titan::ConfigNode::parse(kModel + "  enable_weight_tying: true\n", "run.yaml").child("model");
+    auto spec = titan::PluginRegistry::instance().create_model("llama3", context);
+    spec->set_vocab_size(
+        titan::load_tokenizer(titan::test::source_dir() + "/assets/tokenizer/stories_bpe.json")->vocab_size());
+    torch::manual_seed(12);
+    write_token_shard(dir / "tokens.u16", 4 * 2 * 33, spec->vocab_size());
+    const auto saved = report_of(run_command(
+        reader("hf-save " + (dir / "from_transformers").string() + " --config '" +
+               nlohmann::json::parse(spec->hf_config_json()).dump() + "' --tokens " +
+               (dir / "tokens.u16").string() + " --batch 2 --seq 32 --seed 6")));
+    INFO(saved.dump());
+    titan::safetensors::File hf_file((dir / "from_transformers/model.safetensors").string());
+    CHECK_FALSE(hf_file.contains("lm_head.weight"));
+
+    auto result = run_command(titan_cmd(train_args(
+        dir / "run", " --set model.enable_weight_tying=true --set training.steps=2 --set training.dataset_path=" +
+                         (dir / "tokens.u16").string() + " --set checkpoint.initial_load_path=" +
+                         (dir / "from_transformers").string() + " --set checkpoint.enable=true"
+                         " --set checkpoint.interval=2")));
+    REQUIRE_MESSAGE(result.exit_code == 0, result.output);
+    CHECK_MESSAGE(has(result.output, "loaded initial weights: 20 tensors"), result.output);
+    CHECK_MESSAGE(!has(result.output, "but the configured model has"), result.output);
+    const auto lines = reader_metrics_of(dir / "run/metrics.jsonl");
+    REQUIRE(lines.size() == 2);
+    const double hf_loss = saved["loss"], titan_loss = lines[0]["loss_metrics/global_avg_loss"];
+    CHECK(std::abs(titan_loss - hf_loss) <= 1e-5 * std::abs(hf_loss));
+
+    result = run_command(titan_cmd("checkpoint export " + (dir / "run/checkpoint/step-2").string() + " --out " +
+                                   (dir / "export").string()));
+    REQUIRE_MESSAGE(result.exit_code == 0, result.output);
+    titan::safetensors::File exported((dir / "export/model.safetensors").string());
+    CHECK(exported.contains("model.embed_tokens.weight"));
+    CHECK_FALSE(exported.contains("lm_head.weight"));
+    CHECK(nlohmann::json::parse(titan::test::read_file(dir / "export/config.json"))["tie_word_embeddings"] == true);
+  }
+
   TEST_CASE("transformers: Titan's qwen3 exports, dense and MoE, load as Qwen3ForCausalLM and Qwen3MoeForCausalLM "
             "with Titan's logits, and import back bit for bit; a Qwen3-MoE saved by transformers starts Titan's "
             "training at its own loss") {

@@ -127,7 +127,8 @@ class DecoderBlock : public torch::nn::Module {
 };
 
 // Aggregate-initialized by the models in this order:
-// {model, vocab_size, dim, n_layers, max_seq_len, rope_dim, final_norm_eps}.
+// {model, vocab_size, dim, n_layers, max_seq_len, rope_dim, final_norm_eps,
+// rope_note, tie_embeddings}.
 struct DecoderShape {
   std::string model;  // the model plugin's name, in messages
   int64_t vocab_size = 0;
@@ -137,6 +138,8 @@ struct DecoderShape {
   int64_t rope_dim = 0;     // the rotated dims of a head: the tables hold rope_dim / 2 angles
   double final_norm_eps = 1e-5;
   std::string rope_note;  // added to the past-the-tables error (e.g. where YaRN scaling applies)
+  // The output head is the embedding matrix (TiedOutput): no output.weight.
+  bool tie_embeddings = false;
 };
 
 class Decoder : public CausalLM {
@@ -164,8 +167,9 @@ class Decoder : public CausalLM {
 
  protected:
   // TorchTitan's init of the skeleton's parameters: tok_embeddings from
-  // N(0, 1), output from N(0, 1/sqrt(dim)) truncated at 3 std, every norm's
-  // weight 1. False for a parameter the model's own rule draws.
+  // N(0, 1), output from N(0, 1/sqrt(dim)) truncated at 3 std (a tied
+  // embedding too: it is the head's weight), every norm's weight 1. False
+  // for a parameter the model's own rule draws.
   bool init_skeleton_parameter(const std::string& name, at::Tensor& values, at::Generator& generator) const;
   // TorchTitan's std of a block's output projections: 0.02 / sqrt(2 *
   // depth), depth the block's index + 1 (depth_init) or n_layers.

@@ -34,6 +34,20 @@ class Embedding : public Layer {
   at::Tensor weight;
 };
 
+// The output head tied to the token embeddings (model.enable_weight_tying):
+// logits = x E^T, E the weight of `owner`'s `tok_embeddings` looked up at
+// every call (whatever data parallelism has gathered there). It holds no
+// parameter: the model has one matrix, its gradient the sum of both uses.
+class TiedOutput : public Layer {
+ public:
+  // `owner` (the model that registers this layer) outlives it.
+  explicit TiedOutput(const torch::nn::Module& owner) : owner_(&owner) {}
+  at::Tensor forward(const at::Tensor& input) override;
+
+ private:
+  const torch::nn::Module* owner_;
+};
+
 // Normalized in fp32 over the last dim, cast back, then scaled (TorchTitan's RMSNorm).
 class RMSNorm : public Layer {
  public:

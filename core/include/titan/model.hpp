@@ -209,6 +209,10 @@ class ModelSpec {
   virtual at::Tensor to_hf(const std::string& /*name*/, const at::Tensor& tensor) const { return tensor; }
   virtual at::Tensor from_hf(const std::string& /*name*/, const at::Tensor& tensor) const { return tensor; }
   virtual std::string hf_config_json() const { return {}; }
+  // Whether the output head is the embedding matrix (enable_weight_tying):
+  // the trainer refuses layouts that would split the two (pipeline stages,
+  // tensor parallelism).
+  virtual bool ties_embeddings() const { return false; }
 };
 
 }  // namespace titan

@@ -48,7 +48,8 @@ namespace titan {
 //     takes an Autocast; titan/pipeline_program.hpp left the SDK (its config key names moved to
 //     pipeline_schedule.hpp); DeviceMesh is built from ProcessGroups
 // 17: generation's KV cache: KvCache, AttentionContext::cache and ::layer, attend() (every DecoderAttention
-//     calls it), Decoder::forward(tokens, cache) and its member; compat::causal_attention_after
+//     calls it), Decoder::forward(tokens, cache) and its member; compat::causal_attention_after; tied
+//     embeddings: DecoderShape::tie_embeddings, TiedOutput, the virtual ModelSpec::ties_embeddings
 constexpr int kPluginAbiVersion = 17;
 
 // The kinds a plugin registers one factory of: name, interface, PluginKind

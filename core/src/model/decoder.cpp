@@ -134,7 +134,11 @@ Decoder::Decoder(DecoderShape shape, const c10::Device& device, const BlockFacto
         {std::to_string(i), make_block(i, options)}});
   }
   register_module("norm", std::make_shared<RMSNorm>(shape_.dim, shape_.final_norm_eps, options));
-  register_module("output", std::make_shared<Linear>(shape_.dim, shape_.vocab_size, options));
+  if (shape_.tie_embeddings) {
+    register_module("output", std::make_shared<TiedOutput>(*this));
+  } else {
+    register_module("output", std::make_shared<Linear>(shape_.dim, shape_.vocab_size, options));
+  }
   freqs_cos_ = register_buffer("freqs_cos", at::empty({shape_.max_seq_len, shape_.rope_dim / 2}, options));
   freqs_sin_ = register_buffer("freqs_sin", at::empty({shape_.max_seq_len, shape_.rope_dim / 2}, options));
   if (!device.is_meta()) Decoder::init_buffers();
@@ -217,9 +221,9 @@ at::Tensor Decoder::forward(const at::Tensor& tokens) {
 }
 
 bool Decoder::init_skeleton_parameter(const std::string& name, at::Tensor& values, at::Generator& generator) const {
-  if (name == "tok_embeddings.weight") {
+  if (name == "tok_embeddings.weight" && !shape_.tie_embeddings) {
     values.normal_(0.0, 1.0, generator);
-  } else if (name == "output.weight") {
+  } else if (name == "output.weight" || name == "tok_embeddings.weight") {
     const double std = 1.0 / std::sqrt(static_cast<double>(shape_.dim));
     trunc_normal(values, 0.0, std, -3 * std, 3 * std, generator);
   } else if (name_ends_with(name, "norm.weight")) {  // the blocks' and the final norm, and any inside attention

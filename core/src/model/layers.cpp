@@ -5,6 +5,8 @@
 #include <ATen/ATen.h>
 
 #include "titan/compat.hpp"
+#include "titan/error.hpp"
+#include "titan/module_path.hpp"
 
 namespace titan {
 
@@ -23,6 +25,16 @@ Embedding::Embedding(int64_t vocab_size, int64_t dim, const at::TensorOptions& o
 }
 
 at::Tensor Embedding::forward(const at::Tensor& tokens) { return at::embedding(weight, tokens); }
+
+at::Tensor TiedOutput::forward(const at::Tensor& input) {
+  auto embeddings = find_module(*owner_, "tok_embeddings");
+  const at::Tensor* weight = embeddings ? embeddings->named_parameters(/*recurse=*/false).find("weight") : nullptr;
+  if (!weight) {
+    throw Error("output is tied to tok_embeddings.weight (model.enable_weight_tying), which this model or pipeline "
+                "stage does not hold; set model.enable_weight_tying=false to train an output head of its own");
+  }
+  return at::linear(input, *weight);
+}
 
 RMSNorm::RMSNorm(int64_t dim, double eps_, const at::TensorOptions& options) : eps(eps_) {
   weight = register_parameter("weight", at::empty({dim}, options));
