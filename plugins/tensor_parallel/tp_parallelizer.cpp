@@ -71,10 +71,27 @@ void TpParallelizer::parallelize(CausalLM& model, const ParallelizeContext& cont
   validate(ValidateContext{context.spec, degrees, /*seq_len=*/0, {}});  // the sizes; seq_len was checked by the trainer
   TpContext tp{&comm, options_.sequence_parallel, options_.async};
   int swapped = 0;
-  for (const auto& [pattern, style] : context.spec.tp_plan()) {
+  const std::map<std::string, TpStyle> plan = context.spec.tp_plan();
+  for (const auto& [pattern, style] : plan) {
     for (const auto& path : match_modules(model, pattern)) {
       auto layer = std::dynamic_pointer_cast<Layer>(find_module(model, path));
       if (!layer) throw Error("tensor_parallel: the plan names '" + path + "', which is not a titan::Layer");
+      if (std::dynamic_pointer_cast<TiedOutput>(layer)) {
+        // The head tied to the embeddings reads the vocabulary-parallel
+        // embedding's shard: its logits are that shard's, and the shard's
+        // gradient gathers both uses. Only the input's gather is added.
+        auto embedding = plan.find("tok_embeddings");
+        if (style != TpStyle::colwise || embedding == plan.end() ||
+            embedding->second != TpStyle::rowwise) {
+          throw Error("tensor_parallel: the output head '" + path + "' is tied to the embeddings "
+                      "(model.enable_weight_tying), which needs the model's plan to split both over the vocabulary "
+                      "(tok_embeddings rowwise, output colwise); set model.enable_weight_tying=false");
+        }
+        swap_module(model, path, std::make_shared<ColwiseLinear>(layer, tp, path));
+        model.set_logits_vocab_sharded_over("tp");
+        ++swapped;
+        continue;
+      }
       const at::Tensor weight = weight_of(*layer, path);
       const std::string name = path + ".weight";
       std::shared_ptr<Layer> replacement;

@@ -72,18 +72,11 @@ std::optional<PipelineRun> validate_parallelism(const RunSpec& spec, const std::
   std::vector<ApplyOrder> apply_orders;
   for (const auto& item : spec.parallelizers) apply_orders.push_back(item.parallelizer->apply_order());
   ValidateContext context{*spec.model, degrees, spec.core.training.seq_len, apply_orders};
-  if (spec.model->ties_embeddings()) {
-    // The tied head reads the embedding matrix where it is: not on another
-    // stage, and not as the vocabulary shard tensor parallelism leaves.
-    const auto tp = degrees.find("tp");
-    const std::string with = spec.pipeline ? "pipeline parallelism (tok_embeddings and output on different stages)"
-                             : tp != degrees.end() && tp->second > 1 ? "tensor parallelism (tp " +
-                                                                          std::to_string(tp->second) + ")"
-                                                                    : "";
-    if (!with.empty()) {
-      throw Error("model.enable_weight_tying: the output head tied to the embeddings is not supported with " + with +
-                  " yet; set model.enable_weight_tying=false (an output head of its own, as an untied checkpoint has)");
-    }
+  if (spec.model->ties_embeddings() && spec.pipeline) {
+    // The tied head reads the embedding matrix, which another stage holds.
+    throw Error("model.enable_weight_tying: the output head tied to the embeddings is not supported with pipeline "
+                "parallelism (tok_embeddings and output on different stages) yet; set model.enable_weight_tying=false "
+                "(an output head of its own, as an untied checkpoint has)");
   }
   if (spec.pipeline) spec.pipeline->validate(context);
   for (const auto& [name, parallelizer] : spec.parallelizers) parallelizer->validate(context);
