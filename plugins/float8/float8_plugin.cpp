@@ -15,6 +15,7 @@
 #include "titan/error.hpp"
 #include "titan/logging.hpp"
 #include "titan/module_path.hpp"
+#include "titan/moe.hpp"
 #include "titan/plugin.hpp"
 #include "titan/precision.hpp"
 
@@ -26,6 +27,7 @@ using titan::float8::Float8Settings;
 struct Float8Options {
   std::string recipe_name = "tensorwise";
   std::vector<std::string> filter_fqns{"output"};
+  std::vector<std::string> moe_fqns;  // MoE layers whose experts multiply in float8 (module path substrings)
   bool auto_filter_small_kn = false;
   bool emulate = false;
   bool enable_fsdp_float8_all_gather = false;
@@ -105,17 +107,49 @@ class Float8Policy : public titan::PrecisionPolicy {
       titan::swap_module(model, item.key(), layer);
       converted.push_back(item.key());
     }
-    spdlog::info("float8: recipe {} ({}): {} linear layers converted{}; kept in high precision: {}",
+    const int experts = convert_experts(model, *settings);
+    spdlog::info("float8: recipe {} ({}): {} linear layers{} converted{}; kept in high precision: {}",
                  options_.recipe_name, settings->emulate ? "emulated" : "_scaled_mm", converted.size(),
+                 experts > 0 ? " and the experts of " + std::to_string(experts) + " MoE layers" : std::string(),
                  options_.enable_fsdp_float8_all_gather
                      ? std::string(", FSDP gathers their weights as float8") +
                            (settings->precomputed ? " (scales precomputed, one all-reduce per step)" : "")
                      : "",
                  joined(kept));
-    if (converted.empty()) spdlog::warn("float8: no linear layer was converted; the run trains in high precision");
+    if (converted.empty() && experts == 0) {
+      spdlog::warn("float8: no linear layer was converted; the run trains in high precision");
+    }
   }
 
  private:
+  // TorchTitan's float8 grouped experts (rowwise): each expert's three
+  // products through the float8 linear, looping over the experts (on CPU
+  // the exact emulation; _scaled_grouped_mm is not wired yet).
+  int convert_experts(titan::CausalLM& model, const Float8Settings& settings) const {
+    if (options_.moe_fqns.empty()) return 0;
+    int converted = 0;
+    for (const auto& [path, moe] : titan::find_moe_layers(model)) {
+      const std::string experts_path = path + ".experts";
+      bool wanted = false;
+      for (const auto& fqn : options_.moe_fqns) wanted = wanted || experts_path.find(fqn) != std::string::npos;
+      if (!wanted) continue;
+      auto experts = std::dynamic_pointer_cast<titan::GroupedExperts>(titan::find_module(*moe, "experts"));
+      if (!experts) throw titan::Error("float8: " + experts_path + " is not a titan::GroupedExperts");
+      const titan::float8::Recipe recipe = settings.recipe;
+      const bool emulate = settings.emulate;
+      experts->matmul = [recipe, emulate](const at::Tensor& x, const at::Tensor& weight) {
+        return titan::float8::float8_linear(x, weight, recipe, {}, emulate);
+      };
+      ++converted;
+    }
+    if (converted == 0) {
+      throw titan::Error("float8: moe_fqns_prototype [" + joined(options_.moe_fqns) +
+                         "] matched no MoE layer's experts in this model; its MoE layers' paths look like "
+                         "layers.1.moe.experts (an empty list keeps every expert in high precision)");
+    }
+    return converted;
+  }
+
   Float8Options options_;
 };
 
@@ -127,6 +161,10 @@ Float8Options read_options(const titan::ConfigNode& node) {
                                     "(rowwise, grad_weight in high precision)");
   options.filter_fqns = node.get<std::vector<std::string>>(
       "filter_fqns", options.filter_fqns, "linear layers whose module path contains one of these stay high precision");
+  options.moe_fqns = node.get<std::vector<std::string>>(
+      "moe_fqns_prototype", options.moe_fqns,
+      "MoE layers whose experts multiply in float8, by module path substring (e.g. [experts]; recipe rowwise; "
+      "TorchTitan's float8 grouped experts)");
   options.auto_filter_small_kn = node.get<bool>(
       "auto_filter_small_kn", options.auto_filter_small_kn,
       "also keep layers below torchao's size thresholds (where float8 is slower on H100) in high precision");
@@ -150,6 +188,10 @@ Float8Options read_options(const titan::ConfigNode& node) {
     node.fail("enable_fsdp_float8_all_gather",
               "works with recipe_name: tensorwise only (the gathered codes share one scale per weight), got "
               "recipe_name: " + options.recipe_name + "; set it to false or use tensorwise");
+  }
+  if (!options.moe_fqns.empty() && options.recipe_name != "rowwise") {
+    node.fail("moe_fqns_prototype", "float8 experts take recipe_name: rowwise only (TorchTitan's), got recipe_name: " +
+                                        options.recipe_name + "; set recipe_name: rowwise or drop moe_fqns_prototype");
   }
   if (options.precompute_float8_dynamic_scale_for_fsdp && !options.enable_fsdp_float8_all_gather) {
     node.fail("precompute_float8_dynamic_scale_for_fsdp",

@@ -17,6 +17,7 @@
 #include "float8_linear.h"
 #include "float8_scaling.h"
 #include "titan/config.hpp"
+#include "titan/moe.hpp"
 #include "titan/error.hpp"
 #include "titan/layers.hpp"
 #include "titan/model.hpp"
@@ -359,6 +360,46 @@ TEST_CASE("float8 linear: forward and backward equal a float64 reference of the 
     CHECK(e_gw <= 1e-6);
     // And it is float8, not the float32 matmul: the quantization error shows.
     CHECK(relative_error(out.reshape({-1, 48}), at::mm(x.reshape({-1, 32}), w.t())) > 1e-4);
+  }
+}
+
+TEST_CASE("float8 experts: each expert's three products are the float8 linear's (rowwise), and the gradients reach "
+          "the experts that got rows") {
+  at::manual_seed(4);
+  const int64_t experts = 3, dim = 32, hidden = 48;
+  at::Tensor w1 = (at::randn({experts, hidden, dim}) * 0.2).requires_grad_(true);
+  at::Tensor w2 = (at::randn({experts, dim, hidden}) * 0.2).requires_grad_(true);
+  at::Tensor w3 = (at::randn({experts, hidden, dim}) * 0.2).requires_grad_(true);
+  const at::Tensor tokens = at::randn({10, dim}) * at::linspace(0.01, 4.0, dim);
+  const std::vector<int64_t> counts{4, 0, 6};
+  const f8::Recipe recipe = f8::recipe_from_name("rowwise");
+  const titan::ExpertMatmul float8 = [&](const at::Tensor& x, const at::Tensor& w) {
+    return f8::float8_linear(x, w, recipe);
+  };
+  at::Tensor out = titan::run_experts_loop(w1, w2, w3, tokens, counts, float8);
+  at::Tensor expected;
+  {
+    at::NoGradGuard no_grad;
+    std::vector<at::Tensor> rows;
+    int64_t start = 0;
+    for (int64_t e = 0; e < experts; ++e) {
+      if (counts[e] == 0) continue;
+      const at::Tensor x = tokens.narrow(0, start, counts[e]);
+      at::Tensor h = at::silu(f8::float8_linear(x, w1[e], recipe)) * f8::float8_linear(x, w3[e], recipe);
+      rows.push_back(f8::float8_linear(h, w2[e], recipe));
+      start += counts[e];
+    }
+    expected = at::cat(rows, 0);
+  }
+  CHECK((out - expected).abs().max().item<double>() == 0.0);
+  // Float8, not the float32 experts: the quantization error shows.
+  CHECK(relative_error(out.detach(), titan::run_experts_loop(w1, w2, w3, tokens, counts).detach()) > 1e-4);
+  out.pow(2).sum().backward();
+  for (const at::Tensor& w : {w1, w2, w3}) {
+    REQUIRE(w.grad().defined());
+    CHECK(w.grad()[0].abs().sum().item<double>() > 0);
+    CHECK(w.grad()[1].abs().sum().item<double>() == 0);  // no rows, zero gradient
+    CHECK(w.grad()[2].abs().sum().item<double>() > 0);
   }
 }
 

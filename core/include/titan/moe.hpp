@@ -84,14 +84,20 @@ class Router : public torch::nn::Module {
 // The routed experts' SwiGLU on grouped weights w1 [E, F, D], w2 [E, D, F],
 // w3 [E, F, D]. Expert parallelism shards dim 0: E is w1.size(0), the
 // experts this rank holds.
+// One expert's product x [rows, in] @ weight [out, in]^T: a seam a
+// precision plugin fills (float8 experts); unset, the matmul.
+using ExpertMatmul = std::function<at::Tensor(const at::Tensor& x, const at::Tensor& weight)>;
+
 class GroupedExperts : public torch::nn::Module {
  public:
   GroupedExperts(int64_t num_experts, int64_t dim, int64_t hidden_dim, const MoEOptions& options,
                  const at::TensorOptions& tensor_options);
   // tokens [rows, D], each expert's rows together in expert order;
-  // tokens_per_expert sums to rows.
+  // tokens_per_expert sums to rows. With `matmul` set, always the loop over
+  // experts (the grouped GEMM multiplies in its own precision).
   at::Tensor forward(const at::Tensor& tokens, const std::vector<int64_t>& tokens_per_expert);
   at::Tensor w1, w2, w3;
+  ExpertMatmul matmul;
 
  private:
   ExpertsBackend backend_;
@@ -100,7 +106,8 @@ class GroupedExperts : public torch::nn::Module {
 
 // The two ways GroupedExperts multiplies, for tests and benchmarks.
 at::Tensor run_experts_loop(const at::Tensor& w1, const at::Tensor& w2, const at::Tensor& w3,
-                            const at::Tensor& tokens, const std::vector<int64_t>& tokens_per_expert);
+                            const at::Tensor& tokens, const std::vector<int64_t>& tokens_per_expert,
+                            const ExpertMatmul& matmul = {});
 // Pads each expert's group with zero rows to a multiple of `alignment`
 // (what the CUDA kernel needs), runs at::_grouped_mm, drops the padding.
 at::Tensor run_experts_grouped_mm(const at::Tensor& w1, const at::Tensor& w2, const at::Tensor& w3,

@@ -49,7 +49,8 @@ namespace titan {
 //     pipeline_schedule.hpp); DeviceMesh is built from ProcessGroups
 // 17: generation's KV cache: KvCache, AttentionContext::cache and ::layer, attend() (every DecoderAttention
 //     calls it), Decoder::forward(tokens, cache) and its member; compat::causal_attention_after; tied
-//     embeddings: DecoderShape::tie_embeddings, TiedOutput, the virtual ModelSpec::ties_embeddings
+//     embeddings: DecoderShape::tie_embeddings, TiedOutput, the virtual ModelSpec::ties_embeddings;
+//     GroupedExperts::matmul (ExpertMatmul, float8 experts)
 constexpr int kPluginAbiVersion = 17;
 
 // The kinds a plugin registers one factory of: name, interface, PluginKind

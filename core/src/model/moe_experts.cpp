@@ -31,16 +31,20 @@ bool rows_fit_grouped_mm(const at::Tensor& w1, const at::Tensor& tokens) {
 }  // namespace
 
 at::Tensor run_experts_loop(const at::Tensor& w1, const at::Tensor& w2, const at::Tensor& w3,
-                            const at::Tensor& tokens, const std::vector<int64_t>& tokens_per_expert) {
+                            const at::Tensor& tokens, const std::vector<int64_t>& tokens_per_expert,
+                            const ExpertMatmul& matmul) {
   check_counts(w1, tokens, tokens_per_expert);
   // Each expert's weights as one of unbind's views: its backward stacks the
   // experts' gradients once. Indexing (w1[e]) would make each expert's
   // backward a zero-filled gradient of the whole [E, ...] weight to add up:
   // at 64 experts of 256 x 768, 13x the forward + backward (titan_bench_moe).
   const std::vector<at::Tensor> w1s = w1.unbind(0), w2s = w2.unbind(0), w3s = w3.unbind(0);
+  auto product = [&](const at::Tensor& x, const at::Tensor& weight) {
+    return matmul ? matmul(x, weight) : at::matmul(x, weight.t());
+  };
   auto expert = [&](size_t e, const at::Tensor& x) {
-    at::Tensor h = at::silu(at::matmul(x, w1s[e].t())) * at::matmul(x, w3s[e].t());
-    return at::matmul(h, w2s[e].t());
+    at::Tensor h = at::silu(product(x, w1s[e])) * product(x, w3s[e]);
+    return product(h, w2s[e]);
   };
   std::vector<at::Tensor> outputs;
   int64_t start = 0;
@@ -111,7 +115,7 @@ at::Tensor GroupedExperts::forward(const at::Tensor& tokens, const std::vector<i
   const bool cuda = tokens.is_cuda();
   bool grouped = backend_ == ExpertsBackend::grouped_mm ||
                  (backend_ == ExpertsBackend::automatic && cuda && rows_fit_grouped_mm(w1, tokens));
-  if (!grouped) return run_experts_loop(w1, w2, w3, tokens, tokens_per_expert);
+  if (!grouped || matmul) return run_experts_loop(w1, w2, w3, tokens, tokens_per_expert, matmul);
   // 16 rows: the CUTLASS kernel's alignment (TorchTitan's TOKEN_GROUP_ALIGN_SIZE_M).
   int64_t alignment = alignment_ > 0 ? alignment_ : (cuda ? 16 : 1);
   return run_experts_grouped_mm(w1, w2, w3, tokens, tokens_per_expert, alignment);
