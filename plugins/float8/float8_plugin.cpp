@@ -42,15 +42,22 @@ std::string joined(const std::vector<std::string>& names) {
   return text.empty() ? "none" : text;
 }
 
+// The first of `fqns` that `path` contains (torchao's and TorchTitan's
+// module filters match by substring), or null.
+const std::string* first_contained(const std::string& path, const std::vector<std::string>& fqns) {
+  for (const auto& fqn : fqns) {
+    if (path.find(fqn) != std::string::npos) return &fqn;
+  }
+  return nullptr;
+}
+
 // Why a linear stays in high precision, or "" to convert it: torchao's
 // module filter (filter_fqns by substring, dims that _scaled_mm cannot
 // take) and, with auto_filter_small_kn, its size thresholds (H100
 // measurements: below them float8 is slower than bf16).
 std::string kept_because(const std::string& path, int64_t out_features, int64_t in_features,
                          const Float8Options& options) {
-  for (const auto& fqn : options.filter_fqns) {
-    if (path.find(fqn) != std::string::npos) return "filter_fqns has '" + fqn + "'";
-  }
+  if (const std::string* fqn = first_contained(path, options.filter_fqns)) return "filter_fqns has '" + *fqn + "'";
   if (out_features % 16 != 0 || in_features % 16 != 0) {
     return "weight [" + std::to_string(out_features) + ", " + std::to_string(in_features) +
            "] has a dim not divisible by 16";
@@ -130,9 +137,7 @@ class Float8Policy : public titan::PrecisionPolicy {
     int converted = 0;
     for (const auto& [path, moe] : titan::find_moe_layers(model)) {
       const std::string experts_path = path + ".experts";
-      bool wanted = false;
-      for (const auto& fqn : options_.moe_fqns) wanted = wanted || experts_path.find(fqn) != std::string::npos;
-      if (!wanted) continue;
+      if (!first_contained(experts_path, options_.moe_fqns)) continue;
       auto experts = std::dynamic_pointer_cast<titan::GroupedExperts>(titan::find_module(*moe, "experts"));
       if (!experts) throw titan::Error("float8: " + experts_path + " is not a titan::GroupedExperts");
       const titan::float8::Recipe recipe = settings.recipe;

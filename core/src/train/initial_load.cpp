@@ -7,6 +7,7 @@
 #include <ATen/core/grad_mode.h>
 
 #include <filesystem>
+#include <map>
 #include <optional>
 #include <set>
 
@@ -41,10 +42,10 @@ void load_weights(const Checkpointer& checkpointer, const ModelSpec& spec, Causa
   at::NoGradGuard no_grad;
   std::set<std::string> loaded;
   int64_t bytes = 0;
-  for (auto& item : model.named_parameters()) {
-    const std::string& name = item.key();
+  // The whole tensor `name` read and checked, this rank's piece of it kept.
+  auto load = [&](const std::string& name, at::Tensor& tensor) {
     const TensorLayout* layout = model.layout(name);
-    std::vector<int64_t> global = layout ? layout->global_shape : item.value().sizes().vec();
+    const std::vector<int64_t> global = layout ? layout->global_shape : tensor.sizes().vec();
     at::Tensor whole;
     if (hf) {
       whole = hf_weights->read(name, global);
@@ -56,23 +57,18 @@ void load_weights(const Checkpointer& checkpointer, const ModelSpec& spec, Causa
                     c10::str(whole.sizes()) + " but the model's is " + c10::str(global));
       }
     }
-    item.value().copy_(layout ? local_piece(whole, *layout) : whole);
+    tensor.copy_(layout ? local_piece(whole, *layout) : whole);
     bytes += whole.numel() * whole.element_size();
     loaded.insert(name);
-  }
+  };
+  for (auto& item : model.named_parameters()) load(item.key(), item.value());
   // Buffers the model gives HF names (DeepSeek-V3's expert bias, HF's
   // e_score_correction_bias) come from an HF folder too; from a Titan
   // checkpoint only parameters are starting weights, unless asked.
-  const auto names = spec.hf_names();
+  const auto hf_names = hf ? spec.hf_names() : std::map<std::string, std::string>{};
   for (auto& item : model.named_buffers()) {
     const std::string& name = item.key();
-    if (hf ? !names.count(name) : (!with_saved_buffers || !saved.count(name))) continue;
-    const TensorLayout* layout = model.layout(name);
-    const std::vector<int64_t> global = layout ? layout->global_shape : item.value().sizes().vec();
-    at::Tensor whole = hf ? hf_weights->read(name, global) : checkpointer.read_model_tensor(path, name);
-    item.value().copy_(layout ? local_piece(whole, *layout) : whole);
-    bytes += whole.numel() * whole.element_size();
-    loaded.insert(name);
+    if (hf ? hf_names.count(name) : with_saved_buffers && saved.count(name)) load(name, item.value());
   }
   std::vector<std::string> unused;
   if (hf) {
