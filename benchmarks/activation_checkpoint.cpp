@@ -3,7 +3,7 @@
 // time per mode, on the debug model and on an 8B-shaped model cut to 2
 // blocks, measured in one run; ratios against no AC on the same machine.
 // Usage: titan_bench_activation_checkpoint [repeats] [threads]
-#include <torch/torch.h>
+#include <ATen/ATen.h>
 
 #include <chrono>
 #include <cstdio>

@@ -2,7 +2,7 @@
 // blocks with async_mode disabled (the whole write) against async (staging
 // only; the write runs on a background thread), for a state of the given
 // size, in one run. Usage: titan_bench_checkpoint [MiB] [repeats] [folder]
-#include <torch/torch.h>
+#include <ATen/ATen.h>
 
 #include <algorithm>
 #include <memory>

@@ -4,7 +4,7 @@
 // balancing, measured in one run: this binary launches itself under
 // `titan launch` once per degree and prints the tables.
 // Usage: titan_bench_context_parallel [max_seq (8192)] [cap_mib (0: none)]
-#include <torch/torch.h>
+#include <ATen/ATen.h>
 
 #include <time.h>
 #include <unistd.h>

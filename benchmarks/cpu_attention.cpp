@@ -8,7 +8,7 @@
 // (2)]
 #include "cpu_attention.h"
 
-#include <torch/torch.h>
+#include <ATen/ATen.h>
 
 #include <chrono>
 #include <cstdio>

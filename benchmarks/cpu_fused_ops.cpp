@@ -4,7 +4,8 @@
 // ffn 768, output projection dim 256 x vocab 2048 + cross-entropy), fp32,
 // 2 threads; the two alternated in one run after a warm-up, medians.
 // Usage: titan_bench_cpu_fused_ops [repeats (50)]
-#include <torch/torch.h>
+#include <ATen/ATen.h>
+#include <torch/autograd.h>
 
 #include <chrono>
 #include <cstdio>

@@ -5,7 +5,7 @@
 // times the collectives per step, which stays readable when the machine is
 // too noisy to resolve a 1% difference in step time.
 // Usage: titan_bench_flight_recorder [timed_steps] [repeats] [threads]
-#include <torch/torch.h>
+#include <ATen/ATen.h>
 
 #include <algorithm>
 #include <atomic>

@@ -8,7 +8,7 @@
 // launch` once per degree (real Gloo ranks on CPU) and runs `titan::train`
 // in each rank.
 // Usage (from the repository root): titan_bench_moe [steps (10)] [repeats (2)]
-#include <torch/torch.h>
+#include <ATen/ATen.h>
 
 #include <algorithm>
 #include <atomic>

@@ -13,7 +13,7 @@
 // Usage (from the repository root):
 //   titan_bench_pipeline [steps (8)] [microbatches (8)] [repeats (2)] [schedule ...]
 #include <sys/resource.h>
-#include <torch/torch.h>
+#include <ATen/ATen.h>
 
 #include <algorithm>
 #include <cmath>

@@ -6,7 +6,7 @@
 // opens, which stays readable when the machine is too noisy to resolve a 1%
 // difference in step time.
 // Usage: titan_bench_profiler [timed_steps] [repeats] [threads]
-#include <torch/torch.h>
+#include <ATen/ATen.h>
 
 #include <atomic>
 #include <chrono>

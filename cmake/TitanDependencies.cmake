@@ -75,12 +75,25 @@ if(TITAN_WITH_CUDA)
   target_include_directories(titan_torch_cuda INTERFACE ${CUDAToolkit_INCLUDE_DIRS} ${NCCL_INCLUDE_DIR})
 endif()
 
-# One precompiled LibTorch header, reused by every LibTorch target
-# (compiling <torch/torch.h> costs ~20 s per file on 2 cores, ~8 s with it).
+# One precompiled LibTorch header, reused by every LibTorch target. It holds
+# the parts of LibTorch that Titan uses, not <torch/torch.h>: GCC instantiates
+# a header's pending templates again at the end of every file that loads the
+# PCH, and torch/torch.h's (its nn modules, optimizers, data loaders) made
+# even an empty file cost 13 s on a 2-core AMD EPYC; this set costs 5 s
+# (docs/testing.md, "The precompiled header"). A file that needs more of
+# LibTorch includes it itself.
 file(CONFIGURE OUTPUT ${CMAKE_BINARY_DIR}/titan_pch_anchor.cpp CONTENT "// anchor for the precompiled header\n")
 add_library(titan_pch OBJECT ${CMAKE_BINARY_DIR}/titan_pch_anchor.cpp)
 target_link_libraries(titan_pch PUBLIC titan_build_flags titan_torch)
-target_precompile_headers(titan_pch PRIVATE <torch/torch.h>)
+target_precompile_headers(titan_pch PRIVATE
+  <ATen/ATen.h>
+  <torch/types.h>
+  <torch/utils.h>
+  <torch/autograd.h>
+  <torch/nn/module.h>
+  <torch/nn/modules/container/moduledict.h>
+  <torch/csrc/autograd/custom_function.h>
+  <torch/csrc/distributed/c10d/ProcessGroup.hpp>)
 
 # The large targets compile as unity batches: each batch loads the PCH and
 # instantiates LibTorch's templates once for several files, which roughly

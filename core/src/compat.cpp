@@ -11,7 +11,8 @@
 #include <torch/csrc/autograd/function_hook.h>
 #include <torch/csrc/autograd/graph_task.h>
 #include <torch/csrc/autograd/variable.h>
-#include <torch/torch.h>
+#include <ATen/ATen.h>
+#include <torch/csrc/autograd/function.h>
 
 #include <atomic>
 #include <cstring>

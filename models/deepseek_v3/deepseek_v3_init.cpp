@@ -5,7 +5,7 @@
 // depth-scaled std 0.02 / sqrt(2 (layer + 1)); every input projection of
 // MLA std 0.02. The MoE buffers (expert bias, token counts) start at zero
 // in init_buffers.
-#include <torch/torch.h>
+#include <ATen/ATen.h>
 
 #include "deepseek_v3_model.h"
 #include "titan/error.hpp"

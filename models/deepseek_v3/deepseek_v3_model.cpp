@@ -3,7 +3,7 @@
 // TorchTitan's complex multiply) on the rope part only.
 #include "deepseek_v3_model.h"
 
-#include <torch/torch.h>
+#include <ATen/ATen.h>
 
 #include <cmath>
 

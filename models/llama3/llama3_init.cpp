@@ -2,7 +2,7 @@
 // parameters by core's decoder, the blocks' here), each parameter drawn
 // from its own CPU generator seeded by (seed, parameter name), so values do
 // not depend on init order, on the device, or on which other layers exist.
-#include <torch/torch.h>
+#include <ATen/ATen.h>
 
 #include "llama3_model.h"
 #include "titan/error.hpp"

@@ -2,7 +2,7 @@
 // math, Llama 3.1 scaling) and its blocks.
 #include "llama3_model.h"
 
-#include <torch/torch.h>
+#include <ATen/ATen.h>
 
 #include <cmath>
 

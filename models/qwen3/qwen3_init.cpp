@@ -2,7 +2,7 @@
 // from its own CPU generator seeded by (seed, parameter name), so values do
 // not depend on init order, on the device, or on which other layers exist.
 // The MoE buffers (expert bias, token counts) start at zero in init_buffers.
-#include <torch/torch.h>
+#include <ATen/ATen.h>
 
 #include "qwen3_model.h"
 #include "titan/error.hpp"

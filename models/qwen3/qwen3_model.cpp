@@ -2,7 +2,7 @@
 // rotary, and its blocks (TorchTitan's qwen3 math).
 #include "qwen3_model.h"
 
-#include <torch/torch.h>
+#include <ATen/ATen.h>
 
 #include "titan/moe.hpp"
 

@@ -4,7 +4,7 @@
 // all fall back together to the previous one (with load_step -1).
 #include "dcp_checkpointer.h"
 
-#include <torch/torch.h>
+#include <ATen/ATen.h>
 
 #include <cstdio>
 #include <filesystem>

@@ -3,7 +3,8 @@
 #include "shard_file.h"
 
 #include <fcntl.h>
-#include <torch/torch.h>
+#include <ATen/ATen.h>
+#include <torch/utils.h>
 #include <unistd.h>
 #include <zlib.h>
 

@@ -2,7 +2,7 @@
 // all-gather needs one shape on every rank.
 #include "state_exchange.h"
 
-#include <torch/torch.h>
+#include <ATen/ATen.h>
 
 #include <cstring>
 

@@ -5,6 +5,8 @@
 #pragma once
 #include "doctest_torch.hpp"
 
+#include <torch/cuda.h>
+
 // `needs`: what the case needs the GPU for, e.g. "to run the fused kernels".
 #define TITAN_REQUIRE_CUDA(needs)                                            \
   do {                                                                       \

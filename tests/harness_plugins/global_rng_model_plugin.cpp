@@ -4,7 +4,8 @@
 // ran before, so a sharded init differs from a single-process one;
 // titan-conformance's model.init_deterministic and
 // model.init_order_independent must fail it.
-#include <torch/torch.h>
+#include <ATen/ATen.h>
+#include <torch/nn/module.h>
 
 #include "titan/model.hpp"
 #include "titan/plugin.hpp"

@@ -7,6 +7,7 @@
 #include "doctest_torch.hpp"
 #include "test_support.hpp"
 
+#include <torch/csrc/jit/serialization/pickle.h>
 #include <nlohmann/json.hpp>
 #include <fstream>
 #include <string>
@@ -68,7 +69,7 @@ inline RunOutput read_run(const std::filesystem::path& dump) {
   }
   std::string bytes = read_file(dump / "final.pt");
   out.params = c10::impl::toTypedDict<std::string, at::Tensor>(
-      torch::pickle_load(std::vector<char>(bytes.begin(), bytes.end())).toGenericDict());
+      torch::jit::pickle_load(std::vector<char>(bytes.begin(), bytes.end())).toGenericDict());
   return out;
 }
 

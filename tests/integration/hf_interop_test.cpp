@@ -7,6 +7,7 @@
 #include "doctest_torch.hpp"
 #include "test_support.hpp"
 
+#include <torch/csrc/jit/serialization/pickle.h>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -42,7 +43,7 @@ const std::string kLoadOnly = " --set optimizer.lr=0 --set training.steps=1 --se
 Tensors final_model(const fs::path& dump) {
   std::string bytes = titan::test::read_file(dump / "final.pt");
   auto dict = c10::impl::toTypedDict<std::string, at::Tensor>(
-      torch::pickle_load(std::vector<char>(bytes.begin(), bytes.end())).toGenericDict());
+      torch::jit::pickle_load(std::vector<char>(bytes.begin(), bytes.end())).toGenericDict());
   Tensors out;
   for (const auto& item : dict) out[item.key()] = item.value();
   return out;

@@ -8,6 +8,7 @@
 #include "doctest_torch.hpp"
 #include "test_support.hpp"
 
+#include <torch/csrc/jit/serialization/pickle.h>
 #include <cmath>
 #include <cstdint>
 #include <map>
@@ -101,7 +102,7 @@ std::unique_ptr<titan::ModelSpec> llama3_spec() {
 std::map<std::string, at::Tensor> final_model(const fs::path& path) {
   std::string bytes = titan::test::read_file(path);
   auto dict = c10::impl::toTypedDict<std::string, at::Tensor>(
-      torch::pickle_load(std::vector<char>(bytes.begin(), bytes.end())).toGenericDict());
+      torch::jit::pickle_load(std::vector<char>(bytes.begin(), bytes.end())).toGenericDict());
   std::map<std::string, at::Tensor> out;
   for (const auto& item : dict) out[item.key()] = item.value();
   return out;

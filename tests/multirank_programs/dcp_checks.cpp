@@ -9,7 +9,7 @@
 // Prints "DCP ok" when this rank's state is right, else each mismatch and
 // exit status 1. `async` saves in the background and scribbles over the
 // live tensors before waiting, so only a staged copy can be right.
-#include <torch/torch.h>
+#include <ATen/ATen.h>
 
 #include <cstdio>
 #include <map>

@@ -7,7 +7,7 @@
 //
 // Prints "CHECK NAME ok" per check that passed; otherwise every mismatch
 // (rank, what, max abs diff) and exit status 1.
-#include <torch/torch.h>
+#include <ATen/ATen.h>
 
 #include <algorithm>
 #include <chrono>

@@ -7,7 +7,7 @@
 //
 // Prints "peak_bytes with_loss_parallel=A gathered=B whole_logits=C" and
 // "CHECK tp_loss ok" on success; otherwise the failures and exit status 1.
-#include <torch/torch.h>
+#include <ATen/ATen.h>
 
 #include <cstdio>
 #include <string>

@@ -3,6 +3,8 @@
 // torch::optim::AdamW; its state is allocated eagerly and aliased.
 #include "doctest_torch.hpp"
 
+#include <torch/optim/adamw.h>
+
 #include <algorithm>
 #include <cmath>
 #include <map>

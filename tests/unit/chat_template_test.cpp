@@ -5,7 +5,7 @@
 // labels and its count of the labels that carry loss.
 #include "doctest_torch.hpp"
 
-#include <torch/torch.h>
+#include <ATen/ATen.h>
 
 #include <nlohmann/json.hpp>
 

@@ -5,7 +5,7 @@
 // reading what came before it.
 #include "doctest_torch.hpp"
 
-#include <torch/torch.h>
+#include <ATen/ATen.h>
 
 #include <cmath>
 #include <fstream>

@@ -1,7 +1,7 @@
 // Includes LibTorch, then doctest: LibTorch brings glog's CHECK macros,
 // which would silently replace doctest's, so they are removed in between.
 #pragma once
-#include <torch/torch.h>
+#include <ATen/ATen.h>
 #undef CHECK
 #undef CHECK_EQ
 #undef CHECK_NE

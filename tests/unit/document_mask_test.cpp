@@ -4,7 +4,7 @@
 // each document.
 #include "doctest_torch.hpp"
 
-#include <torch/torch.h>
+#include <ATen/ATen.h>
 
 #include <cmath>
 #include <limits>

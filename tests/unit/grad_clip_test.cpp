@@ -3,6 +3,8 @@
 // a reduce hook that sees the partial a distributed run would combine.
 #include "doctest_torch.hpp"
 
+#include <torch/nn/utils/clip_grad.h>
+
 #include <cmath>
 #include <limits>
 #include <vector>

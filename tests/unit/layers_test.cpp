@@ -2,7 +2,9 @@
 // indices, and wrappers that keep the wrapped layer's parameter names.
 #include "doctest_torch.hpp"
 
-#include <torch/torch.h>
+#include <ATen/ATen.h>
+#include <torch/nn/module.h>
+#include <torch/nn/modules/container/moduledict.h>
 
 #include "titan/error.hpp"
 #include "titan/layers.hpp"

@@ -1,6 +1,6 @@
 // The doctest main of the test programs (titan_tests, titan_cuda_tests):
 // every test file registers its cases.
-#include <torch/torch.h>
+#include <ATen/ATen.h>
 #undef CHECK
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>

@@ -1,6 +1,6 @@
 #include "checkpoint_fixture.h"
 
-#include <torch/torch.h>
+#include <ATen/ATen.h>
 
 #include <cstring>
 #include <functional>

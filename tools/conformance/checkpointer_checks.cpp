@@ -5,7 +5,7 @@
 // the plugin's format.
 #include "checkpointer_checks.h"
 
-#include <torch/torch.h>
+#include <ATen/ATen.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -53,7 +53,6 @@ std::unique_ptr<Checkpointer> create(const std::string& plugin, const ConfigNode
   context.training_steps = 100;
   return PluginRegistry::instance().create_checkpointer(info.name, context);
 }
-
 
 CheckResult result_row(const std::string& name, bool passed, double measured, const std::string& detail) {
   return {name, passed, false, measured, 0, detail};

@@ -2,7 +2,7 @@
 // only difference is the microbatch split the runner drives.
 #include "microbatch_runner_checks.h"
 
-#include <torch/torch.h>
+#include <ATen/ATen.h>
 
 #include <cmath>
 

@@ -2,7 +2,8 @@
 // property fails one named row and the others still report.
 #include "model_checks.h"
 
-#include <torch/torch.h>
+#include <ATen/ATen.h>
+#include <torch/utils.h>
 
 #include <cmath>
 

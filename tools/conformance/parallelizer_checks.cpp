@@ -4,7 +4,7 @@
 // recorded, so a plugin that records wrong layouts fails too.
 #include "parallelizer_checks.h"
 
-#include <torch/torch.h>
+#include <ATen/ATen.h>
 
 #include <algorithm>
 #include <cmath>

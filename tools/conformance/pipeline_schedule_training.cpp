@@ -5,7 +5,8 @@
 // its metrics.jsonl and its gathered final parameters with.
 #include "pipeline_schedule_training.h"
 
-#include <torch/torch.h>
+#include <ATen/ATen.h>
+#include <torch/csrc/jit/serialization/pickle.h>
 
 #include <algorithm>
 #include <cmath>
@@ -98,7 +99,7 @@ RunTrace read_trace(const std::string& dump) {
   std::ifstream file(dump + "/final.pt", std::ios::binary);
   if (!file) throw Error("the run wrote no '" + dump + "/final.pt' (debug.save_final_model)");
   std::vector<char> bytes((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
-  for (const auto& item : torch::pickle_load(bytes).toGenericDict()) {
+  for (const auto& item : torch::jit::pickle_load(bytes).toGenericDict()) {
     trace.params[item.key().toStringRef()] = item.value().toTensor().to(at::kDouble);
   }
   return trace;
@@ -162,7 +163,6 @@ CheckResults pipeline_training_worker(const WorkerArgs& args) {
   if (world.rank != 0 || reference.empty()) return {};  // rank 0 holds metrics.jsonl and final.pt
   return {compare(row_name(schedule, training), training, read_trace(dump), read_trace(reference))};
 }
-
 
 }  // namespace
 

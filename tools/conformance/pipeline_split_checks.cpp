@@ -5,7 +5,8 @@
 // from the plugin's own reading of it.
 #include "pipeline_split_checks.h"
 
-#include <torch/torch.h>
+#include <ATen/ATen.h>
+#include <torch/nn/module.h>
 
 #include <cmath>
 #include <map>

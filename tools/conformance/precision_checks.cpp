@@ -4,7 +4,9 @@
 // float32 SGD update of the masters, which are copied back into it.
 #include "precision_checks.h"
 
-#include <torch/torch.h>
+#include <ATen/ATen.h>
+#include <torch/utils.h>
+#include <torch/ordered_dict.h>
 
 #include <cmath>
 

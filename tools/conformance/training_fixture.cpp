@@ -1,7 +1,8 @@
 #include "training_fixture.h"
 
 #include <ATen/CPUGeneratorImpl.h>
-#include <torch/torch.h>
+#include <ATen/ATen.h>
+#include <torch/utils.h>
 
 #include <cmath>
 

@@ -2,7 +2,9 @@
 // contract), its blocks and the init of its own parameters.
 #include "titan/decoder.hpp"
 
-#include <torch/torch.h>
+#include <ATen/ATen.h>
+#include <torch/nn/module.h>
+#include <torch/nn/modules/container/moduledict.h>
 
 #include <cmath>
 #include <optional>

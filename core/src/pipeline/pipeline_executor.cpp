@@ -4,7 +4,8 @@
 #include "pipeline_executor.hpp"
 
 #include <torch/csrc/autograd/autograd.h>
-#include <torch/torch.h>
+#include <ATen/ATen.h>
+#include <torch/utils.h>
 
 #include <fstream>
 

@@ -2,7 +2,8 @@
 #include "pipeline_setup.hpp"
 
 #include <c10/util/StringUtil.h>
-#include <torch/torch.h>
+#include <ATen/ATen.h>
+#include <torch/csrc/jit/serialization/pickle.h>
 
 #include <cstring>
 #include <sstream>
@@ -81,7 +82,7 @@ PipelineModel build_pipeline_model(const RunSpec& spec, const PipelineRun& run, 
 void gather_pipeline_stages(c10::Dict<std::string, at::Tensor>& tensors, const DeviceMesh* mesh) {
   if (!mesh || mesh->size("pp") == 1) return;
   Comm& pp = mesh->group("pp");
-  const std::vector<char> mine = torch::pickle_save(c10::IValue(tensors));
+  const std::vector<char> mine = torch::jit::pickle_save(c10::IValue(tensors));
   for (int root = 1; root < pp.size(); ++root) {
     at::Tensor length = at::full({1}, static_cast<int64_t>(mine.size()), at::kLong);
     pp.broadcast(length, root);
@@ -91,7 +92,7 @@ void gather_pipeline_stages(c10::Dict<std::string, at::Tensor>& tensors, const D
     if (pp.rank() != 0) continue;
     const char* data = static_cast<const char*>(bytes.data_ptr());
     auto theirs = c10::impl::toTypedDict<std::string, at::Tensor>(
-        torch::pickle_load(std::vector<char>(data, data + bytes.numel())).toGenericDict());
+        torch::jit::pickle_load(std::vector<char>(data, data + bytes.numel())).toGenericDict());
     for (const auto& item : theirs) tensors.insert(item.key(), item.value());
   }
 }

@@ -7,7 +7,7 @@
 // quiet, keeping the best.
 #include <unistd.h>
 
-#include <torch/torch.h>
+#include <ATen/ATen.h>
 
 #include <algorithm>
 #include <ctime>

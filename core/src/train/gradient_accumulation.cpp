@@ -2,7 +2,7 @@
 // MicrobatchRunner (titan/microbatch_runner.hpp).
 #include "titan/microbatch_runner.hpp"
 
-#include <torch/torch.h>
+#include <ATen/ATen.h>
 
 #include "titan/compat.hpp"
 #include "titan/profile_range.hpp"

@@ -1,6 +1,6 @@
 #include "graphed_step.hpp"
 
-#include <torch/torch.h>
+#include <ATen/ATen.h>
 
 #include "titan/error.hpp"
 #include "titan/logging.hpp"

@@ -2,7 +2,8 @@
 // TFLOPs, MFU, time and memory over each log window.
 #include "step_metrics.hpp"
 
-#include <torch/torch.h>
+#include <ATen/ATen.h>
+#include <torch/types.h>
 
 #include <algorithm>
 #include <filesystem>

@@ -1,7 +1,7 @@
 // Collects the whole train state (model, optimizer, RNG, step, data
 // position) as the flat TrainState a Checkpointer saves and restores.
 #pragma once
-#include <torch/torch.h>
+#include <ATen/ATen.h>
 
 #include "data/batch_prefetcher.hpp"
 #include "titan/checkpointer.hpp"

@@ -2,7 +2,7 @@
 // forward and backward, loss over the job, clipping, the model's hooks, the
 // optimizer), then what the trainer adds: non-finite handling, collective
 // verification and the step's record for the metrics.
-#include <torch/torch.h>
+#include <ATen/ATen.h>
 
 #include <chrono>
 #include <cmath>

@@ -5,7 +5,8 @@
 // training_run.cpp.
 #include "titan/trainer.hpp"
 
-#include <torch/torch.h>
+#include <ATen/ATen.h>
+#include <torch/csrc/jit/serialization/pickle.h>
 
 #include <filesystem>
 #include <fstream>
@@ -36,7 +37,7 @@ void save_full_model(CausalLM& model, const DeviceMesh* mesh, int rank, const st
   }
   gather_pipeline_stages(tensors, mesh);
   if (rank != 0) return;
-  std::vector<char> bytes = torch::pickle_save(c10::IValue(tensors));
+  std::vector<char> bytes = torch::jit::pickle_save(c10::IValue(tensors));
   std::ofstream out(path, std::ios::binary);
   out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
   if (!out) throw Error("cannot write debug.save_final_model file '" + path + "'");

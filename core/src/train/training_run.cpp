@@ -6,7 +6,7 @@
 
 #include <unistd.h>
 
-#include <torch/torch.h>
+#include <ATen/ATen.h>
 
 #include <algorithm>
 

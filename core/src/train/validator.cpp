@@ -1,6 +1,7 @@
 #include "validator.hpp"
 
-#include <torch/torch.h>
+#include <ATen/ATen.h>
+#include <torch/utils.h>
 
 #include <chrono>
 
