@@ -42,7 +42,9 @@ struct TensorLayout {
   // mesh dim (mentioned or not) that no shard or partial placement splits,
   // but pp: a pipeline stage's parameters live on one pp rank only. A
   // layout over a split dim (ep) counts the split's other dim (efsdp) in
-  // place of the span's dims (dp_shard, cp).
+  // place of the span's dims (dp_shard, cp). A layout that names pp
+  // (replicate) is held by the pipeline's first and last stages alike (tied
+  // embeddings): two copies over pp, the first stage's written.
   int64_t replication(const DeviceMesh& mesh) const;
   // Whether this rank holds the first of those copies (coordinate 0 along
   // every such dim): the one rank that writes the piece to a checkpoint.

@@ -60,6 +60,23 @@ std::vector<std::unique_ptr<MetricsSink>> switched_metrics_sinks(const ConfigNod
   return sinks;
 }
 
+// Tied embeddings under a pipeline: the last stage holds a copy of the
+// embedding matrix for its head, kept equal to the first stage's by summing
+// the two gradients (pipeline_setup.cpp). Both on one rank would be one
+// module twice in that rank's model.
+void check_tied_ends(const PipelineRun& run) {
+  const PipelineShape& shape = run.program.shape;
+  const int64_t first = stage_to_rank(run.program.placement, shape, 0);
+  const int64_t last = stage_to_rank(run.program.placement, shape, shape.stages - 1);
+  if (first == last) {
+    throw Error("model.enable_weight_tying: the schedule " + run.program.name + " (" +
+                placement_name(run.program.placement) + " placement, " + shape.to_string() +
+                ") puts the first and the last stage, which both hold the tied embedding matrix, on pp rank " +
+                std::to_string(first) + "; choose a schedule with a loop placement (1F1B, GPipe, Interleaved1F1B) "
+                "or set model.enable_weight_tying=false");
+  }
+}
+
 }  // namespace
 
 void sort_canonical(std::vector<NamedParallelizer>& parallelizers) {
@@ -72,12 +89,6 @@ std::optional<PipelineRun> validate_parallelism(const RunSpec& spec, const std::
   std::vector<ApplyOrder> apply_orders;
   for (const auto& item : spec.parallelizers) apply_orders.push_back(item.parallelizer->apply_order());
   ValidateContext context{*spec.model, degrees, spec.core.training.seq_len, apply_orders};
-  if (spec.model->ties_embeddings() && spec.pipeline) {
-    // The tied head reads the embedding matrix, which another stage holds.
-    throw Error("model.enable_weight_tying: the output head tied to the embeddings is not supported with pipeline "
-                "parallelism (tok_embeddings and output on different stages) yet; set model.enable_weight_tying=false "
-                "(an output head of its own, as an untied checkpoint has)");
-  }
   if (spec.pipeline) spec.pipeline->validate(context);
   for (const auto& [name, parallelizer] : spec.parallelizers) parallelizer->validate(context);
   // After the plugins' own checks, whose messages name their keys.
@@ -88,6 +99,7 @@ std::optional<PipelineRun> validate_parallelism(const RunSpec& spec, const std::
   std::optional<PipelineRun> pipeline_run;
   auto pp = degrees.find("pp");
   if (spec.pipeline && pp != degrees.end()) pipeline_run = resolve_pipeline_run(spec, pp->second);
+  if (pipeline_run && spec.model->ties_embeddings()) check_tied_ends(*pipeline_run);
   return pipeline_run;
 }
 

@@ -3,6 +3,7 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <set>
 #include <sstream>
 
@@ -56,13 +57,23 @@ bool TensorLayout::splits(const std::string& canonical_dim) const {
 // A mesh split (ep x efsdp over dp_shard_cp) regroups its span's ranks: a
 // layout that splits one of its dims is counted over the split dims instead
 // of the span's (experts sharded over ep are copied over efsdp only).
+// A layout that names pp is a parameter the pipeline's first and last stages
+// both hold (tied embeddings): two copies over pp, whatever its size, and the
+// first stage's (pp rank 0) is the one written.
+namespace {
+bool shared_by_pipeline_ends(const TensorLayout& layout, const DeviceMesh& mesh) {
+  return mesh.size("pp") > 1 && std::find(layout.mesh_dims.begin(), layout.mesh_dims.end(), "pp") != layout.mesh_dims.end();
+}
+}  // namespace
+
 int64_t TensorLayout::replication(const DeviceMesh& mesh) const {
-  int64_t copies = 1;
+  int64_t copies = shared_by_pipeline_ends(*this, mesh) ? 2 : 1;
   for (const auto& dim : unsplit_dims(mesh)) copies *= mesh.size(dim);
   return copies;
 }
 
 bool TensorLayout::is_first_copy(const DeviceMesh& mesh) const {
+  if (shared_by_pipeline_ends(*this, mesh) && mesh.coordinate("pp") != 0) return false;
   for (const auto& dim : unsplit_dims(mesh)) {
     if (mesh.coordinate(dim) != 0) return false;
   }

@@ -178,8 +178,9 @@ at::Tensor Decoder::forward(const at::Tensor& tokens, KvCache& cache) {
 }
 
 at::Tensor Decoder::forward(const at::Tensor& tokens) {
-  // Without tok_embeddings (a later pipeline stage) the input is hidden states.
-  auto embeddings = find_child_layer(*this, "tok_embeddings");
+  // A later pipeline stage's input is hidden states, not token ids: it embeds
+  // nothing (the last stage holds tok_embeddings too when the head is tied).
+  auto embeddings = at::isFloatingType(tokens.scalar_type()) ? nullptr : find_child_layer(*this, "tok_embeddings");
   at::Tensor h = embeddings ? embeddings->forward(tokens) : tokens;
   // The tokens' length, not h's: under sequence parallelism h holds a shard.
   const int64_t seq = tokens.size(1);

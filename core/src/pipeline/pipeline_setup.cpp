@@ -5,6 +5,7 @@
 #include <ATen/ATen.h>
 #include <torch/csrc/jit/serialization/pickle.h>
 
+#include <algorithm>
 #include <cstring>
 #include <sstream>
 
@@ -36,6 +37,53 @@ std::string trace_file(const std::string& prefix, int rank) {
   return stem + "_rank" + std::to_string(rank) + ".json";
 }
 
+// Tied embeddings: the stage with the head keeps the embedding module too,
+// for the matrix its head multiplies (its forward embeds nothing: that
+// stage's input is hidden states).
+std::vector<std::string> with_tied_embeddings(std::vector<std::string> modules) {
+  const auto holds = [&](const char* name) { return std::find(modules.begin(), modules.end(), name) != modules.end(); };
+  if (holds("output") && !holds("tok_embeddings")) modules.push_back("tok_embeddings");
+  return modules;
+}
+
+// After the step's backward, the first and the last stage's copies of the
+// tied matrix each hold their end's gradient (already reduced over data
+// parallelism by the parts' finalizers): each rank adds the other's, so both
+// hold the single process's gradient, bit for bit the same (a + b = b + a),
+// and AdamW keeps the copies equal. The layout names pp, so the gradient
+// norm counts the matrix once and a checkpoint writes the first stage's.
+constexpr int kTiedGradientTag = (1 << 30) - 1;  // below the executor's header tags, above its stage tags
+
+void share_tied_embeddings(ModelParts& model, const PipelineProgram& program, const DeviceMesh& mesh) {
+  const std::string name = "tok_embeddings.weight";
+  const int64_t pp_rank = mesh.coordinate("pp");
+  const int64_t last = stage_to_rank(program.placement, program.shape, program.shape.stages - 1);
+  if (pp_rank != 0 && pp_rank != last) return;
+  at::Tensor* param = model.named_parameters().find(name);
+  const TensorLayout* layout = model.layout(name);
+  if (!param || !layout) {
+    throw Error("pipeline: the model ties its head to " + name + " (model.enable_weight_tying) but stage " +
+                std::to_string(pp_rank == 0 ? 0 : program.shape.stages - 1) + " holds no such parameter");
+  }
+  TensorLayout shared = *layout;
+  shared.mesh_dims.push_back("pp");
+  shared.placements.push_back(Placement::replicate());
+  model.set_layout(name, shared);
+  Comm& pp = mesh.group("pp");
+  const int peer = static_cast<int>(pp_rank == 0 ? last : 0);
+  model.add_gradient_finalizer([tensor = *param, &pp, peer] {
+    const at::Tensor& grad = tensor.grad();
+    if (!grad.defined()) throw Error("pipeline: the tied tok_embeddings.weight has no gradient after backward");
+    at::Tensor mine = grad.contiguous();
+    at::Tensor theirs = at::empty_like(mine);
+    auto sent = pp.send_async(mine, peer, kTiedGradientTag);
+    auto received = pp.recv_async(theirs, peer, kTiedGradientTag);
+    sent->wait();
+    received->wait();
+    grad.add_(theirs);
+  });
+}
+
 }  // namespace
 
 PipelineModel build_pipeline_model(const RunSpec& spec, const PipelineRun& run, const DeviceMesh* mesh,
@@ -43,16 +91,20 @@ PipelineModel build_pipeline_model(const RunSpec& spec, const PipelineRun& run, 
                                    const std::function<void(CausalLM&)>& transform) {
   const int64_t pp_rank = mesh ? mesh->coordinate("pp") : 0;
   const std::vector<int64_t> stages = rank_to_stages(run.program.placement, run.program.shape, pp_rank);
+  const bool tied = spec.model->ties_embeddings();
   std::vector<std::shared_ptr<CausalLM>> parts;
   for (int64_t stage : stages) {
     std::shared_ptr<CausalLM> part = spec.model->build(c10::Device(c10::kMeta));
-    cut_to_stage(*part, run.stage_modules.at(static_cast<size_t>(stage)));
-    spdlog::info("pipeline stage {} on pp rank {}: {}", stage, pp_rank, c10::Join(", ", run.stage_modules[stage]));
+    const std::vector<std::string>& modules = run.stage_modules.at(static_cast<size_t>(stage));
+    cut_to_stage(*part, tied ? with_tied_embeddings(modules) : modules);
+    spdlog::info("pipeline stage {} on pp rank {}: {}{}", stage, pp_rank, c10::Join(", ", modules),
+                 tied && with_tied_embeddings(modules) != modules ? " (and tok_embeddings, tied to output)" : "");
     transform(*part);
     parts.push_back(part);
   }
   PipelineModel built;
   built.model = std::make_shared<ModelParts>(parts);
+  if (tied && mesh && run.program.shape.ranks > 1) share_tied_embeddings(*built.model, run.program, *mesh);
   for (const auto& part : parts) materialize_module(*part, device);
   PipelineExecutorOptions options;
   const std::vector<std::string> whole_backward = whole_backward_plugins(spec);

@@ -5,6 +5,8 @@
 // state) is model.<name>: model.<router>.expert_bias.
 #include "train_state.hpp"
 
+#include <algorithm>
+
 #include <ATen/CPUGeneratorImpl.h>
 
 #include "titan/error.hpp"
@@ -39,8 +41,15 @@ TrainStateView::TrainStateView(CausalLM& model, Optimizer& optimizer, BatchPrefe
       slots_.layouts["optim." + key] = *layout;
     } else if (layout) {
       // Whole wherever its parameter is (a step count): written by the first
-      // copy of the parameter's ranks, which under pipelining is not rank 0.
-      slots_.layouts["optim." + key] = TensorLayout::replicated(tensor.sizes().vec());
+      // copy of the parameter's ranks, which under pipelining is not rank 0;
+      // for a parameter both pipeline ends hold (tied embeddings), the first
+      // stage's, as the parameter.
+      TensorLayout whole = TensorLayout::replicated(tensor.sizes().vec());
+      if (std::find(layout->mesh_dims.begin(), layout->mesh_dims.end(), "pp") != layout->mesh_dims.end()) {
+        whole.mesh_dims.push_back("pp");
+        whole.placements.push_back(Placement::replicate());
+      }
+      slots_.layouts["optim." + key] = whole;
     }
   }
   slots_.rank_local["rng.cpu"] = cpu_rng_state();
