@@ -62,7 +62,8 @@ bool TensorLayout::splits(const std::string& canonical_dim) const {
 // first stage's (pp rank 0) is the one written.
 namespace {
 bool shared_by_pipeline_ends(const TensorLayout& layout, const DeviceMesh& mesh) {
-  return mesh.size("pp") > 1 && std::find(layout.mesh_dims.begin(), layout.mesh_dims.end(), "pp") != layout.mesh_dims.end();
+  const auto& dims = layout.mesh_dims;
+  return mesh.size("pp") > 1 && std::find(dims.begin(), dims.end(), "pp") != dims.end();
 }
 }  // namespace
 

@@ -59,7 +59,8 @@ void share_tied_embeddings(ModelParts& model, const PipelineProgram& program, co
   const int64_t pp_rank = mesh.coordinate("pp");
   const int64_t last = stage_to_rank(program.placement, program.shape, program.shape.stages - 1);
   if (pp_rank != 0 && pp_rank != last) return;
-  at::Tensor* param = model.named_parameters().find(name);
+  const auto params = model.named_parameters();
+  const at::Tensor* param = params.find(name);
   const TensorLayout* layout = model.layout(name);
   if (!param || !layout) {
     throw Error("pipeline: the model ties its head to " + name + " (model.enable_weight_tying) but stage " +
