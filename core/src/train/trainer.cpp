@@ -84,13 +84,15 @@ TrainResult run_training(RunSpec& spec, const World& world, const RunSeams& seam
           "the validation after step " + std::to_string(step), step, [&] { return run.validator->run(*run.model); });
       run.metrics->record_validation(step, validation.loss, validation.tokens_per_sec, validation.batches);
     }
+    // A background save that failed stops training here, a step or more
+    // after the step that started it (never racing that step's own save).
+    spec.checkpointer->poll();
     const bool stopping = stop.requested();
     if (spec.checkpointer->should_save(step, step == core.training.steps) ||
         (stopping && spec.checkpointer->enabled())) {
       run.check_nonfinite();  // never a checkpoint of a diverged model
       spec.checkpointer->save(step, run.state->capture(step));
     }
-    spec.checkpointer->poll();
     result.last_step = step;
     run.observer->after_step();
     if (stopping) {
