@@ -97,9 +97,10 @@ PipelineModel build_pipeline_model(const RunSpec& spec, const PipelineRun& run, 
   for (int64_t stage : stages) {
     std::shared_ptr<CausalLM> part = spec.model->build(c10::Device(c10::kMeta));
     const std::vector<std::string>& modules = run.stage_modules.at(static_cast<size_t>(stage));
-    cut_to_stage(*part, tied ? with_tied_embeddings(modules) : modules);
+    const std::vector<std::string> kept = tied ? with_tied_embeddings(modules) : modules;
+    cut_to_stage(*part, kept);
     spdlog::info("pipeline stage {} on pp rank {}: {}{}", stage, pp_rank, c10::Join(", ", modules),
-                 tied && with_tied_embeddings(modules) != modules ? " (and tok_embeddings, tied to output)" : "");
+                 kept != modules ? " (and tok_embeddings, tied to output)" : "");
     transform(*part);
     parts.push_back(part);
   }

@@ -5,8 +5,6 @@
 // state) is model.<name>: model.<router>.expert_bias.
 #include "train_state.hpp"
 
-#include <algorithm>
-
 #include <ATen/CPUGeneratorImpl.h>
 
 #include "titan/error.hpp"
@@ -40,15 +38,13 @@ TrainStateView::TrainStateView(CausalLM& model, Optimizer& optimizer, BatchPrefe
     if (layout && tensor.sizes().vec() == layout->local_shape) {
       slots_.layouts["optim." + key] = *layout;
     } else if (layout) {
-      // Whole wherever its parameter is (a step count): written by the first
-      // copy of the parameter's ranks, which under pipelining is not rank 0;
-      // for a parameter both pipeline ends hold (tied embeddings), the first
-      // stage's, as the parameter.
+      // Whole wherever its parameter is (a step count): replicated over the
+      // parameter's mesh dims, so written by the first copy of the
+      // parameter's ranks (under pipelining not rank 0; for a parameter both
+      // pipeline ends hold, the first stage's).
       TensorLayout whole = TensorLayout::replicated(tensor.sizes().vec());
-      if (std::find(layout->mesh_dims.begin(), layout->mesh_dims.end(), "pp") != layout->mesh_dims.end()) {
-        whole.mesh_dims.push_back("pp");
-        whole.placements.push_back(Placement::replicate());
-      }
+      whole.mesh_dims = layout->mesh_dims;
+      whole.placements.assign(layout->mesh_dims.size(), Placement::replicate());
       slots_.layouts["optim." + key] = whole;
     }
   }
