@@ -6,7 +6,7 @@
 #include "titan/layers.hpp"
 #include "titan/module_path.hpp"
 #include "titan/parallelizer.hpp"
-#include "titan/plugin.hpp"
+#include "test_plugin.hpp"
 
 namespace {
 
@@ -30,5 +30,5 @@ class DriftingBlock : public titan::Parallelizer {
 
 }  // namespace
 
-TITAN_PLUGIN_OF(parallelizer, DriftingBlock, "1.0",
+TITAN_TEST_PLUGIN_OF(drifting_block, parallelizer, DriftingBlock, "1.0",
                 "test only: layers.1.feed_forward drifts on every call")

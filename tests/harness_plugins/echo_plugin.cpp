@@ -5,7 +5,7 @@
 
 #include "titan/metrics_sink.hpp"
 #include "titan/parallelizer.hpp"
-#include "titan/plugin.hpp"
+#include "test_plugin.hpp"
 
 namespace {
 
@@ -43,5 +43,5 @@ void register_echo(titan::PluginRegistrar& registrar) {
 
 }  // namespace
 
-TITAN_PLUGIN(TITAN_PLUGIN_NAME, "1.0", titan::kind_metrics_sink | titan::kind_parallelizer, "test plugin",
+TITAN_TEST_PLUGIN(echo, "1.0", titan::kind_metrics_sink | titan::kind_parallelizer, "test plugin",
              register_echo)

@@ -7,7 +7,7 @@
 
 #include "titan/model.hpp"
 #include "titan/pipeline.hpp"
-#include "titan/plugin.hpp"
+#include "test_plugin.hpp"
 
 namespace {
 
@@ -39,5 +39,5 @@ class ForgetfulSplit : public titan::PipelineSplitter {
 
 }  // namespace
 
-TITAN_PLUGIN_OF(pipeline_splitter, ForgetfulSplit, "1.0",
+TITAN_TEST_PLUGIN_OF(forgetful_split, pipeline_splitter, ForgetfulSplit, "1.0",
                 "a pipeline split that forgets the last block, for the conformance tests")

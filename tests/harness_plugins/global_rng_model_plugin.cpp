@@ -8,7 +8,7 @@
 #include <torch/nn/module.h>
 
 #include "titan/model.hpp"
-#include "titan/plugin.hpp"
+#include "test_plugin.hpp"
 
 namespace {
 
@@ -65,5 +65,5 @@ void register_global_rng_model(titan::PluginRegistrar& registrar) {
 
 }  // namespace
 
-TITAN_PLUGIN(TITAN_PLUGIN_NAME, "1.0", titan::kind_model, "test plugin: init from the global generator",
+TITAN_TEST_PLUGIN(global_rng_model, "1.0", titan::kind_model, "test plugin: init from the global generator",
              register_global_rng_model)

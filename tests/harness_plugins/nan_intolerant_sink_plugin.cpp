@@ -6,7 +6,7 @@
 #include <stdexcept>
 
 #include "titan/metrics_sink.hpp"
-#include "titan/plugin.hpp"
+#include "test_plugin.hpp"
 
 namespace {
 
@@ -21,5 +21,5 @@ class NanIntolerantSink : public titan::MetricsSink {
 
 }  // namespace
 
-TITAN_PLUGIN_OF(metrics_sink, NanIntolerantSink, "1.0",
+TITAN_TEST_PLUGIN_OF(nan_intolerant_sink, metrics_sink, NanIntolerantSink, "1.0",
                 "test plugin: a sink that throws on NaN")

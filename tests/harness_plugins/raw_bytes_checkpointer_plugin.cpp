@@ -9,7 +9,7 @@
 
 #include "titan/checkpointer.hpp"
 #include "titan/error.hpp"
-#include "titan/plugin.hpp"
+#include "test_plugin.hpp"
 
 namespace {
 
@@ -82,5 +82,5 @@ void register_raw_bytes(titan::PluginRegistrar& registrar) {
 
 }  // namespace
 
-TITAN_PLUGIN(TITAN_PLUGIN_NAME, "1.0", titan::kind_checkpointer,
+TITAN_TEST_PLUGIN(raw_bytes_checkpointer, "1.0", titan::kind_checkpointer,
              "test plugin: raw tensor bytes without checksums (a flipped byte loads silently)", register_raw_bytes)

@@ -4,7 +4,7 @@
 #include <vector>
 
 #include "titan/comm_observer.hpp"
-#include "titan/plugin.hpp"
+#include "test_plugin.hpp"
 
 namespace {
 
@@ -19,5 +19,5 @@ class KeepEverything : public titan::CommObserver {
 
 }  // namespace
 
-TITAN_PLUGIN_OF(comm_observer, KeepEverything, "1.0",
+TITAN_TEST_PLUGIN_OF(unbounded_observer, comm_observer, KeepEverything, "1.0",
                 "test plugin: an observer that never forgets")

@@ -7,7 +7,7 @@
 #include <memory>
 
 #include "titan/pipeline_schedule.hpp"
-#include "titan/plugin.hpp"
+#include "test_plugin.hpp"
 
 namespace {
 
@@ -63,5 +63,5 @@ void register_wrong(titan::PluginRegistrar& registrar) {
 
 }  // namespace
 
-TITAN_PLUGIN(TITAN_PLUGIN_NAME, "1.0", titan::kind_pipeline_schedule,
+TITAN_TEST_PLUGIN(wrong_pp_schedules, "1.0", titan::kind_pipeline_schedule,
              "three wrong 1F1B schedules for the conformance tests", register_wrong)

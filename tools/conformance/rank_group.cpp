@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -18,6 +19,7 @@
 #include <sstream>
 #include <thread>
 
+#include "titan/cpu_threads.hpp"
 #include "titan/error.hpp"
 
 extern char** environ;
@@ -106,6 +108,8 @@ RankGroupOutcome run_once(const std::vector<std::string>& argv, int world_size, 
                                     "WORLD_SIZE=" + std::to_string(world_size),
                                     "LOCAL_WORLD_SIZE=" + std::to_string(world_size),
                                     "MASTER_ADDR=127.0.0.1",               "MASTER_PORT=" + port};
+    // The workers share this machine's cores, as titan launch's ranks do.
+    if (!std::getenv("OMP_NUM_THREADS")) env.push_back("OMP_NUM_THREADS=" + std::to_string(threads_per_rank(world_size)));
     pids.push_back(start_rank(argv, env, log_dir + "/rank-" + std::to_string(rank) + ".log"));
   }
   RankGroupOutcome outcome;

@@ -24,7 +24,10 @@ e.g. titan launch --nproc-per-node 2 -- build/bin/titan train CONFIG
 Each rank gets torchrun's environment: RANK (= node rank * N + LOCAL_RANK),
 WORLD_SIZE (= N * nnodes), LOCAL_RANK, LOCAL_WORLD_SIZE (= N), GROUP_RANK,
 MASTER_ADDR, MASTER_PORT, TORCHELASTIC_RESTART_COUNT and TITAN_RESTART_COUNT
-(the attempt, 0 first), TORCHELASTIC_MAX_RESTARTS. Rank 0 hosts the job's
+(the attempt, 0 first), TORCHELASTIC_MAX_RESTARTS; with N > 1 and no
+OMP_NUM_THREADS of your own, OMP_NUM_THREADS = this machine's cores / N (at
+least 1; torchrun sets 1), so that the ranks share the cores instead of each
+starting a thread per core. Rank 0 hosts the job's
 TCPStore (no agent store). Every line a rank writes comes out prefixed with
 "[rank R] ", stdout on stdout and stderr on stderr; stdin is /dev/null.
 

@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <chrono>
 #include <cstring>
 #include <fstream>
@@ -26,6 +27,7 @@
 #include <vector>
 
 #include "node_rendezvous.h"
+#include "titan/cpu_threads.hpp"
 
 extern char** environ;
 
@@ -357,6 +359,11 @@ std::vector<std::string> Launcher::rank_environment(const Rank& rank, int attemp
       {"TORCHELASTIC_RESTART_COUNT", std::to_string(attempt)},
       {"TORCHELASTIC_MAX_RESTARTS", std::to_string(options_.max_restarts)},
   };
+  // Each rank's LibTorch would start a thread per core: N ranks on one
+  // machine would run N times as many threads as cores.
+  if (options_.nproc_per_node > 1 && !std::getenv("OMP_NUM_THREADS")) {
+    ours.emplace_back("OMP_NUM_THREADS", std::to_string(threads_per_rank(options_.nproc_per_node)));
+  }
   // Rank 0 hosts the TCPStore itself; an outer torchrun's setting must not
   // leak in and make every rank wait for an agent's store.
   std::vector<std::string> dropped = {"TORCHELASTIC_USE_AGENT_STORE"};

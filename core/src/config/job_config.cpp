@@ -58,7 +58,7 @@ CoreConfig read_core_config(const ConfigNode& root) {
   t.seed = training.get<int64_t>("seed", 0, "random seed for init and data-independent randomness");
   t.deterministic = training.get<bool>("deterministic", false, "use deterministic algorithms only");
   t.device = training.choice("device", "cpu", {"cpu", "cuda"}, "where to train");
-  t.threads = training.get<int64_t>("threads", 0, "CPU intra-op threads; 0 = all cores of the machine");
+  t.threads = training.get<int64_t>("threads", 0, "CPU intra-op threads; 0 = OMP_NUM_THREADS where set (titan launch sets cores / local ranks), else all cores");
   if (t.threads < 0) training.fail("threads", "expected >= 0, got " + std::to_string(t.threads));
   t.cpu_allocator = training.choice(
       "cpu_allocator", "caching", {"caching", "system"},

@@ -2,10 +2,8 @@
 
 #include <ATen/ATen.h>
 
-#include <algorithm>
-#include <thread>
-
 #include "titan/compat.hpp"
+#include "titan/cpu_threads.hpp"
 #include "titan/error.hpp"
 #include "titan/plugin.hpp"
 
@@ -23,8 +21,7 @@ c10::Device training_device(const TrainingConfig& training) {
 }
 
 void set_threads_and_seed(const TrainingConfig& training) {
-  const int threads = training.threads > 0 ? static_cast<int>(training.threads)
-                                           : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int threads = training.threads > 0 ? static_cast<int>(training.threads) : default_threads();
   at::set_num_threads(threads);
   at::manual_seed(static_cast<uint64_t>(training.seed));
   if (training.deterministic) at::globalContext().setDeterministicAlgorithms(true, false);
