@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <spawn.h>
 
+#include <algorithm>
 #include <chrono>
 #include <optional>
 #include <sstream>
@@ -171,6 +172,21 @@ TEST_SUITE("launch") {
     CHECK_MESSAGE(contains(result.output, "[rank 0] port=29600\n"), result.output);
     result = run_command("env -u MASTER_PORT " + launch("--nproc-per-node 1", "echo port=$MASTER_PORT"));
     CHECK_MESSAGE(contains(result.output, "[rank 0] port=29500\n"), result.output);
+  }
+
+  TEST_CASE("launch: ranks on one machine share its cores through OMP_NUM_THREADS (cores / ranks, at least 1), "
+            "unless it is set") {
+    const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    const std::string echo = "echo omp=${OMP_NUM_THREADS-unset}";
+    auto result = run_command("env -u OMP_NUM_THREADS " + launch("--nproc-per-node 4 --master-port 29603", echo));
+    for (int rank = 0; rank < 4; ++rank) {
+      std::string expected = "[rank " + std::to_string(rank) + "] omp=" + std::to_string(std::max(1, cores / 4)) + "\n";
+      CHECK_MESSAGE(contains(result.output, expected), expected, "not in:\n", result.output);
+    }
+    result = run_command("OMP_NUM_THREADS=3 " + launch("--nproc-per-node 2 --master-port 29603", echo));
+    CHECK_MESSAGE(contains(result.output, "[rank 1] omp=3\n"), result.output);
+    result = run_command("env -u OMP_NUM_THREADS " + launch("--nproc-per-node 1 --master-port 29603", echo));
+    CHECK_MESSAGE(contains(result.output, "[rank 0] omp=unset\n"), result.output);
   }
 
   TEST_CASE("launch: output comes in whole lines with stdout and stderr apart and a last partial line flushed") {

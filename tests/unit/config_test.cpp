@@ -2,7 +2,11 @@
 // file:line:col and key path, unknown keys with did-you-mean, overrides.
 #include "doctest_torch.hpp"
 
+#include <cstdlib>
+#include <thread>
+
 #include "titan/config.hpp"
+#include "titan/cpu_threads.hpp"
 #include "titan/job_config.hpp"
 
 using titan::ConfigError;
@@ -179,6 +183,23 @@ TEST_SUITE("config") {
     auto config = titan::read_core_config(ConfigNode::parse("training:\n  steps: 5\n", "ok.yaml"));
     CHECK(config.training.steps == 5);
     CHECK(config.training.local_batch_size == 8);
+  }
+
+  TEST_CASE("training.threads 0 takes OMP_NUM_THREADS where a launcher set it, else every core; ranks share the "
+            "cores") {
+    const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    const char* saved = std::getenv("OMP_NUM_THREADS");
+    const std::string kept = saved ? saved : "";
+    ::setenv("OMP_NUM_THREADS", "3", 1);
+    CHECK(titan::default_threads() == 3);
+    ::setenv("OMP_NUM_THREADS", "three", 1);  // not a count: ignored, as OpenMP ignores it
+    CHECK(titan::default_threads() == cores);
+    ::unsetenv("OMP_NUM_THREADS");
+    CHECK(titan::default_threads() == cores);
+    if (saved) ::setenv("OMP_NUM_THREADS", kept.c_str(), 1);
+    CHECK(titan::threads_per_rank(1) == cores);
+    CHECK(titan::threads_per_rank(2) == std::max(1, cores / 2));
+    CHECK(titan::threads_per_rank(4 * cores) == 1);
   }
 
   TEST_CASE("closest_match finds near spellings only") {
