@@ -18,7 +18,8 @@
 #include "titan/plugin.hpp"
 #include "titan/registry.hpp"
 
-namespace {
+// The program's body: its main() is generated (CMakeLists.txt).
+namespace titan_bench_checkpoint {
 
 using titan::bench::seconds_since;
 using titan::bench::median;
@@ -48,8 +49,6 @@ Timing time_save(titan::Checkpointer& checkpointer, titan::TrainState& state, in
   timing.total = seconds_since(start);
   return timing;
 }
-
-}  // namespace
 
 int main(int argc, char** argv) {
   int64_t mib = argc > 1 ? std::stoll(argv[1]) : 256;
@@ -86,3 +85,5 @@ int main(int argc, char** argv) {
   std::filesystem::remove_all(folder);
   return 0;
 }
+
+}  // namespace titan_bench_checkpoint

@@ -18,7 +18,8 @@
 
 #include "bench_timing.hpp"
 
-namespace {
+// The program's body: its main() is generated (CMakeLists.txt).
+namespace titan_bench_cpu_attention {
 
 struct Shape {
   int64_t batch, heads, kv_heads, seq, head_dim;
@@ -41,8 +42,6 @@ double time_forward_ms(
   attention(q, k, v);
   return titan::bench::seconds_since(start) * 1e3;
 }
-
-}  // namespace
 
 int main(int argc, char** argv) {
   const int repeats = argc > 1 ? std::atoi(argv[1]) : 15;
@@ -94,3 +93,5 @@ int main(int argc, char** argv) {
   }
   return 0;
 }
+
+}  // namespace titan_bench_cpu_attention

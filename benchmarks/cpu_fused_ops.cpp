@@ -19,7 +19,8 @@
 #include "titan/layers.hpp"
 #include "titan/model.hpp"
 
-namespace {
+// The program's body: its main() is generated (CMakeLists.txt).
+namespace titan_bench_cpu_fused_ops {
 
 using Step = std::function<void()>;
 
@@ -39,9 +40,7 @@ double time_ms(const Step &step) {
   return titan::bench::seconds_since(start) * 1e3;
 }
 
-}  // namespace
-
-int main(int argc, char **argv) {
+int main(int argc, char** argv) {
   int repeats = argc > 1 ? std::atoi(argv[1]) : 50;
   at::set_num_threads(2);
   at::manual_seed(0);
@@ -120,3 +119,5 @@ int main(int argc, char **argv) {
   }
   return 0;
 }
+
+}  // namespace titan_bench_cpu_fused_ops

@@ -24,7 +24,8 @@
 #include "titan/dry_run.hpp"
 #include "titan/logging.hpp"
 
-namespace {
+// The program's body: its main() is generated (CMakeLists.txt).
+namespace titan_bench_host_step {
 
 using titan::bench::median;
 using titan::bench::seconds_since;
@@ -132,8 +133,6 @@ std::string cpu_run(int steps, const std::string& dump, bool fused_kernels) {
          (fused_kernels ? "plugins: [{name: fused_kernels}]\n" : "");
 }
 
-}  // namespace
-
 int main(int argc, char** argv) {
   const int steps = argc > 1 ? std::atoi(argv[1]) : 20;
   const int repeats = argc > 2 ? std::atoi(argv[2]) : 5;
@@ -159,3 +158,5 @@ int main(int argc, char** argv) {
   std::filesystem::remove_all(dump);
   return 0;
 }
+
+}  // namespace titan_bench_host_step

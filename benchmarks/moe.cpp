@@ -32,7 +32,8 @@
 #include "titan/trainer.hpp"
 #include "titan/world.hpp"
 
-namespace {
+// The program's body: its main() is generated (CMakeLists.txt).
+namespace titan_bench_moe {
 
 namespace fs = std::filesystem;
 
@@ -266,8 +267,6 @@ ExpertsRow time_experts(const std::string& shape, int64_t experts, int64_t dim, 
 
 double mib(double bytes) { return bytes / 1048576.0; }
 
-}  // namespace
-
 int main(int argc, char** argv) {
   const int steps = argc > 1 ? std::atoi(argv[1]) : 10;
   const char* worker_ep = std::getenv("TITAN_BENCH_MOE_WORKER");
@@ -349,3 +348,5 @@ int main(int argc, char** argv) {
   }
   return 0;
 }
+
+}  // namespace titan_bench_moe

@@ -18,7 +18,8 @@
 #include "titan/logging.hpp"
 #include "titan/profile_range.hpp"
 
-namespace {
+// The program's body: its main() is generated (CMakeLists.txt).
+namespace titan_bench_profiler {
 
 using titan::bench::median;
 using titan::bench::seconds_since;
@@ -52,8 +53,6 @@ double seconds_per_range(int iterations) {
   for (int i = 0; i < iterations; ++i) titan::ProfileRange range(name);
   return seconds_since(start) / iterations;
 }
-
-}  // namespace
 
 int main(int argc, char** argv) {
   const int steps = argc > 1 ? std::atoi(argv[1]) : 4;
@@ -94,3 +93,5 @@ int main(int argc, char** argv) {
   std::printf("| modelled overhead per step | %.6f%% |\n", 100 * per_range * ranges_per_step / base);
   return 0;
 }
+
+}  // namespace titan_bench_profiler

@@ -16,7 +16,8 @@
 #include "titan/run_spec.hpp"
 #include "titan/trainer.hpp"
 
-namespace {
+// The program's body: its main() is generated (CMakeLists.txt).
+namespace titan_bench_overhead {
 
 using titan::bench::seconds_since;
 
@@ -66,8 +67,6 @@ double titan_trainer(int steps, int warmup, int threads) {
   return (long_run - short_run) / steps;
 }
 
-}  // namespace
-
 int main(int argc, char** argv) {
   int steps = argc > 1 ? std::atoi(argv[1]) : 10;
   int threads = argc > 2 ? std::atoi(argv[2]) : static_cast<int>(std::thread::hardware_concurrency());
@@ -82,3 +81,5 @@ int main(int argc, char** argv) {
   std::printf("| titan train           | %.4f | %.3f |\n", titan, titan / reference);
   return 0;
 }
+
+}  // namespace titan_bench_overhead
