@@ -14,7 +14,9 @@ namespace lion {
 Lion::Lion(const std::vector<titan::NamedParameter>& params, const LionOptions& options) : options_(options) {
   at::NoGradGuard no_grad;
   std::set<std::string> names;
-  for (const auto& [name, tensor] : params) {
+  for (const auto& param : params) {
+    const std::string& name = param.name;
+    const at::Tensor& tensor = param.tensor;
     if (!tensor.defined()) throw titan::Error("lion: parameter '" + name + "' is an undefined tensor");
     if (!names.insert(name).second) throw titan::Error("lion: parameter name '" + name + "' appears twice");
     states_.push_back({name, tensor, at::zeros_like(tensor, at::MemoryFormat::Preserve)});

@@ -44,7 +44,9 @@ AdamW::AdamW(const std::vector<NamedParameter>& params, const AdamWOptions& opti
   at::NoGradGuard no_grad;
   std::set<std::string> names;
   states_.reserve(params.size());
-  for (const auto& [name, tensor] : params) {
+  for (const auto& param : params) {
+    const std::string& name = param.name;
+    const at::Tensor& tensor = param.tensor;
     if (!tensor.defined()) throw Error("adamw: parameter '" + name + "' is an undefined tensor");
     if (!names.insert(name).second) throw Error("adamw: parameter name '" + name + "' appears twice");
     if (tensor.is_sparse()) throw Error("adamw: parameter '" + name + "' is sparse; sparse AdamW is not supported");

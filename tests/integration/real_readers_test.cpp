@@ -79,7 +79,7 @@ std::vector<nlohmann::json> reader_metrics_of(const fs::path& jsonl) {
 }
 
 // The tiny GQA Llama 3 of these runs: dim 64, 4 heads of 16, 2 kv heads, 2 blocks.
-const std::string kModel = "model:\n  dim: 64\n  n_layers: 2\n  n_heads: 4\n  n_kv_heads: 2\n  max_seq_len: 64\n";
+const std::string kReadersModel = "model:\n  dim: 64\n  n_layers: 2\n  n_heads: 4\n  n_kv_heads: 2\n  max_seq_len: 64\n";
 const std::string kSets =
     " --set model.dim=64 --set model.n_layers=2 --set model.n_heads=4 --set model.n_kv_heads=2"
     " --set model.max_seq_len=64 --set training.seq_len=32 --set training.local_batch_size=2"
@@ -89,10 +89,10 @@ std::string train_args(const fs::path& dump, const std::string& extra) {
   return "train configs/llama3_debugmodel.yaml" + kSets + " --set job.dump_folder=" + dump.string() + extra;
 }
 
-// The llama3 plugin's spec for kModel at the shipped tokenizer's vocabulary (what `titan train` builds).
+// The llama3 plugin's spec for kReadersModel at the shipped tokenizer's vocabulary (what `titan train` builds).
 std::unique_ptr<titan::ModelSpec> llama3_spec() {
   titan::PluginContext context;
-  context.options = titan::ConfigNode::parse(kModel, "run.yaml").child("model");
+  context.options = titan::ConfigNode::parse(kReadersModel, "run.yaml").child("model");
   auto spec = titan::PluginRegistry::instance().create_model("llama3", context);
   spec->set_vocab_size(
       titan::load_tokenizer(titan::test::source_dir() + "/assets/tokenizer/stories_bpe.json")->vocab_size());
@@ -275,7 +275,7 @@ TEST_SUITE("real readers") {
     }
     const fs::path dir = titan::test::temp_dir("real_readers_tied");
     titan::PluginContext context;
-    context.options = titan::ConfigNode::parse(kModel + "  enable_weight_tying: true\n", "run.yaml").child("model");
+    context.options = titan::ConfigNode::parse(kReadersModel + "  enable_weight_tying: true\n", "run.yaml").child("model");
     auto spec = titan::PluginRegistry::instance().create_model("llama3", context);
     spec->set_vocab_size(
         titan::load_tokenizer(titan::test::source_dir() + "/assets/tokenizer/stories_bpe.json")->vocab_size());

@@ -196,6 +196,19 @@ def warmup_stable_decay(steps, warmup_steps, decay_type, min_lr_factor):
     return factor
 
 
+def newton_schulz_float32(grad, ns_coefficients, ns_steps, eps):
+    """torch.optim._muon._zeropower_via_newtonschulz's iteration in float32 (it runs it in bfloat16)."""
+    a, b, c = ns_coefficients
+    x = grad.float()
+    if grad.size(0) > grad.size(1):
+        x = x.T
+    x = x / x.norm().clamp(min=eps)
+    for _ in range(ns_steps):
+        gram = x @ x.T
+        x = torch.addmm(x, torch.addmm(gram, gram, gram, beta=b, alpha=c), x, beta=a)
+    return x.T if grad.size(0) > grad.size(1) else x
+
+
 def read_tokens(path, count):
     dtype = torch.int32 if str(path).endswith(".u32") else torch.int16
     raw = bytearray(pathlib.Path(path).read_bytes())
@@ -226,6 +239,15 @@ def main():
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--adamw", choices=["foreach", "fused"], default="foreach",
                    help="torch.optim.AdamW's implementation (fused: its one-pass kernel)")
+    p.add_argument("--optimizer", choices=["adamw", "muon"], default="adamw",
+                   help="muon: torch.optim.Muon for the 2-D weights but the embedding and the head, AdamW "
+                        "(--beta1, --beta2, --eps, --weight-decay) for the rest")
+    p.add_argument("--muon-momentum", type=float, default=0.95)
+    p.add_argument("--muon-ns-steps", type=int, default=5)
+    p.add_argument("--muon-adjust-lr", choices=["original", "match_rms_adamw"], default="original")
+    p.add_argument("--muon-ns-dtype", choices=["bfloat16", "float32"], default="bfloat16",
+                   help="float32: torch.optim.Muon's step with its Newton-Schulz iteration run in float32 "
+                        "(torch runs it in bfloat16, whose roundings flip on 1e-6 differences in the input)")
     p.add_argument("--compile-blocks", action="store_true",
                    help="torch.compile each Transformer block, as TorchTitan's compile.enable does")
     p.add_argument("--timing-warmup", type=int, default=0, help="steps left out of tokens_per_sec")
@@ -247,10 +269,24 @@ def main():
             layer.compile()
 
     params = list(model.parameters())
-    optimizer = torch.optim.AdamW(params, lr=args.lr, betas=(args.beta1, args.beta2), eps=args.eps,
-                                  weight_decay=args.weight_decay, **{args.adamw: True})
-    schedule = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, warmup_stable_decay(args.steps, args.warmup_steps, args.decay_type, args.min_lr_factor))
+    adamw_params = params
+    optimizers = []
+    if args.optimizer == "muon" and args.muon_ns_dtype == "float32":
+        torch.optim._muon._zeropower_via_newtonschulz = newton_schulz_float32
+    if args.optimizer == "muon":
+        def by_muon(name, param):
+            return param.dim() == 2 and "tok_embeddings" not in name and "output" not in name
+        named = list(model.named_parameters())
+        optimizers.append(torch.optim.Muon([p for n, p in named if by_muon(n, p)], lr=args.lr,
+                                           weight_decay=args.weight_decay, momentum=args.muon_momentum,
+                                           nesterov=True, ns_steps=args.muon_ns_steps,
+                                           adjust_lr_fn=args.muon_adjust_lr))
+        adamw_params = [p for n, p in named if not by_muon(n, p)]
+    optimizers.append(torch.optim.AdamW(adamw_params, lr=args.lr, betas=(args.beta1, args.beta2), eps=args.eps,
+                                        weight_decay=args.weight_decay, **{args.adamw: True}))
+    optimizer = optimizers[-1]
+    factor = warmup_stable_decay(args.steps, args.warmup_steps, args.decay_type, args.min_lr_factor)
+    schedules = [torch.optim.lr_scheduler.LambdaLR(o, factor) for o in optimizers]
     window = args.seq + 1
     tokens = read_tokens(args.tokens, args.steps * args.batch * window).view(args.steps, args.batch, window)
 
@@ -263,9 +299,11 @@ def main():
         loss.backward()
         grad_norm = torch.nn.utils.clip_grad_norm_(params, args.max_norm if args.max_norm > 0 else math.inf)
         lr = optimizer.param_groups[0]["lr"]
-        optimizer.step()
-        schedule.step()
-        optimizer.zero_grad(set_to_none=True)
+        for o in optimizers:
+            o.step()
+        for schedule in schedules:
+            schedule.step()
+        model.zero_grad(set_to_none=True)
         records.append({"step": step, "loss": loss.item(), "grad_norm": grad_norm.item(), "lr": lr})
         step_seconds.append(time.perf_counter() - start)
 

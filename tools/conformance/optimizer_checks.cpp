@@ -98,7 +98,7 @@ CheckResult state_like_params(const std::string& plugin, const ConfigNode& decla
   if (bad) result.detail = "not '<param>.<state>' shaped like the param (or 0-dim): " + result.detail;
   // Rules with moments keep some per parameter; a checkpoint would otherwise lose them.
   const std::string rule = declaration.require<std::string>("rule");
-  if (rule == "adamw" || rule == "lion") {
+  if (rule == "adamw" || rule == "lion" || rule == "muon") {
     for (const auto& p : params) {
       if (states_of[p.name] > 0) continue;
       ++bad;

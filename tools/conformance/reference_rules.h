@@ -19,7 +19,7 @@ class ReferenceRule {
   virtual void step(std::vector<at::Tensor>& params, const std::vector<at::Tensor>& grads, double lr) = 0;
 };
 
-// "adamw", "lion" or "sgd"; its hyper-parameters are read (required) from
+// "adamw", "lion", "sgd" or "muon"; its hyper-parameters are read (required) from
 // the same options node the plugin's factory reads. Unknown rule: an error
 // naming the key.
 std::unique_ptr<ReferenceRule> make_reference_rule(const ConfigNode& declaration, const ConfigNode& options);

@@ -10,9 +10,16 @@
 
 namespace titan {
 
+class DeviceMesh;
+struct TensorLayout;
+
 struct NamedParameter {
   std::string name;
   at::Tensor tensor;  // a leaf with requires_grad; .grad() read at step()
+  // Where it lives, for a rule that needs the whole tensor (Muon): this
+  // rank's piece of the global tensor over the mesh. Null: whole, here.
+  const TensorLayout* layout = nullptr;
+  const DeviceMesh* mesh = nullptr;
 };
 
 class Optimizer {

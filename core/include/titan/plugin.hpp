@@ -51,7 +51,8 @@ namespace titan {
 //     calls it), Decoder::forward(tokens, cache) and its member; compat::causal_attention_after; tied
 //     embeddings: DecoderShape::tie_embeddings, TiedOutput, the virtual ModelSpec::ties_embeddings;
 //     GroupedExperts::matmul (ExpertMatmul, float8 experts)
-constexpr int kPluginAbiVersion = 17;
+// 18: NamedParameter::layout and ::mesh (an optimizer sees where each parameter lives: Muon)
+constexpr int kPluginAbiVersion = 18;
 
 // The kinds a plugin registers one factory of: name, interface, PluginKind
 // bit. The enum below (kind_model, ...), the registrar's methods (model(),

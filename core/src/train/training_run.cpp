@@ -190,7 +190,7 @@ void TrainingRun::build_optimizer_and_schedule() {
   std::vector<at::Tensor> parameters;
   for (const auto& item : model->named_parameters()) {
     if (!item.value().requires_grad()) continue;
-    named.push_back({item.key(), item.value()});
+    named.push_back({item.key(), item.value(), model->layout(item.key()), parallel->mesh()});
     parameters.push_back(item.value());
     names.push_back(item.key());
   }
