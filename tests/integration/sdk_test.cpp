@@ -51,14 +51,16 @@ void install_sdk() {
 }
 
 // Configures and builds examples/<name> against the installed prefix only;
-// returns its plugin folder.
+// returns its plugin folder. A unity build: out of tree there is no
+// precompiled header, and each file would parse LibTorch's headers again.
 fs::path build_example(const std::string& name) {
   install_sdk();
   fs::path source = fs::path(titan::test::source_dir()) / "examples" / name;
   fs::path build = sdk_root() / ("build_" + name);
   std::string launcher = run_command("command -v ccache").exit_code == 0 ? " -DCMAKE_CXX_COMPILER_LAUNCHER=ccache" : "";
   auto result = locked("cmake -S " + source.string() + " -B " + build.string() +
-                       " -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS_RELEASE=-O1 -DCMAKE_PREFIX_PATH=" + sdk_prefix().string() +
+                       " -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS_RELEASE=-O1 -DCMAKE_UNITY_BUILD=ON"
+                       " -DCMAKE_PREFIX_PATH=" + sdk_prefix().string() +
                        launcher + " && cmake --build " + build.string());
   INFO(result.output);
   REQUIRE(result.exit_code == 0);
