@@ -57,16 +57,17 @@ std::vector<std::string> sharing_dims(const NamedParameter& param) {
 // an all-reduce of the piece in a zero matrix per shard dim, exact for any
 // layout and about twice the bytes.
 at::Tensor gather_whole(const at::Tensor& local, const TensorLayout& layout, const DeviceMesh& mesh) {
-  int shards = 0;
+  int splits = 0;  // mesh dims of size > 1 that shard (or partially sum) the matrix
+  bool partial = false;
   size_t shard = 0;
   for (size_t i = 0; i < layout.mesh_dims.size(); ++i) {
     if (layout.placements[i].kind == Placement::Kind::replicate || mesh.size(layout.mesh_dims[i]) == 1) continue;
-    ++shards;
+    ++splits;
     shard = i;
-    if (layout.placements[i].kind != Placement::Kind::shard) shards = 2;  // partial: not a piece
+    partial = partial || layout.placements[i].kind == Placement::Kind::partial;
   }
-  if (shards == 0) return local;
-  if (shards == 1) {
+  if (splits == 0) return local;
+  if (splits == 1 && !partial) {
     const std::string& dim = layout.mesh_dims[shard];
     const int64_t d = layout.placements[shard].dim, ranks = mesh.size(dim);
     const int64_t chunk = (layout.global_shape[d] + ranks - 1) / ranks;

@@ -21,9 +21,9 @@ class ReverseAccumulation : public titan::MicrobatchRunner {
     for (size_t done = 0; done < microbatches.size(); ++done) {
       const titan::Microbatch& microbatch = microbatches[microbatches.size() - 1 - done];
       const double mean_weight = 1.0 / static_cast<double>(microbatches.size());
-      double weight = titan::loss_weight(microbatch, mean_weight);
-      if constexpr (kWeighting == Weighting::none) weight = 1.0;  // the bug: neither its share nor 1/N
-      if constexpr (kWeighting == Weighting::mean_of_means) weight = mean_weight;  // the bug: blind to ignored labels
+      const double weight = kWeighting == Weighting::none            ? 1.0  // the bug: neither its share nor 1/N
+                            : kWeighting == Weighting::mean_of_means ? mean_weight  // the bug: blind to ignored labels
+                                                                     : titan::loss_weight(microbatch, mean_weight);
       model.set_gradient_sync(done + 1 == microbatches.size());
       at::Tensor value = titan::weighted_loss(loss(model.run(microbatch.inputs), microbatch.labels), weight);
       value.backward();
