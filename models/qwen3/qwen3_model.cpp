@@ -1,5 +1,5 @@
-// Qwen3 on core's decoder skeleton: its rotary tables and rotate-half
-// rotary, and its blocks (TorchTitan's qwen3 math).
+// Qwen3 on core's decoder skeleton: its rotary tables (for core's
+// rotate-half rotary), and its blocks (TorchTitan's qwen3 math).
 #include "qwen3_model.h"
 
 #include <ATen/ATen.h>
@@ -13,14 +13,6 @@ std::pair<at::Tensor, at::Tensor> rope_tables(const Qwen3Args& args) {
   at::Tensor freqs = at::reciprocal(at::pow(args.rope_theta, exponents));
   at::Tensor angles = at::outer(at::arange(args.max_seq_len, at::kLong).to(at::kFloat), freqs);
   return {angles.cos(), angles.sin()};
-}
-
-at::Tensor RotateHalfRotary::forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
-  const int64_t half = x.size(3) / 2;
-  at::Tensor xf = x.to(at::kFloat);
-  at::Tensor first = xf.narrow(3, 0, half), second = xf.narrow(3, half, half);
-  at::Tensor c = rows_for(cos, x), s = rows_for(sin, x);
-  return at::cat({first * c - second * s, second * c + first * s}, 3).to(x.scalar_type());
 }
 
 namespace {

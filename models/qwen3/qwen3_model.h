@@ -13,14 +13,6 @@ namespace titan::qwen3 {
 // cos and sin of the rotary angles, fp32 [max_seq_len, head_dim / 2], on CPU.
 std::pair<at::Tensor, at::Tensor> rope_tables(const Qwen3Args& args);
 
-// HF / Qwen's rotary layout: dims i and i + head_dim/2 rotate together
-// (rotate_half), not the interleaved pairs of core's Rotary. A subclass, so
-// plugins that swap exactly titan::Rotary (interleaved kernels) leave it.
-class RotateHalfRotary : public Rotary {
- public:
-  at::Tensor forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) override;
-};
-
 // The decoder skeleton (titan/decoder.hpp) with grouped-query attention
 // (q/k norms, rotate-half rotary), a dense SwiGLU (`feed_forward`) or core's
 // MoE layer (`moe`) in every block, and its rotary tables.

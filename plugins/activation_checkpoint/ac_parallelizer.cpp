@@ -151,7 +151,8 @@ void AcParallelizer::parallelize(CausalLM& model, const ParallelizeContext& cont
         const torch::nn::Module& module = *item.value();
         // Only the core layers themselves: a layer another plugin wrapped
         // (TP's collectives, float8) is recomputed, never replayed.
-        if (typeid(module) == typeid(Linear)) {
+        // A biased linear is recomputed (the replay keeps only the product).
+        if (typeid(module) == typeid(Linear) && !static_cast<const Linear&>(module).bias.defined()) {
           const auto& forced = options.per_op_sac_force_recompute_mm_shapes_by_fqns;
           bool always_recompute = std::find(forced.begin(), forced.end(), item.key()) != forced.end();
           swap_module(model, path, std::make_shared<SacLinear>(std::dynamic_pointer_cast<Layer>(item.value()),

@@ -74,16 +74,12 @@ void ExpertParallelizer::parallelize(CausalLM& model, const ParallelizeContext& 
   auto layers = find_moe_layers(model);
   if (layers.empty()) throw Error(std::string(kDegreeKey) + ": the model has no MoE layers");
   for (const auto& [path, moe] : layers) {
-    auto experts = std::dynamic_pointer_cast<GroupedExperts>(find_module(model, path + ".experts"));
-    if (!experts) throw Error("expert_parallel: " + path + ".experts is not the core GroupedExperts layer");
-    for (const char* weight : {"w1", "w2", "w3"}) {
-      const std::string name = path + ".experts." + weight;
-      // named_parameters() returns its dict by value: keep it while `found`
-      // points into it (a pointer into the temporary dangled).
-      const auto params = experts->named_parameters(/*recurse=*/false);
-      const at::Tensor* found = params.find(weight);
-      if (!found) throw Error("expert_parallel: " + name + " is missing");
-      const at::Tensor param = *found;
+    auto experts = std::dynamic_pointer_cast<RoutedExperts>(find_module(model, path + ".experts"));
+    if (!experts) throw Error("expert_parallel: " + path + ".experts is not a titan::RoutedExperts layer");
+    // Every parameter of the experts is [E, ...] (weights and, e.g. GPT-OSS's, biases).
+    for (const auto& item : experts->named_parameters(/*recurse=*/false)) {
+      const std::string name = path + ".experts." + item.key();
+      const at::Tensor param = item.value();
       if (!param.is_meta()) {
         throw Error("expert_parallel: parameter '" + name + "' is already materialized; EP must run on the meta model");
       }

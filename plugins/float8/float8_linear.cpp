@@ -164,7 +164,8 @@ at::Tensor Float8Linear::forward(const at::Tensor& input) {
   const at::Tensor& weight = linear_->weight;
   // After FSDP's float8 all-gather the codes of exactly this weight are at hand.
   const bool gathered = gathered_.codes.defined() && gathered_.codes.sizes() == weight.sizes();
-  return float8_linear(input, weight, settings_->recipe, gathered ? gathered_ : Quantized{}, settings_->emulate);
+  at::Tensor out = float8_linear(input, weight, settings_->recipe, gathered ? gathered_ : Quantized{}, settings_->emulate);
+  return linear_->bias.defined() ? out + linear_->bias : out;  // the bias in high precision, as torchao's
 }
 
 at::Tensor Float8Linear::extended_parameter() const {

@@ -164,6 +164,7 @@ class FusedKernelsParallelizer : public titan::Parallelizer {
         titan::swap_module(model, item.key(), layers.attention());
         ++attentions;
       } else if (options_.linear && layers.linear && type == typeid(titan::Linear) &&
+                 !std::dynamic_pointer_cast<titan::Linear>(item.value())->bias.defined() &&  // the kernel has none
                  !(options_.cross_entropy && item.key() == "output")) {  // the loss takes the head below
         titan::swap_module(model, item.key(), layers.linear(std::dynamic_pointer_cast<titan::Linear>(item.value())));
         ++linears;

@@ -14,7 +14,14 @@ namespace titan::tensor_parallel {
 
 const at::Tensor* linear_weight(const Layer& layer) {
   auto* linear = dynamic_cast<const Linear*>(&layer);
-  return linear ? &linear->weight : nullptr;
+  return linear && !linear->bias.defined() ? &linear->weight : nullptr;
+}
+
+const at::Tensor* linear_bias(const Layer& layer) {
+  const Layer* inner = &layer;
+  while (auto* wrapper = dynamic_cast<const LayerWrapper*>(inner)) inner = &wrapper->inner();
+  auto* linear = dynamic_cast<const Linear*>(inner);
+  return linear && linear->bias.defined() ? &linear->bias : nullptr;
 }
 
 at::Tensor ColwiseLinear::forward(const at::Tensor& input) {
@@ -39,18 +46,27 @@ at::Tensor VocabParallelEmbedding::forward(const at::Tensor& tokens) {
   return reduce_partial_output(rows, tp_);
 }
 
+void sum_gradient_over_tp(at::Tensor& parameter, Comm& tp, const std::string& name) {
+  if (!parameter.requires_grad()) return;
+  Comm* comm = &tp;
+  std::string site_text = "tp all_reduce " + name + " grad";
+  parameter.register_hook([comm, site_text](const at::Tensor& grad) {
+    CallSite site(site_text);
+    at::Tensor sum = grad.clone();
+    comm->all_reduce(sum, ReduceOp::sum);
+    return sum;
+  });
+}
+
 void sum_gradients_over_tp(torch::nn::Module& module, Comm& tp, const std::string& path) {
-  for (auto& item : module.named_parameters(/*recurse=*/false)) {
-    at::Tensor& weight = item.value();
-    if (!weight.requires_grad()) continue;
-    Comm* comm = &tp;
-    std::string site_text = "tp all_reduce " + path + "." + item.key() + " grad";
-    weight.register_hook([comm, site_text](const at::Tensor& grad) {
-      CallSite site(site_text);
-      at::Tensor sum = grad.clone();
-      comm->all_reduce(sum, ReduceOp::sum);
-      return sum;
-    });
+  for (auto& item : module.named_parameters(/*recurse=*/false)) sum_gradient_over_tp(item.value(), tp, path + "." + item.key());
+}
+
+RowwiseLinear::RowwiseLinear(std::shared_ptr<Layer> inner, TpContext tp, std::string path)
+    : TpLayer(std::move(inner), tp, std::move(path)) {
+  if (!tp_.sequence_parallel) return;
+  for (auto& item : named_parameters(/*recurse=*/false)) {
+    if (item.key() == "bias") sum_gradient_over_tp(item.value(), *tp_.comm, path_ + ".bias");
   }
 }
 

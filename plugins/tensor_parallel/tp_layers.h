@@ -48,9 +48,11 @@ class ColwiseLinear : public TpLayer {
   at::Tensor forward(const at::Tensor& input) override;
 };
 
+// A bias (whole on every rank) is added after the reduction; on a sequence
+// shard its gradient covers this rank's rows only and is summed over tp.
 class RowwiseLinear : public TpLayer {
  public:
-  using TpLayer::TpLayer;
+  RowwiseLinear(std::shared_ptr<Layer> inner, TpContext tp, std::string path);
   at::Tensor forward(const at::Tensor& input) override;
 };
 
@@ -85,14 +87,19 @@ class NoParallelLayer : public TpLayer {
 // holds whole but uses on its own share of the work (sequence rows, heads,
 // tokens). `path` names the call site.
 void sum_gradients_over_tp(torch::nn::Module& module, Comm& tp, const std::string& path);
+// The same for one parameter, named `name` at the call site.
+void sum_gradient_over_tp(at::Tensor& parameter, Comm& tp, const std::string& name);
 
 // Partial (or sharded) output rows -> what the residual stream holds: the
 // whole sum (all-reduce), or this rank's sequence shard of it (SP). In
 // tp_reduction.cpp, beside RowwiseLinear::forward.
 at::Tensor reduce_partial_output(const at::Tensor& partial, const TpContext& tp);
 
-// The weight of `layer` when it is a plain Linear (what the fused async
-// matmuls take), else null.
+// The weight of `layer` when it is a plain Linear without a bias (what the
+// fused async matmuls take), else null.
 const at::Tensor* linear_weight(const Layer& layer);
+// The bias of `layer` when it is a Linear with one (found through its
+// wrappers' inner layers), else null.
+const at::Tensor* linear_bias(const Layer& layer);
 
 }  // namespace titan::tensor_parallel

@@ -94,9 +94,15 @@ int parallelize_moe_layers(CausalLM& model, TpContext tp, bool split_tokens) {
     if (split_tokens) {
       if (shared) whole_with_summed_gradients(model, path + ".shared_experts", comm);
     } else {
-      auto experts = part(model, path + ".experts");
-      for (const auto& [weight, dim] : {std::pair<const char*, int64_t>{"w1", 1}, {"w3", 1}, {"w2", 2}}) {
+      auto experts = std::dynamic_pointer_cast<RoutedExperts>(part(model, path + ".experts"));
+      if (!experts) throw Error("tensor_parallel: " + path + ".experts is not a titan::RoutedExperts layer");
+      for (const auto& [weight, dim] : experts->hidden_width_dims()) {
         const std::string name = path + ".experts." + weight;
+        if (dim < 0) {
+          throw Error("tensor_parallel: " + name + " is added after the experts' down projection, so splitting the "
+                      "experts' width over tp would add it once per rank; hold the experts with expert parallelism "
+                      "(expert_parallel with degree = tensor_parallel_degree: tp then splits their tokens)");
+        }
         if (model.layout(name)) {
           throw Error("tensor_parallel: " + name + " is already distributed (" + model.layout(name)->describe() +
                       "); experts are split over tp only without expert parallelism");

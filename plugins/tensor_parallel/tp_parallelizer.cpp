@@ -27,6 +27,26 @@ at::Tensor weight_of(torch::nn::Module& layer, const std::string& path) {
   return *weight;
 }
 
+// A colwise Linear's bias follows its output features.
+void shard_bias(CausalLM& model, const Layer& layer, const std::string& path, const Comm& tp) {
+  if (const at::Tensor* bias = linear_bias(layer)) {
+    model.set_layout(path + ".bias", shard_weight(*bias, 0, tp, path + ".bias"));
+  }
+}
+
+// Every direct parameter of the module at `path` split over tp along dim 0
+// (its heads); used only for this rank's heads, so no collective.
+void shard_per_head_parameters(CausalLM& model, const std::string& path, const Comm& tp) {
+  auto module = find_module(model, path);
+  if (!module) throw Error("tensor_parallel: the plan names '" + path + "', which the model does not have");
+  const auto params = module->named_parameters(/*recurse=*/false);
+  if (params.is_empty()) throw Error("tensor_parallel: '" + path + "' (per_head in the plan) has no parameter of its own");
+  for (const auto& item : params) {
+    const std::string name = path + "." + item.key();
+    model.set_layout(name, shard_weight(item.value(), 0, tp, name));
+  }
+}
+
 }  // namespace
 
 void TpParallelizer::validate(const ValidateContext& context) const {
@@ -74,6 +94,11 @@ void TpParallelizer::parallelize(CausalLM& model, const ParallelizeContext& cont
   const std::map<std::string, TpStyle> plan = context.spec.tp_plan();
   for (const auto& [pattern, style] : plan) {
     for (const auto& path : match_modules(model, pattern)) {
+      if (style == TpStyle::per_head) {
+        shard_per_head_parameters(model, path, comm);
+        ++swapped;
+        continue;
+      }
       auto layer = std::dynamic_pointer_cast<Layer>(find_module(model, path));
       if (!layer) throw Error("tensor_parallel: the plan names '" + path + "', which is not a titan::Layer");
       if (std::dynamic_pointer_cast<TiedOutput>(layer)) {
@@ -98,6 +123,7 @@ void TpParallelizer::parallelize(CausalLM& model, const ParallelizeContext& cont
       switch (style) {
         case TpStyle::colwise:
           model.set_layout(name, shard_weight(weight, 0, comm, name));
+          shard_bias(model, *layer, path, comm);
           replacement = std::make_shared<ColwiseLinear>(layer, tp, path);
           // A model-level colwise layer is the output head: its logits leave
           // the model split over the vocabulary.
@@ -110,9 +136,12 @@ void TpParallelizer::parallelize(CausalLM& model, const ParallelizeContext& cont
             model.set_layout(name, layout);
           } else {
             model.set_layout(name, shard_weight(weight, 1, comm, name));
+            if (const at::Tensor* bias = linear_bias(*layer)) model.set_layout(path + ".bias", whole_over_tp(*bias));
             replacement = std::make_shared<RowwiseLinear>(layer, tp, path);
           }
           break;
+        case TpStyle::per_head:
+          break;  // handled above
         case TpStyle::sequence_parallel_norm:
           model.set_layout(name, whole_over_tp(weight));
           replacement = std::make_shared<ParallelNorm>(layer, tp, path);
@@ -127,6 +156,7 @@ void TpParallelizer::parallelize(CausalLM& model, const ParallelizeContext& cont
                         "enable_async_tensor_parallel: false");
           }
           model.set_layout(name, whole_over_tp(weight));
+          if (const at::Tensor* bias = linear_bias(*layer)) model.set_layout(path + ".bias", whole_over_tp(*bias));
           replacement = std::make_shared<NoParallelLayer>(layer, tp, path);
           break;
       }

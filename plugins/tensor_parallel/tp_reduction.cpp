@@ -11,6 +11,7 @@
 #include "async_tp.h"
 #include "titan/autograd_collectives.hpp"
 #include "titan/comm.hpp"
+#include "titan/error.hpp"
 
 namespace titan::tensor_parallel {
 
@@ -26,9 +27,20 @@ at::Tensor RowwiseLinear::forward(const at::Tensor& input) {
       return matmul_reduce_scatter(input, *weight, *tp_.comm, tp_.async_chunks);
     }
   }
-  at::Tensor partial = inner().forward(input);
-  CallSite site(std::string(tp_.sequence_parallel ? "tp reduce_scatter " : "tp all_reduce ") + path_);
-  return reduce_partial_output(partial, tp_);
+  // A bias is added once, to the reduced output (each rank holds it whole).
+  const at::Tensor* bias = linear_bias(inner());
+  auto* linear = dynamic_cast<const Linear*>(&inner());
+  if (bias && !linear) {
+    throw Error("tensor_parallel: rowwise layer " + path_ + " has a bias inside a wrapper (" +
+                std::string(typeid(inner()).name()) + "); the bias would be summed over tp");
+  }
+  at::Tensor partial = bias ? at::linear(input, linear->weight) : inner().forward(input);
+  at::Tensor reduced;
+  {
+    CallSite site(std::string(tp_.sequence_parallel ? "tp reduce_scatter " : "tp all_reduce ") + path_);
+    reduced = reduce_partial_output(partial, tp_);
+  }
+  return bias ? reduced + *bias : reduced;
 }
 
 }  // namespace titan::tensor_parallel

@@ -583,6 +583,131 @@ TEST_SUITE("real readers") {
     CHECK(std::abs(saved["halves_rope_loss"].get<double>() - hf_loss) > 10 * 1e-5 * std::abs(hf_loss));
   }
 
+  TEST_CASE("gpt_oss: export, import, export is byte-exact; transformers loads the export as GptOssForCausalLM "
+            "with Titan's logits (sinks and sliding window included), a GptOss saved by transformers starts Titan's "
+            "training at its own loss and `titan generate` continues it as transformers does; the 20b and 120b "
+            "parameter counts are transformers'") {
+    if (auto why = missing("transformers,safetensors"); !why.empty()) {
+      MESSAGE("TITAN_SKIPPED: " << why);
+      return;
+    }
+    const fs::path dir = titan::test::temp_dir("real_readers_gpt_oss");
+    // The debug flavor shrunk: block 0 attends through a window of 8 of
+    // the 24-token batch, block 1 to every token; no expert bias (HF's
+    // GPT-OSS routes without one).
+    const std::string model_yaml = "model:\n  flavor: debugmodel\n  dim: 64\n  n_layers: 2\n  n_heads: 4\n"
+                                   "  n_kv_heads: 2\n  head_dim: 16\n  num_experts: 8\n  top_k: 2\n"
+                                   "  moe_hidden_dim: 32\n  sliding_window: 8\n  max_seq_len: 64\n"
+                                   "  load_balance_coeff: 0\n";
+    const auto vocab =
+        titan::load_tokenizer(titan::test::source_dir() + "/assets/tokenizer/stories_bpe.json")->vocab_size();
+    titan::PluginContext context;
+    context.options = titan::ConfigNode::parse(model_yaml, "run.yaml").child("model");
+    auto spec = titan::PluginRegistry::instance().create_model("gpt_oss", context);
+    spec->set_vocab_size(vocab);
+    std::string sets = " --set 'plugins=[]' --set training.seq_len=32 --set training.local_batch_size=2"
+                       " --set training.threads=1 --set lr_scheduler.warmup_steps=1 --set metrics.log_freq=1";
+    for (const auto& key : context.options.keys()) sets += " --set model." + key + "=" + context.options.get<std::string>(key, "");
+    const std::string config = " configs/gpt_oss_debugmodel.yaml";
+
+    const fs::path run = dir / "run";
+    auto result = run_command(titan_cmd(
+        "train" + config + sets + " --set training.steps=2 --set optimizer.lr=3e-3 --set checkpoint.enable=true"
+        " --set checkpoint.interval=2 --set job.dump_folder=" + run.string() +
+        " --set debug.save_final_model=" + (run / "final.pt").string()));
+    REQUIRE_MESSAGE(result.exit_code == 0, result.output);
+    result = run_command(titan_cmd("checkpoint export " + (run / "checkpoint/step-2").string() + " --out " +
+                                   (run / "hf").string()));
+    REQUIRE_MESSAGE(result.exit_code == 0, result.output);
+    result = run_command(titan_cmd("checkpoint import " + (run / "hf").string() + " --config " +
+                                   (run / "checkpoint/step-2/config.yaml").string() + " --out " +
+                                   (run / "imported/step-2").string()));
+    REQUIRE_MESSAGE(result.exit_code == 0, result.output);
+    CHECK_MESSAGE(!has(result.output, "not used by the model"), result.output);
+    result = run_command(titan_cmd("checkpoint export " + (run / "imported/step-2").string() + " --out " +
+                                   (run / "hf_again").string()));
+    REQUIRE_MESSAGE(result.exit_code == 0, result.output);
+    CHECK(titan::test::read_file(run / "hf_again/model.safetensors") ==
+          titan::test::read_file(run / "hf/model.safetensors"));
+    // Per block: 4 projections with biases, sinks, 2 norms, the router's
+    // weight and bias, 4 expert tensors; then embeddings, norm, head.
+    titan::safetensors::File exported((run / "hf/model.safetensors").string());
+    CHECK(exported.tensors().size() == 2 * 17 + 3);
+    auto trained = final_model(run / "final.pt");
+    // HF's experts are [E, in, out]: Titan's transposed.
+    CHECK(at::equal(exported.read("model.layers.1.mlp.experts.gate_up_proj"),
+                    trained.at("layers.1.moe.experts.mlp1_weight").transpose(1, 2)));
+    {
+      auto model = spec->build(c10::Device(c10::kCPU));
+      torch::NoGradGuard no_grad;
+      for (auto& item : model->named_parameters()) item.value().copy_(trained.at(item.key()));
+      torch::manual_seed(3);
+      at::Tensor tokens = at::randint(0, vocab, {2, 24}, at::kLong);
+      titan::safetensors::save_file((run / "titan_logits.safetensors").string(),
+                                    {{"tokens", tokens}, {"logits", model->forward(tokens)}});
+    }
+    const auto loaded = report_of(run_command(reader("gpt-oss-logits " + (run / "hf").string() + " " +
+                                                     (run / "titan_logits.safetensors").string())));
+    INFO(loaded.dump());
+    CHECK(loaded["architecture"] == "GptOssForCausalLM");
+    CHECK(loaded["layer_types"] == nlohmann::json::array({"sliding_attention", "full_attention"}));
+    CHECK(loaded["shape"] == nlohmann::json::array({2, 24, vocab}));
+    const double scale = loaded["scale"];
+    // fp32 both sides, other kernels and summation orders: 1e-5 of the logits' scale.
+    CHECK(loaded["max_abs_diff"].get<double>() <= 1e-5 * scale);
+    // The check can fail: without the sinks, or without the window, the logits move far outside the band.
+    CHECK(loaded["zero_sinks_max_abs_diff"].get<double>() > 20 * 1e-5 * scale);
+    CHECK(loaded["no_window_max_abs_diff"].get<double>() > 20 * 1e-5 * scale);
+
+    // transformers writes a random GPT-OSS (Titan's config.json fields, its
+    // own weights, every bias and sink nonzero) and computes its loss on
+    // Titan's first batch; Titan starts from that folder and generates.
+    torch::manual_seed(17);
+    write_token_shard(dir / "tokens.u16", 4 * 2 * 33, vocab);
+    const auto saved = report_of(run_command(
+        reader("gpt-oss-save " + (dir / "from_transformers").string() + " --config '" +
+               nlohmann::json::parse(spec->hf_config_json()).dump() + "' --tokens " + (dir / "tokens.u16").string() +
+               " --batch 2 --seq 32 --seed 5 --new-tokens 12 --prompt-ids " + prompt_ids(kPrompt))));
+    INFO(saved.dump());
+    const double hf_loss = saved["loss"];
+    // Sinks, the window (the prompt and continuation pass 8 tokens) and the
+    // biases through `titan generate`'s KV cache.
+    for (bool cache : {true, false}) {
+      CHECK_MESSAGE(titan_greedy((dir / "from_transformers").string() + " --config" + config + sets,
+                                 prompt_ids(kPrompt), cache) == saved["greedy"].get<std::vector<int64_t>>(),
+                    "kv cache " << cache);
+    }
+    result = run_command(titan_cmd("train" + config + sets + " --set training.steps=1 --set training.dataset_path=" +
+                                   (dir / "tokens.u16").string() + " --set checkpoint.initial_load_path=" +
+                                   (dir / "from_transformers").string() + " --set job.dump_folder=" +
+                                   (dir / "from_hf_run").string()));
+    REQUIRE_MESSAGE(result.exit_code == 0, result.output);
+    CHECK_MESSAGE(has(result.output, "loaded initial weights: " + std::to_string(2 * 17 + 3) + " tensors"),
+                  result.output);
+    const auto lines = reader_metrics_of(dir / "from_hf_run/metrics.jsonl");
+    REQUIRE(lines.size() == 1);
+    const double titan_loss = lines[0]["loss_metrics/global_avg_loss"];
+    MESSAGE("transformers " << hf_loss << ", Titan " << titan_loss);
+    CHECK(std::abs(titan_loss - hf_loss) <= 1e-5 * std::abs(hf_loss));
+
+    // The published shapes: Titan's count against transformers' model built on meta.
+    std::string configs;
+    std::vector<int64_t> ours;
+    for (const char* flavor : {"20b", "120b"}) {
+      titan::PluginContext flavor_context;
+      flavor_context.options = titan::ConfigNode::parse(std::string("model:\n  flavor: ") + flavor + "\n", "run.yaml")
+                                   .child("model");
+      auto flavor_spec = titan::PluginRegistry::instance().create_model("gpt_oss", flavor_context);
+      ours.push_back(flavor_spec->num_params());
+      configs += " '" + nlohmann::json::parse(flavor_spec->hf_config_json()).dump() + "'";
+    }
+    const auto counted = report_of(run_command(reader("gpt-oss-params" + configs)));
+    INFO(counted.dump());
+    CHECK(counted["params"] == nlohmann::json(ours));
+    CHECK(ours[0] == 20914757184);   // gpt-oss-20b: 20.9B
+    CHECK(ours[1] == 116829156672);  // gpt-oss-120b: 116.8B
+  }
+
   TEST_CASE("safetensors reads every tensor of Titan's exports (float32, bfloat16, sharded) bit for bit") {
     if (auto why = missing("safetensors,torch"); !why.empty()) {
       MESSAGE("TITAN_SKIPPED: " << why);

@@ -18,6 +18,11 @@ C++ test decides pass or fail.
   qwen3-save OUT_DIR --config JSON --tokens SHARD --batch B --seq S --seed N
                                        a random DeepseekV3ForCausalLM (and expert bias), save_pretrained;
                                        its loss on the first batch
+  gpt-oss-logits HF_DIR TITAN_LOGITS  the same as GptOssForCausalLM, with the sensitivity to the sinks and to
+                                       the sliding window
+  gpt-oss-save OUT_DIR --config JSON --tokens SHARD --batch B --seq S --seed N
+                                       a random GptOssForCausalLM with nonzero biases, save_pretrained; its loss
+  gpt-oss-params JSON...               GptOssForCausalLM's parameter count for each config (built on meta)
   (each *-save also takes --prompt-ids 1,2,3 --new-tokens N: then it prints its greedy generate() too)
   safetensors TITAN_FINAL HF_DIR...    every tensor of each export against Titan's saved model, bit for bit
   tokenizers TOKENIZER IDS FILE...     Tokenizer.from_file ids against Titan's (one line of ids per FILE)
@@ -203,6 +208,67 @@ def deepseek_v3_logits(args):
         model.config.rope_interleave = False
         result["halves_rope_max_abs_diff"] = (model(input_ids=tokens).logits - expected).abs().max().item()
     print_json(result)
+
+
+def gpt_oss_logits(args):
+    """from_pretrained(HF_DIR) as GptOssForCausalLM against Titan's logits; then the same weights with the sinks
+    zeroed and with every block attending to every token (no sliding window)."""
+    import torch
+    from safetensors.torch import load_file
+    from transformers import AutoModelForCausalLM
+
+    titan = load_file(args.titan_logits)
+    tokens, expected = titan["tokens"].long(), titan["logits"]
+    model = AutoModelForCausalLM.from_pretrained(args.hf_dir, dtype=torch.float32).eval()
+    result = {"architecture": type(model).__name__, "layer_types": model.config.layer_types}
+    with torch.no_grad():
+        logits = model(input_ids=tokens).logits
+        result["shape"] = list(logits.shape)
+        result["max_abs_diff"] = (logits - expected).abs().max().item()
+        result["scale"] = expected.abs().max().item()
+        sinks = [m.sinks for m in model.modules() if hasattr(m, "sinks")]
+        saved = [s.clone() for s in sinks]
+        for s in sinks:
+            s.zero_()
+        result["zero_sinks_max_abs_diff"] = (model(input_ids=tokens).logits - expected).abs().max().item()
+        for s, value in zip(sinks, saved):
+            s.copy_(value)
+        model.config.sliding_window = 10**6
+        for m in model.modules():
+            if hasattr(m, "sliding_window") and m.sliding_window is not None:
+                m.sliding_window = 10**6
+        result["no_window_max_abs_diff"] = (model(input_ids=tokens).logits - expected).abs().max().item()
+    print_json(result)
+
+
+def gpt_oss_save(args):
+    """A random GPT-OSS written by transformers, every bias and sink nonzero, with its loss on Titan's first
+    batch."""
+    import torch
+    from transformers import GptOssConfig, GptOssForCausalLM
+
+    model = trained_looking(GptOssForCausalLM, GptOssConfig(**json.loads(args.config)), args.seed)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if name.endswith("bias") or name.endswith("sinks"):
+                param.copy_(torch.randn(param.shape) * (1.0 if name.endswith("sinks") else 0.1))
+    model.save_pretrained(args.out_dir)
+    window = first_batch(args.tokens, args.batch, args.seq)
+    with torch.no_grad():
+        loss = model(input_ids=window, labels=window).loss.item()
+    print_json({"loss": loss, "greedy": greedy_continuation(model, args), "files": sorted(os.listdir(args.out_dir))})
+
+
+def gpt_oss_params(args):
+    import torch
+    from transformers import GptOssConfig, GptOssForCausalLM
+
+    counts = []
+    for text in args.configs:
+        with torch.device("meta"):
+            model = GptOssForCausalLM(GptOssConfig(**json.loads(text)))
+        counts.append(sum(p.numel() for p in model.parameters()))
+    print_json({"params": counts})
 
 
 def greedy_continuation(model, args):
@@ -396,6 +462,14 @@ def main():
     p.add_argument("titan_logits", help="safetensors file with 'tokens' and Titan's 'logits'")
     p.set_defaults(run=deepseek_v3_logits)
     add_save_command(commands, "deepseek-v3-save", "DeepseekV3Config", deepseek_v3_save)
+    p = commands.add_parser("gpt-oss-logits")
+    p.add_argument("hf_dir")
+    p.add_argument("titan_logits", help="safetensors file with 'tokens' and Titan's 'logits'")
+    p.set_defaults(run=gpt_oss_logits)
+    add_save_command(commands, "gpt-oss-save", "GptOssConfig", gpt_oss_save)
+    p = commands.add_parser("gpt-oss-params")
+    p.add_argument("configs", nargs="+", help="GptOssConfig fields as JSON, one argument per model")
+    p.set_defaults(run=gpt_oss_params)
     p = commands.add_parser("safetensors")
     p.add_argument("titan_final", help="Titan's model as debug.save_final_model wrote it")
     p.add_argument("hf_dirs", nargs="+")

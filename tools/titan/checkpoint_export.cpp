@@ -63,7 +63,9 @@ std::vector<ExportedTensor> tensors_to_export(const RunSpec& spec, const std::st
     }
     std::vector<int64_t> shape = item.value().sizes().vec();
     if (!hf_name_is_stacked(hf->second)) {
-      tensors.push_back({item.key(), hf->second, shape});
+      // HF's shape is what to_hf makes of ours (GPT-OSS's experts transpose).
+      at::Tensor probe = at::empty(shape, at::TensorOptions().device(at::kMeta));
+      tensors.push_back({item.key(), hf->second, spec.model->to_hf(item.key(), probe).sizes().vec()});
       continue;
     }
     const std::vector<int64_t> part_shape(shape.begin() + 1, shape.end());

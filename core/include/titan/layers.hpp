@@ -18,12 +18,15 @@ class Layer : public torch::nn::Module {
   virtual at::Tensor forward(const at::Tensor& input) = 0;
 };
 
-// y = x W^T without bias; weight [out_features, in_features] as torch.nn.Linear.
+// y = x W^T (+ b); weight [out_features, in_features] and, with `bias`, a
+// bias [out_features], as torch.nn.Linear. Most models have no bias
+// (undefined); GPT-OSS's attention has one.
 class Linear : public Layer {
  public:
-  Linear(int64_t in_features, int64_t out_features, const at::TensorOptions& options);
+  Linear(int64_t in_features, int64_t out_features, const at::TensorOptions& options, bool bias = false);
   at::Tensor forward(const at::Tensor& input) override;
   at::Tensor weight;
+  at::Tensor bias;
 };
 
 // tokens (int64) -> rows of weight [vocab_size, dim].
@@ -93,6 +96,15 @@ class Rotary : public torch::nn::Module {
   // tokens as one row, each with its own table row (the rotation is per
   // token), for a kernel that takes one table for every row.
   at::Tensor forward_by_token(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
+};
+
+// Rotary embedding that rotates halves (dims i and i + head_dim/2
+// together: rotate_half, HF's layout for Qwen3 and GPT-OSS), not the
+// interleaved pairs of Rotary. A subclass, so plugins that swap exactly
+// titan::Rotary (interleaved kernels) leave it.
+class RotateHalfRotary : public Rotary {
+ public:
+  at::Tensor forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) override;
 };
 
 // silu(gate) * up, the elementwise part of a SwiGLU feed-forward: a seam

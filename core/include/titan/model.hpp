@@ -172,9 +172,14 @@ void materialize_module(torch::nn::Module& module, const c10::Device& device);
 //   no_parallel: a layer every rank runs whole (TorchTitan's NoParallel),
 //     its weight whole; each rank uses its output for its own share (its
 //     heads: qwen3's q/k norms, DeepSeek-V3's kv latent), so the weight's
-//     gradient is summed over tp.
+//     gradient is summed over tp;
+//   per_head: a module's own per-head parameters (GPT-OSS's attention
+//     sinks [n_heads]), each split over tp along dim 0 as the colwise
+//     projections split the heads; the module is not swapped.
+// A Linear's bias goes with its weight: split with a colwise one's output
+// features, whole and added after the reduction of a rowwise one's.
 // MoE layers (titan/moe.hpp) need no entry: the plugin finds them itself.
-enum class TpStyle { colwise, rowwise, sequence_parallel_norm, no_parallel };
+enum class TpStyle { colwise, rowwise, sequence_parallel_norm, no_parallel, per_head };
 
 // A model size tensor parallelism must divide, with the config key (or the
 // source) that sets it, for validation messages.

@@ -44,6 +44,7 @@ struct MoEOptions {
   // routing extremes: every token to one expert, experts or ranks idle)
   std::vector<int64_t> forced_experts;
   bool score_before_experts = true;   // gate values scale the experts' input (else their output)
+  bool router_bias = false;           // the gate linear has a bias (GPT-OSS)
   ExpertsBackend backend = ExpertsBackend::automatic;
   int64_t token_group_alignment = 0;  // rows each expert's group is padded to; 0: 16 on CUDA, 1 on CPU
 };
@@ -81,21 +82,37 @@ class Router : public torch::nn::Module {
   MoEOptions options_;
 };
 
-// The routed experts' SwiGLU on grouped weights w1 [E, F, D], w2 [E, D, F],
-// w3 [E, F, D]. Expert parallelism shards dim 0: E is w1.size(0), the
-// experts this rank holds.
 // One expert's product x [rows, in] @ weight [out, in]^T: a seam a
 // precision plugin fills (float8 experts); unset, the matmul.
 using ExpertMatmul = std::function<at::Tensor(const at::Tensor& x, const at::Tensor& weight)>;
 
-class GroupedExperts : public torch::nn::Module {
+// The routed experts as the MoE layer calls them (`experts`): each expert's
+// rows in, together in expert order, and its output rows out. Every
+// parameter is [E, ...], E the experts this rank holds: expert parallelism
+// shards dim 0 of each. Core's GroupedExperts is TorchTitan's SwiGLU; a model
+// may bring its own (GPT-OSS's clamped SwiGLU with biases).
+class RoutedExperts : public torch::nn::Module {
+ public:
+  ~RoutedExperts() override;
+  // tokens [rows, D]; tokens_per_expert sums to rows.
+  virtual at::Tensor forward(const at::Tensor& tokens, const std::vector<int64_t>& tokens_per_expert) = 0;
+  // For tensor parallelism's split of each expert's width: every
+  // parameter's dim along the hidden width F, or -1 for one that is added
+  // after the down projection (a bias there), which a width split would
+  // add once per rank: such experts are refused and need expert parallelism.
+  virtual std::map<std::string, int64_t> hidden_width_dims() const = 0;
+};
+
+// The routed experts' SwiGLU on grouped weights w1 [E, F, D], w2 [E, D, F],
+// w3 [E, F, D].
+class GroupedExperts : public RoutedExperts {
  public:
   GroupedExperts(int64_t num_experts, int64_t dim, int64_t hidden_dim, const MoEOptions& options,
                  const at::TensorOptions& tensor_options);
-  // tokens [rows, D], each expert's rows together in expert order;
-  // tokens_per_expert sums to rows. With `matmul` set, always the loop over
-  // experts (the grouped GEMM multiplies in its own precision).
-  at::Tensor forward(const at::Tensor& tokens, const std::vector<int64_t>& tokens_per_expert);
+  // With `matmul` set, always the loop over experts (the grouped GEMM
+  // multiplies in its own precision).
+  at::Tensor forward(const at::Tensor& tokens, const std::vector<int64_t>& tokens_per_expert) override;
+  std::map<std::string, int64_t> hidden_width_dims() const override { return {{"w1", 1}, {"w3", 1}, {"w2", 2}}; }
   at::Tensor w1, w2, w3;
   ExpertMatmul matmul;
 
@@ -148,7 +165,9 @@ class TokenDispatcher : public torch::nn::Module {
 // router -> dispatcher -> experts -> combine (+ shared experts).
 class MoE : public Layer {
  public:
-  MoE(int64_t dim, const MoEOptions& options, const at::TensorOptions& tensor_options);
+  // `experts` null: core's GroupedExperts of options.hidden_dim.
+  MoE(int64_t dim, const MoEOptions& options, const at::TensorOptions& tensor_options,
+      std::shared_ptr<RoutedExperts> experts = nullptr);
   at::Tensor forward(const at::Tensor& x) override;  // [batch, seq, D] or [tokens, D]
   // The layer's output for the token rows `rows` (int64 indices into the
   // flattened [tokens, D] input) only: [rows, D]. The router still scores

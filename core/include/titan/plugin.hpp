@@ -52,7 +52,9 @@ namespace titan {
 //     embeddings: DecoderShape::tie_embeddings, TiedOutput, the virtual ModelSpec::ties_embeddings;
 //     GroupedExperts::matmul (ExpertMatmul, float8 experts)
 // 18: NamedParameter::layout and ::mesh (an optimizer sees where each parameter lives: Muon)
-constexpr int kPluginAbiVersion = 18;
+// 19: Linear::bias (optional); RotateHalfRotary in core; RoutedExperts (GroupedExperts derives from it, MoE
+//     takes a model's own); MoEOptions::router_bias; TpStyle::per_head (GPT-OSS)
+constexpr int kPluginAbiVersion = 19;
 
 // The kinds a plugin registers one factory of: name, interface, PluginKind
 // bit. The enum below (kind_model, ...), the registrar's methods (model(),

@@ -95,7 +95,13 @@ at::Tensor HfWeights::read(const std::string& name, const std::vector<int64_t>& 
   if (hf == names_.end()) {
     throw Error("parameter '" + name + "' has no Hugging Face name, so it cannot be loaded from '" + dir() + "'");
   }
-  if (!hf_name_is_stacked(hf->second)) return spec_.from_hf(name, read_one(hf->second, expected_shape, name));
+  if (!hf_name_is_stacked(hf->second)) {
+    // HF's shape is what to_hf makes of ours (a model may transpose, as
+    // GPT-OSS's experts are [E, in, out] in HF).
+    at::Tensor probe = at::empty(expected_shape, at::TensorOptions().device(at::kMeta));
+    const std::vector<int64_t> hf_shape = spec_.to_hf(name, probe).sizes().vec();
+    return spec_.from_hf(name, read_one(hf->second, hf_shape, name));
+  }
   if (expected_shape.empty()) throw Error("parameter '" + name + "' is a scalar; it cannot stack " + hf->second);
   const std::vector<int64_t> part_shape(expected_shape.begin() + 1, expected_shape.end());
   std::vector<at::Tensor> parts;

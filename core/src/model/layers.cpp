@@ -14,11 +14,12 @@ namespace titan {
 // core and plugin libraries, so plugins can dynamic_cast model layers.
 Layer::~Layer() = default;
 
-Linear::Linear(int64_t in_features, int64_t out_features, const at::TensorOptions& options) {
+Linear::Linear(int64_t in_features, int64_t out_features, const at::TensorOptions& options, bool with_bias) {
   weight = register_parameter("weight", at::empty({out_features, in_features}, options));
+  if (with_bias) bias = register_parameter("bias", at::empty({out_features}, options));
 }
 
-at::Tensor Linear::forward(const at::Tensor& input) { return at::linear(input, weight); }
+at::Tensor Linear::forward(const at::Tensor& input) { return at::linear(input, weight, bias); }
 
 Embedding::Embedding(int64_t vocab_size, int64_t dim, const at::TensorOptions& options) {
   weight = register_parameter("weight", at::empty({vocab_size, dim}, options));
@@ -80,6 +81,14 @@ at::Tensor Rotary::forward(const at::Tensor& x, const at::Tensor& cos, const at:
   at::Tensor c = rows_for(cos, x), s = rows_for(sin, x);
   at::Tensor rotated = at::stack({even * c - odd * s, even * s + odd * c}, -1);
   return rotated.flatten(3).to(x.scalar_type());
+}
+
+at::Tensor RotateHalfRotary::forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
+  const int64_t half = x.size(3) / 2;
+  at::Tensor xf = x.to(at::kFloat);
+  at::Tensor first = xf.narrow(3, 0, half), second = xf.narrow(3, half, half);
+  at::Tensor c = rows_for(cos, x), s = rows_for(sin, x);
+  return at::cat({first * c - second * s, second * c + first * s}, 3).to(x.scalar_type());
 }
 
 SwiGLU::~SwiGLU() = default;

@@ -103,6 +103,8 @@ at::Tensor run_experts_grouped_mm(const at::Tensor& w1, const at::Tensor& w2, co
   return padding ? out.index_select(0, on_device(keep, at::kLong)) : out;
 }
 
+RoutedExperts::~RoutedExperts() = default;
+
 GroupedExperts::GroupedExperts(int64_t num_experts, int64_t dim, int64_t hidden_dim, const MoEOptions& options,
                                const at::TensorOptions& tensor_options)
     : backend_(options.backend), alignment_(options.token_group_alignment) {

@@ -42,12 +42,16 @@ at::Tensor TokenDispatcher::combine(const at::Tensor& expert_output, const Dispa
   return unsorted.view({tokens, top_k, expert_output.size(1)});
 }
 
-MoE::MoE(int64_t dim, const MoEOptions& options, const at::TensorOptions& tensor_options) : options_(options) {
+MoE::MoE(int64_t dim, const MoEOptions& options, const at::TensorOptions& tensor_options,
+         std::shared_ptr<RoutedExperts> experts)
+    : options_(options) {
   auto [key, problem] = find_moe_problem(options, dim);
   if (!key.empty()) throw Error("moe: " + key + ": " + problem);
   register_module("router", std::make_shared<Router>(dim, options, tensor_options));
-  register_module("experts",
-                  std::make_shared<GroupedExperts>(options.num_experts, dim, options.hidden_dim, options, tensor_options));
+  if (!experts) {
+    experts = std::make_shared<GroupedExperts>(options.num_experts, dim, options.hidden_dim, options, tensor_options);
+  }
+  register_module("experts", std::move(experts));
   register_module("dispatcher", std::make_shared<TokenDispatcher>());
   if (options.num_shared_experts > 0) {
     register_module("shared_experts",
@@ -89,7 +93,7 @@ at::Tensor MoE::run(const at::Tensor& input, const at::Tensor& rows) {
   auto dispatcher = part<TokenDispatcher>(*this, "dispatcher");
   at::Tensor scale = options_.score_before_experts ? routing.top_scores.reshape({-1}) : at::Tensor();
   DispatchedTokens dispatched = dispatcher->dispatch(x, routing.selected, options_.num_experts, scale);
-  at::Tensor expert_rows = part<GroupedExperts>(*this, "experts")->forward(dispatched.tokens, dispatched.tokens_per_expert);
+  at::Tensor expert_rows = part<RoutedExperts>(*this, "experts")->forward(dispatched.tokens, dispatched.tokens_per_expert);
   at::Tensor per_slot = dispatcher->combine(expert_rows, dispatched, tokens, top_k);  // [N, K, D]
   at::Tensor routed;
   if (options_.score_before_experts) {

@@ -60,7 +60,7 @@ std::pair<std::string, std::string> find_moe_problem(const MoEOptions& o, int64_
 
 Router::Router(int64_t dim, const MoEOptions& options, const at::TensorOptions& tensor_options)
     : options_(options) {
-  register_module("gate", std::make_shared<Linear>(dim, options.num_experts, tensor_options));
+  register_module("gate", std::make_shared<Linear>(dim, options.num_experts, tensor_options, options.router_bias));
   // Counts and the bias stay fp32 whatever the model's dtype (TorchTitan's).
   auto fp32 = tensor_options.dtype(at::kFloat);
   tokens_per_expert = register_buffer("tokens_per_expert", at::zeros({options.num_experts}, fp32));
@@ -100,7 +100,8 @@ Routing Router::forward(const at::Tensor& x) {
   // The gate in fp32 for stable routing (TorchTitan autocasts it).
   auto gate = child_layer(*this, "gate");
   auto plain = std::dynamic_pointer_cast<Linear>(gate);
-  at::Tensor logits = plain ? at::linear(x.to(at::kFloat), plain->weight.to(at::kFloat))
+  at::Tensor bias = plain && plain->bias.defined() ? plain->bias.to(at::kFloat) : at::Tensor();
+  at::Tensor logits = plain ? at::linear(x.to(at::kFloat), plain->weight.to(at::kFloat), bias)
                             : gate->forward(x).to(at::kFloat);
   at::Tensor scores = o.score_func == RouterScore::softmax ? at::softmax(logits, 1) : at::sigmoid(logits);
   Routing routing;
