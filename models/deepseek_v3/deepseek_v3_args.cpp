@@ -79,6 +79,8 @@ std::pair<std::string, std::string> find_problem(const DeepSeekV3Args& a) {
   auto text = [](int64_t value) { return std::to_string(value); };
   if (a.dim <= 0) return {"dim", "must be positive"};
   if (a.n_layers <= 0) return {"n_layers", "must be positive"};
+  if (a.num_mtp_layers < 0) return {"num_mtp_layers", "must be >= 0 (0: no multi-token prediction)"};
+  if (a.mtp_scale < 0) return {"mtp_scale", "must be >= 0"};
   if (a.n_dense_layers < 0 || a.n_dense_layers > a.n_layers)
     return {"n_dense_layers", "must be in [0, n_layers = " + text(a.n_layers) + "], got " + text(a.n_dense_layers)};
   if (a.n_heads <= 0) return {"n_heads", "must be positive"};

@@ -40,6 +40,12 @@ struct DeepSeekV3Args {
   double beta_slow = 1.0;
   double mscale = 1.0;
 
+  // Multi-token prediction (TorchTitan's): num_mtp_layers blocks after the
+  // main model, depth k predicting token i + 1 + k; their loss, averaged
+  // over the depths, joins the main loss times mtp_scale.
+  int64_t num_mtp_layers = 0;
+  double mtp_scale = 0.3;
+
   int64_t qk_head_dim() const { return qk_nope_head_dim + qk_rope_head_dim; }
   bool yarn() const { return max_seq_len > original_seq_len; }
   // qk_head_dim^-0.5, times (0.1 * mscale * ln(rope_factor) + 1)^2 under YaRN.

@@ -9,6 +9,7 @@
 // "{expert}" placeholder (titan/hf_weights.hpp); the router's expert bias is
 // HF's e_score_correction_bias (the same auxiliary-loss-free balancing
 // bias: it steers the choice, not the gate values).
+#include <algorithm>
 #include <nlohmann/json.hpp>
 
 #include "deepseek_v3_spec.h"
@@ -79,14 +80,24 @@ std::map<std::string, std::string> DeepSeekV3Spec::hf_names() const {
   std::map<std::string, std::string> names = {{"tok_embeddings.weight", "model.embed_tokens.weight"},
                                               {"norm.weight", "model.norm.weight"},
                                               {"output.weight", "lm_head.weight"}};
-  for (int64_t layer = 0; layer < args_.n_layers; ++layer) {
-    const std::string titan = "layers." + std::to_string(layer) + ".";
+  // The multi-token prediction blocks follow the main ones in HF's layers
+  // (DeepSeek's checkpoint layout): depth k is model.layers.{n_layers + k},
+  // its FFN the last main block's kind; HF's copies of the embedding and
+  // head there (embed_tokens, shared_head.head) are the main model's.
+  for (int64_t layer = 0; layer < args_.n_layers + args_.num_mtp_layers; ++layer) {
+    const bool mtp = layer >= args_.n_layers;
+    const std::string titan = mtp ? "mtp_layers." + std::to_string(layer - args_.n_layers) + "."
+                                  : "layers." + std::to_string(layer) + ".";
     const std::string hf = "model.layers." + std::to_string(layer) + ".";
     for (const auto& [ours, theirs] : attention_names) names[titan + ours] = hf + theirs;
-    if (layer >= args_.n_dense_layers) {
+    if (std::min(layer, args_.n_layers - 1) >= args_.n_dense_layers) {
       for (const auto& [ours, theirs] : moe_names) names[titan + ours] = hf + theirs;
     } else {
       for (const auto& [ours, theirs] : dense_names) names[titan + ours] = hf + theirs;
+    }
+    if (mtp) {
+      for (const char* part : {"enorm.weight", "hnorm.weight", "eh_proj.weight"}) names[titan + part] = hf + part;
+      names[titan + "mtp_norm.weight"] = hf + "shared_head.norm.weight";
     }
   }
   return names;
@@ -146,7 +157,7 @@ std::string DeepSeekV3Spec::hf_config_json() const {
       {"tie_word_embeddings", false},
       {"attention_bias", false},
       {"attention_dropout", 0.0},
-      {"num_nextn_predict_layers", 0},  // no multi-token prediction module
+      {"num_nextn_predict_layers", a.num_mtp_layers},
       {"initializer_range", 0.02},
       {"use_cache", true},
       {"torch_dtype", "float32"}};

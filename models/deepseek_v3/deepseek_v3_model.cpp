@@ -105,7 +105,16 @@ Transformer::Transformer(const DeepSeekV3Args& args, const c10::Device& device)
               },
               [args] { return rope_tables(args); }),
       args_(args) {
-  add_moe_step_hook(*this);  // the trainer balances the experts before each optimizer step
+  if (args.num_mtp_layers > 0) {
+    auto options = at::TensorOptions().dtype(at::kFloat).device(device);
+    auto mtp_layers = register_module("mtp_layers", torch::nn::ModuleDict());
+    for (int64_t k = 0; k < args.num_mtp_layers; ++k) {
+      mtp_layers->update(std::vector<std::pair<std::string, std::shared_ptr<torch::nn::Module>>>{
+          {std::to_string(k), std::make_shared<MtpBlock>(args, k, options)}});
+    }
+    set_objective(mtp_objective(args.num_mtp_layers, args.mtp_scale));
+  }
+  add_moe_step_hook(*this);  // the trainer balances the experts before each optimizer step (MTP's routers too)
 }
 
 }  // namespace titan::deepseek_v3

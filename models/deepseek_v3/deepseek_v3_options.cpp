@@ -63,6 +63,13 @@ DeepSeekV3Spec read_deepseek_v3_spec(const ConfigNode& options) {
       "routed experts' matmuls: auto = grouped GEMM on CUDA when dim and moe_inter_dim make 16-byte rows, else a loop over experts");
   moe.token_group_alignment = options.get<int64_t>(
       "token_group_alignment", 0, "rows each expert's token group is padded to for the grouped GEMM (0: 16 on CUDA)");
+  args.num_mtp_layers = options.get<int64_t>(
+      "num_mtp_layers", args.num_mtp_layers,
+      "multi-token prediction depths after the main model (TorchTitan's; 0: none); depth k predicts the token k "
+      "after the next, from the main model's last hidden state and the embedding of the token k ahead");
+  args.mtp_scale = options.number("mtp_scale", args.mtp_scale, NumberRange::at_least(0),
+                                  "weight of the multi-token prediction loss (averaged over the depths) in the "
+                                  "training loss (TorchTitan's loss.mtp_scale; DeepSeek-V3 used 0.3, then 0.1)");
   auto [key, problem] = find_problem(args);
   if (!key.empty()) options.fail(key, problem);
   return DeepSeekV3Spec(flavor, args);

@@ -36,20 +36,39 @@ Counts block_counts(const DeepSeekV3Args& a) {
   return c;
 }
 
+// The multi-token prediction blocks: each one block of the last main
+// block's kind, three norms and eh_proj [dim, 2 dim].
+Counts mtp_counts(const DeepSeekV3Args& a) {
+  if (a.num_mtp_layers == 0) return {};
+  DeepSeekV3Args one = a;
+  one.n_layers = 1;
+  one.n_dense_layers = a.n_layers > a.n_dense_layers ? 0 : 1;
+  Counts c = block_counts(one);
+  c.dense += 3 * a.dim + 2 * a.dim * a.dim;
+  return {c.dense * a.num_mtp_layers, c.experts * a.num_mtp_layers, c.always * a.num_mtp_layers};
+}
+
+Counts all_counts(const DeepSeekV3Args& a) {
+  Counts c = block_counts(a), mtp = mtp_counts(a);
+  return {c.dense + mtp.dense, c.experts + mtp.experts, c.always + mtp.always};
+}
+
 }  // namespace
 
 int64_t DeepSeekV3Spec::num_params(bool include_embedding) const {
-  Counts c = block_counts(args_);
+  Counts c = all_counts(args_);
   int64_t total = c.dense + c.experts + c.always + args_.dim + args_.vocab_size * args_.dim;  // + norm + output
   return include_embedding ? total + args_.vocab_size * args_.dim : total;
 }
 
 double DeepSeekV3Spec::flops_per_token(int64_t seq_len) const {
-  Counts c = block_counts(args_);
+  Counts c = all_counts(args_);
   const MoEOptions& m = args_.moe_options;
   int64_t active_experts = m.num_experts > 0 ? c.experts * m.top_k / m.num_experts : 0;  // TorchTitan's floor
   int64_t active = num_params(false) - c.experts + active_experts;
-  double attention = 6.0 * static_cast<double>(args_.n_layers) * static_cast<double>(args_.n_heads) *
+  // Each MTP depth runs the shared head once more and attends as a block does.
+  active += args_.num_mtp_layers * args_.vocab_size * args_.dim;
+  double attention = 6.0 * static_cast<double>(args_.n_layers + args_.num_mtp_layers) * static_cast<double>(args_.n_heads) *
                      static_cast<double>(args_.qk_head_dim() + args_.v_head_dim) * static_cast<double>(seq_len);
   return 6.0 * static_cast<double>(active) + attention;
 }

@@ -90,7 +90,7 @@ const std::vector<std::vector<std::string>>& plugin_groups() {
   static const std::vector<std::vector<std::string>> groups = {
       {"fsdp", "context_parallel", "activation_checkpoint", "adamw", "muon", "float8", "flight_recorder"},
       {"tensor_parallel", "ddp", "fused_kernels", "llama3", "qwen3", "deepseek_v3", "lr_schedules"},
-      {"loss_parallel", "tensorboard", "expert_parallel"},
+      {"loss_parallel", "tensorboard", "expert_parallel", "gpt_oss"},
   };
   return groups;
 }

@@ -52,13 +52,15 @@ RunOutput run_deepseek_ep(const std::string& name, int ranks, int port, const st
   return titan::test::launch_config(name, ranks, port, "deepseek_v3_debugmodel_fsdp_ep.yaml", kDeepseekSmall + extra, logged);
 }
 
-void check_deepseek_ep_equivalent(const RunOutput& ep, const RunOutput& reference) {
-  REQUIRE(reference.params.contains("layers.1.moe.router.expert_bias"));
+// `moved_bias`: a router's expert bias the run moved away from zero.
+void check_deepseek_ep_equivalent(const RunOutput& ep, const RunOutput& reference,
+                                  const std::string& moved_bias = "layers.1.moe.router.expert_bias") {
+  REQUIRE(reference.params.contains(moved_bias));
   REQUIRE(reference.params.at("layers.1.moe.experts.w1").size(0) == 8);  // gathered whole, all 8 experts
   REQUIRE(reference.params.contains("layers.1.moe.shared_experts.w1.weight"));
   REQUIRE(reference.params.contains("layers.0.attention.wkv_b.weight"));
   // The bias moved from zero, so comparing it compares routing.
-  CHECK(reference.params.at("layers.1.moe.router.expert_bias").norm().item<double>() > 0);
+  CHECK(reference.params.at(moved_bias).norm().item<double>() > 0);
   titan::test::check_equivalent(ep, reference, 1e-5);
   const auto expected = deepseek_imbalances(reference.dump), logged = deepseek_imbalances(ep.dump);
   REQUIRE(expected.size() == 10);
@@ -103,4 +105,46 @@ TEST_CASE("deepseek_v3 tensor parallel: TP 2 (MLA heads split, the experts' and 
   CHECK(async.exit_code != 0);
   CHECK_MESSAGE(titan::test::has(async.output, "runs the linear 'layers.0.attention.wkv_a' whole on every rank"),
                 async.output);
+}
+
+TEST_CASE("deepseek_v3 multi-token prediction: 2 depths join the loss and train, FSDP 2 x ep 2 reproduces one "
+          "process within 1e-5; pipeline and context parallelism are refused by name") {
+  const std::string mtp = " --set model.num_mtp_layers=2";
+  RunOutput plain = run_deepseek_reference("deepseek_v3_mtp_plain");
+  auto dump = titan::test::temp_dir("deepseek_v3_mtp_reference");
+  auto result = titan::test::run_command("timeout 300 " + titan::test::titan_binary() + " train " + config() +
+                                         " --set 'plugins=[]' --set training.local_batch_size=8" +
+                                         titan::test::common_sets(dump) + kDeepseekSmall + mtp);
+  REQUIRE_MESSAGE(result.exit_code == 0, result.output);
+  RunOutput reference = titan::test::read_run(dump);
+  // The main blocks start from the same values (init by name): the first
+  // loss is the main loss plus 0.3 x the depths' mean, about 1.3 x.
+  REQUIRE(reference.losses.size() == 10);
+  CHECK(reference.losses[0] > 1.2 * plain.losses[0]);
+  CHECK(reference.losses.back() < reference.losses.front() - 0.05);
+  // Both depths' blocks, eh_proj and norms trained.
+  for (const char* name : {"mtp_layers.0.eh_proj.weight", "mtp_layers.1.moe.experts.w1", "mtp_layers.1.hnorm.weight"}) {
+    REQUIRE_MESSAGE(reference.params.contains(name), name);
+  }
+  CHECK(reference.params.at("mtp_layers.1.hnorm.weight").sub(1).abs().max().item<double>() > 0);
+  // (Layer 1's bias happens to be back at zero after step 10; depth 1's is not.)
+  check_deepseek_ep_equivalent(
+      run_deepseek_ep("deepseek_v3_mtp_ep", 2, 29593,
+                      mtp + " --set plugins.fsdp.dp_shard=2 --set training.local_batch_size=4"),
+      reference, "mtp_layers.0.moe.router.expert_bias");
+  for (const auto& [plugins, refusal] :
+       std::vector<std::pair<std::string, std::string>>{
+           {"{name: pipeline, pipeline_parallel_degree: 2, pipeline_parallel_schedule: 1F1B}",
+            "with pipeline parallelism"},
+           {"{name: fsdp, dp_shard: 1}, {name: context_parallel, context_parallel_degree: 2}",
+            "with context parallelism"}}) {
+    auto refused = titan::test::run_command(
+        "timeout 120 " + titan::test::titan_binary() + " launch --nproc-per-node 2 --master-port 29595 "
+        "--grace-period-s 5 -- " + titan::test::titan_binary() + " train " + config() +
+        titan::test::common_sets(titan::test::temp_dir("deepseek_v3_mtp_refused")) + kDeepseekSmall + mtp +
+        " --set 'plugins=[" + plugins + "]'");
+    CHECK(refused.exit_code != 0);
+    CHECK_MESSAGE(titan::test::has(refused.output, "multi-token prediction (model.num_mtp_layers) " + refusal),
+                  refused.output);
+  }
 }

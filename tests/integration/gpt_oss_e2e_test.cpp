@@ -74,6 +74,18 @@ TEST_CASE("gpt_oss: what cannot carry its sinks, windows or the experts' output 
   CHECK_MESSAGE(titan::test::has(output, "context_parallel: the model has no titan::AttentionCore to replace"), output);
 }
 
+TEST_CASE("gpt_oss: the fused CPU kernels leave its attention (sinks and windows) and rotary to the model") {
+  auto dump = titan::test::temp_dir("gpt_oss_fused");
+  auto result = titan::test::run_command(
+      "timeout 120 " + titan::test::titan_binary() + " train " + titan::test::source_dir() +
+      "/configs/gpt_oss_debugmodel.yaml" + titan::test::common_sets(dump) +
+      " --set training.steps=2 --set 'plugins=[{name: fused_kernels}]'");
+  INFO(result.output);
+  CHECK(result.exit_code == 0);
+  // Its norms are core's (fused); its attention core, rotary and experts are its own.
+  CHECK(titan::test::has(result.output, " 0 rotary, 0 SwiGLU, 0 attention"));
+}
+
 TEST_CASE("gpt_oss: the 20b and 120b configs pass config check at their world sizes") {
   for (const auto& [name, world] :
        std::vector<std::pair<std::string, int>>{{"gpt_oss_20b.yaml", 8}, {"gpt_oss_120b.yaml", 32}}) {

@@ -11,6 +11,7 @@
 #include <torch/csrc/jit/serialization/pickle.h>
 #include <cmath>
 #include <cstdint>
+#include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -581,6 +582,86 @@ TEST_SUITE("real readers") {
     // outside the band.
     CHECK(std::abs(saved["zero_bias_loss"].get<double>() - hf_loss) > 10 * 1e-5 * std::abs(hf_loss));
     CHECK(std::abs(saved["halves_rope_loss"].get<double>() - hf_loss) > 10 * 1e-5 * std::abs(hf_loss));
+  }
+
+  TEST_CASE("deepseek_v3 multi-token prediction: Titan's training loss with 2 depths equals an independent one "
+            "computed from transformers' DeepseekV3 modules (TorchTitan's MTP) within 1e-5") {
+    if (auto why = missing("transformers,safetensors"); !why.empty()) {
+      MESSAGE("TITAN_SKIPPED: " << why);
+      return;
+    }
+    const fs::path dir = titan::test::temp_dir("real_readers_deepseek_mtp");
+    // A dense block then a MoE one (the MTP blocks are MoE: the last main
+    // block's kind); HF's norm epsilons; the expert bias nonzero so that
+    // the MTP routers' bias is checked too.
+    const std::string model_yaml = "model:\n  flavor: debugmodel\n  dim: 64\n  n_layers: 2\n  n_heads: 4\n"
+                                   "  kv_lora_rank: 32\n  qk_nope_head_dim: 16\n  qk_rope_head_dim: 8\n"
+                                   "  v_head_dim: 16\n  inter_dim: 128\n  moe_inter_dim: 32\n  num_experts: 8\n"
+                                   "  top_k: 2\n  num_shared_experts: 1\n  score_func: sigmoid\n"
+                                   "  norm_eps: 1.0e-6\n  final_norm_eps: 1.0e-6\n  max_seq_len: 64\n"
+                                   "  num_mtp_layers: 2\n  mtp_scale: 0.3\n";
+    titan::PluginContext context;
+    context.options = titan::ConfigNode::parse(model_yaml, "run.yaml").child("model");
+    auto spec = titan::PluginRegistry::instance().create_model("deepseek_v3", context);
+    spec->set_vocab_size(512);
+    auto model = spec->build(c10::Device(c10::kCPU));
+    model->init_weights(7);
+    std::map<std::string, at::Tensor> values;
+    {
+      torch::NoGradGuard no_grad;
+      torch::manual_seed(2);
+      for (auto& item : model->named_buffers()) {
+        if (has(item.key(), "expert_bias")) item.value().copy_(at::randn(item.value().sizes()) * 0.1);
+      }
+      for (const auto& item : model->named_parameters()) values[item.key()] = item.value();
+      for (const auto& item : model->named_buffers()) values[item.key()] = item.value();
+    }
+    CHECK(spec->num_params() == [&] {
+      int64_t total = 0;
+      for (const auto& item : model->named_parameters()) total += item.value().numel();
+      return total;
+    }());
+    // The model in HF's names (the MTP blocks as model.layers.2 and .3).
+    std::map<std::string, at::Tensor> hf;
+    for (const auto& [name, hf_name] : spec->hf_names()) {
+      at::Tensor tensor = spec->to_hf(name, values.at(name));
+      if (!titan::hf_name_is_stacked(hf_name)) {
+        hf[hf_name] = tensor.contiguous();
+        continue;
+      }
+      for (int64_t e = 0; e < tensor.size(0); ++e) hf[titan::hf_name_of_part(hf_name, e)] = tensor[e].contiguous();
+    }
+    CHECK(values.count("mtp_layers.1.eh_proj.weight") == 1);
+    fs::create_directories(dir / "hf");
+    titan::safetensors::save_file((dir / "hf/model.safetensors").string(), hf);
+    {
+      std::ofstream config(dir / "hf/config.json");
+      config << spec->hf_config_json();
+    }
+    torch::manual_seed(4);
+    at::Tensor window = at::randint(0, 512, {2, 25}, at::kLong);
+    titan::safetensors::save_file((dir / "window.safetensors").string(), {{"tokens", window}});
+    model->train();
+    const at::Tensor inputs = window.narrow(1, 0, 24), labels = window.narrow(1, 1, 24);
+    const double titan_loss = model->training_loss()(model->forward(inputs), labels).item<double>();
+    const at::Tensor logits = model->forward(inputs);
+    const double main_loss = model->loss()(logits.narrow(0, 0, 2), labels).item<double>();
+    std::vector<double> depth_losses;  // each depth's summed over the main labels' count
+    for (int64_t k = 1; k <= 2; ++k) {
+      at::Tensor shifted = at::cat({labels.narrow(1, k, 24 - k), at::full({2, k}, -100, labels.options())}, 1);
+      depth_losses.push_back(model->loss()(logits.narrow(0, 2 * k, 2), shifted).item<double>() * (24 - k) / 24);
+    }
+
+    const auto reference = report_of(run_command(reader("deepseek-v3-mtp-loss " + (dir / "hf").string() + " " +
+                                                        (dir / "window.safetensors").string() + " --scale 0.3")));
+    INFO(reference.dump());
+    const double expected = reference["loss"];
+    MESSAGE("Titan " << titan_loss << ", reference " << expected << " (main " << main_loss << ", depths "
+                     << depth_losses[0] << ", " << depth_losses[1] << ")");
+    CHECK(std::abs(titan_loss - expected) <= 1e-5 * std::abs(expected));
+    CHECK(std::abs(main_loss - reference["main_loss"].get<double>()) <= 1e-5 * main_loss);
+    // The check can fail: the depths add about 0.3 x the main loss.
+    CHECK(titan_loss - main_loss > 0.2 * main_loss);
   }
 
   TEST_CASE("gpt_oss: export, import, export is byte-exact; transformers loads the export as GptOssForCausalLM "

@@ -418,6 +418,25 @@ TEST_CASE("float8 linear: a weight cast before the call (FSDP's float8 all-gathe
   CHECK(at::equal(w1.grad(), w2.grad()));
 }
 
+TEST_CASE("float8 linear: a biased Linear (GPT-OSS's) keeps its bias in high precision, and the bias trains") {
+  at::manual_seed(5);
+  auto linear = std::make_shared<titan::Linear>(32, 48, at::TensorOptions(), /*bias=*/true);
+  {
+    at::NoGradGuard no_grad;
+    linear->weight.normal_();
+    linear->bias.normal_();
+  }
+  auto settings = std::make_shared<f8::Float8Settings>();
+  settings->recipe = f8::recipe_from_name("rowwise");
+  f8::Float8Linear float8(linear, settings, "wq");
+  CHECK(float8.named_parameters(/*recurse=*/false).contains("bias"));
+  at::Tensor x = at::randn({16, 32});
+  at::Tensor out = float8.forward(x);
+  CHECK(at::equal(out, f8::float8_linear(x, linear->weight, settings->recipe) + linear->bias));
+  out.sum().backward();
+  CHECK(at::allclose(linear->bias.grad(), at::full({48}, 16.0)));
+}
+
 TEST_CASE("float8 plugin: converts the model's linears by path, keeps filter_fqns and dims not divisible by 16, "
           "keeps parameter names") {
   auto model = meta_llama3("  dim: 64\n  n_layers: 2\n  n_heads: 4\n");

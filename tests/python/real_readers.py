@@ -18,6 +18,10 @@ C++ test decides pass or fail.
   qwen3-save OUT_DIR --config JSON --tokens SHARD --batch B --seq S --seed N
                                        a random DeepseekV3ForCausalLM (and expert bias), save_pretrained;
                                        its loss on the first batch
+  deepseek-v3-mtp-loss HF_DIR WINDOW --scale S
+                                       the training loss with multi-token prediction of HF_DIR's weights (the MTP
+                                       blocks at model.layers.{n + k}) on WINDOW's tokens, from transformers'
+                                       DeepseekV3 modules as TorchTitan's MTPDecoder and MTPLoss compute it
   gpt-oss-logits HF_DIR TITAN_LOGITS  the same as GptOssForCausalLM, with the sensitivity to the sinks and to
                                        the sliding window
   gpt-oss-save OUT_DIR --config JSON --tokens SHARD --batch B --seq S --seed N
@@ -208,6 +212,69 @@ def deepseek_v3_logits(args):
         model.config.rope_interleave = False
         result["halves_rope_max_abs_diff"] = (model(input_ids=tokens).logits - expected).abs().max().item()
     print_json(result)
+
+
+def deepseek_v3_mtp_loss(args):
+    import copy
+    import glob
+
+    import torch
+    import torch.nn.functional as F
+    from safetensors.torch import load_file
+    from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers.models.deepseek_v3.modeling_deepseek_v3 import DeepseekV3RMSNorm
+
+    config = AutoConfig.from_pretrained(args.hf_dir)
+    model = AutoModelForCausalLM.from_pretrained(args.hf_dir, dtype=torch.float32).eval()
+    weights = {}
+    for path in sorted(glob.glob(os.path.join(args.hf_dir, "*.safetensors"))):
+        weights.update(load_file(path))
+    window = load_file(args.window)["tokens"].long()
+    inputs, labels = window[:, :-1], window[:, 1:]
+    batch, seq = inputs.shape
+    n, depths = config.num_hidden_layers, config.num_nextn_predict_layers
+    captured = {}
+    # The main blocks' attention mask and rotary tables, and the last block's output (before the final norm).
+    model.model.layers[0].register_forward_pre_hook(lambda m, a, kw: captured.update(kwargs=kw), with_kwargs=True)
+    model.model.layers[n - 1].register_forward_hook(
+        lambda m, a, out: captured.update(h=out[0] if isinstance(out, tuple) else out))
+    with torch.no_grad():
+        logits = model(input_ids=inputs, use_cache=False).logits
+        main_sum = F.cross_entropy(logits.flatten(0, 1), labels.flatten(), reduction="sum", ignore_index=-100)
+        count = (labels != -100).sum()
+        previous, depth_sums = captured["h"], []
+        for k in range(1, depths + 1):
+            prefix = f"model.layers.{n + k - 1}."
+            extra = ("enorm.", "hnorm.", "eh_proj.", "shared_head.", "embed_tokens.")
+            # A copy of the last main block (its class, and the experts' implementation from_pretrained chose).
+            layer = copy.deepcopy(model.model.layers[n - 1])
+            block = {name[len(prefix):]: t for name, t in weights.items()
+                     if name.startswith(prefix) and not name[len(prefix):].startswith(extra)}
+            # transformers holds the routed experts fused ([E, 2F, D] gate then up, [E, D, F]); the checkpoint
+            # has them one by one (from_pretrained converts; a layer built by hand does not).
+            experts = config.n_routed_experts
+            if "mlp.experts.0.gate_proj.weight" in block:
+                part = lambda e, p: block.pop(f"mlp.experts.{e}.{p}.weight")
+                gate_up = [torch.cat([part(e, "gate_proj"), part(e, "up_proj")], 0) for e in range(experts)]
+                block["mlp.experts.gate_up_proj"] = torch.stack(gate_up)
+                block["mlp.experts.down_proj"] = torch.stack([part(e, "down_proj") for e in range(experts)])
+            layer.load_state_dict(block)
+            enorm, hnorm, mtp_norm = (DeepseekV3RMSNorm(config.hidden_size, eps=config.rms_norm_eps) for _ in range(3))
+            enorm.weight.copy_(weights[prefix + "enorm.weight"])
+            hnorm.weight.copy_(weights[prefix + "hnorm.weight"])
+            mtp_norm.weight.copy_(weights[prefix + "shared_head.norm.weight"])
+            ahead = torch.cat([inputs[:, k:], torch.zeros(batch, k, dtype=inputs.dtype)], 1)
+            valid = (torch.arange(seq) < seq - k).float().view(1, seq, 1)
+            x = F.linear(torch.cat([enorm(model.model.embed_tokens(ahead)), hnorm(previous * valid)], -1),
+                         weights[prefix + "eh_proj.weight"])
+            out = layer(x, **captured["kwargs"])
+            previous = mtp_norm(out[0] if isinstance(out, tuple) else out)
+            labels_k = torch.cat([labels[:, k:], torch.full((batch, k), -100, dtype=labels.dtype)], 1)
+            depth_sums.append(F.cross_entropy(model.lm_head(previous).flatten(0, 1), labels_k.flatten(),
+                                              reduction="sum", ignore_index=-100))
+        loss = (main_sum + args.scale * sum(depth_sums) / depths) / count
+    print_json({"loss": loss.item(), "main_loss": (main_sum / count).item(),
+                "depth_losses": [(d / count).item() for d in depth_sums]})
 
 
 def gpt_oss_logits(args):
@@ -462,6 +529,11 @@ def main():
     p.add_argument("titan_logits", help="safetensors file with 'tokens' and Titan's 'logits'")
     p.set_defaults(run=deepseek_v3_logits)
     add_save_command(commands, "deepseek-v3-save", "DeepseekV3Config", deepseek_v3_save)
+    p = commands.add_parser("deepseek-v3-mtp-loss")
+    p.add_argument("hf_dir")
+    p.add_argument("window", help="safetensors file with 'tokens' [batch, seq + 1]")
+    p.add_argument("--scale", type=float, required=True, help="the MTP loss weight")
+    p.set_defaults(run=deepseek_v3_mtp_loss)
     p = commands.add_parser("gpt-oss-logits")
     p.add_argument("hf_dir")
     p.add_argument("titan_logits", help="safetensors file with 'tokens' and Titan's 'logits'")

@@ -73,7 +73,7 @@ std::map<std::string, at::Tensor> parameter_values(CausalLM& model) {
 
 at::Tensor next_token_loss(CausalLM& model, const at::Tensor& windows) {
   int64_t length = windows.size(1) - 1;
-  return model.loss()(model.run(windows.narrow(1, 0, length)), windows.narrow(1, 1, length));
+  return model.training_loss()(model.run(windows.narrow(1, 0, length)), windows.narrow(1, 1, length));
 }
 
 void SgdOptimizer::step(double lr) {

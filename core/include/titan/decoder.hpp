@@ -166,6 +166,11 @@ class Decoder : public CausalLM {
   void init_buffers() override;
 
  protected:
+  // After the last block, on h (the blocks' output): the final norm and the
+  // output head, each when this model or stage holds it. A model with more
+  // heads (DeepSeek-V3's multi-token prediction) overrides it; `tokens` are
+  // forward()'s input, `context` what the blocks attended with.
+  virtual at::Tensor head(const at::Tensor& h, const at::Tensor& tokens, const AttentionContext& context);
   // TorchTitan's init of the skeleton's parameters: tok_embeddings from
   // N(0, 1), output from N(0, 1/sqrt(dim)) truncated at 3 std (a tied
   // embedding too: it is the head's weight), every norm's weight 1. False

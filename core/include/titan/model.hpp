@@ -119,6 +119,16 @@ class CausalLM : public torch::nn::Module {
   // parallel computes it on the shards).
   void set_loss(LossFn loss) { loss_ = std::move(loss); }
   const LossFn& loss() const { return loss_; }
+  // The model's own objective around the loss slot, for a forward() that
+  // returns more than one set of logits (DeepSeek-V3's multi-token
+  // prediction: the main logits and each depth's, stacked along the batch;
+  // its objective applies `loss` to each with its own labels). Unset: the
+  // loss slot alone. Plugins set the slot; the model sets this.
+  using Objective = std::function<at::Tensor(const at::Tensor& output, const at::Tensor& labels, const LossFn& loss)>;
+  void set_objective(Objective objective) { objective_ = std::move(objective); }
+  // What the schedules and the validator apply to forward()'s output: the
+  // objective around loss().
+  LossFn training_loss() const;
   // The mesh dim the logits' vocab dim is split over ("" when whole): set by
   // the plugin that shards the output head, read by loss parallel.
   void set_logits_vocab_sharded_over(std::string mesh_dim) { logits_vocab_sharded_over_ = std::move(mesh_dim); }
@@ -153,6 +163,7 @@ class CausalLM : public torch::nn::Module {
   std::map<std::string, TensorLayout> layouts_;
   bool gradient_sync_ = true;
   LossFn loss_ = cross_entropy_loss;
+  Objective objective_;
   std::string logits_vocab_sharded_over_;
   PositionsFn positions_;
   at::Tensor document_positions_;

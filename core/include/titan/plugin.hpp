@@ -53,7 +53,8 @@ namespace titan {
 //     GroupedExperts::matmul (ExpertMatmul, float8 experts)
 // 18: NamedParameter::layout and ::mesh (an optimizer sees where each parameter lives: Muon)
 // 19: Linear::bias (optional); RotateHalfRotary in core; RoutedExperts (GroupedExperts derives from it, MoE
-//     takes a model's own); MoEOptions::router_bias; TpStyle::per_head (GPT-OSS)
+//     takes a model's own); MoEOptions::router_bias; TpStyle::per_head (GPT-OSS); CausalLM::set_objective and
+//     training_loss (the schedules apply it), the virtual Decoder::head (DeepSeek-V3's multi-token prediction)
 constexpr int kPluginAbiVersion = 19;
 
 // The kinds a plugin registers one factory of: name, interface, PluginKind

@@ -70,6 +70,13 @@ at::Tensor CausalLM::positions(int64_t seq) const {
   return given;
 }
 
+LossFn CausalLM::training_loss() const {
+  if (!objective_) return loss_;
+  Objective objective = objective_;
+  LossFn loss = loss_;
+  return [objective, loss](const at::Tensor& output, const at::Tensor& labels) { return objective(output, labels, loss); };
+}
+
 const TensorLayout* CausalLM::layout(const std::string& name) const {
   auto found = layouts_.find(name);
   return found == layouts_.end() ? nullptr : &found->second;

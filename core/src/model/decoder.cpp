@@ -218,9 +218,14 @@ at::Tensor Decoder::forward(const at::Tensor& tokens) {
     // By value: activation checkpointing runs the body again in backward.
     h = run_block(static_cast<int64_t>(i), h, [block, context](const at::Tensor& x) { return block->forward(x, context); });
   }
-  if (auto norm = find_child_layer(*this, "norm")) h = norm->forward(h);
-  if (auto output = find_child_layer(*this, "output")) h = output->forward(h);
-  return h;
+  return head(h, tokens, context);
+}
+
+at::Tensor Decoder::head(const at::Tensor& h, const at::Tensor& /*tokens*/, const AttentionContext& /*context*/) {
+  at::Tensor out = h;
+  if (auto norm = find_child_layer(*this, "norm")) out = norm->forward(out);
+  if (auto output = find_child_layer(*this, "output")) out = output->forward(out);
+  return out;
 }
 
 bool Decoder::init_skeleton_parameter(const std::string& name, at::Tensor& values, at::Generator& generator) const {

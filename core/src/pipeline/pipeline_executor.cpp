@@ -238,7 +238,7 @@ void PipelineExecutor::run_action(Run& run, const Action& action, size_t positio
           run.document_positions.empty() ? at::Tensor() : run.document_positions.at(static_cast<size_t>(m));
       at::Tensor out = part.run(input, documents);
       if (s == last_stage) {
-        slot.target = weighted_loss(part.loss()(out, run.labels.at(static_cast<size_t>(m))),
+        slot.target = weighted_loss(part.training_loss()(out, run.labels.at(static_cast<size_t>(m))),
                                     run.weights.at(static_cast<size_t>(m)));
         run.loss_sum += slot.target.detach().to(at::kDouble).reshape({1});
       } else {

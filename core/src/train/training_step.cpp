@@ -50,7 +50,7 @@ StepResult run_training_step(const StepParts& parts, const std::vector<Microbatc
   StepObserver& observer = options.observer ? *options.observer : fallback;
   const ForwardBackward forward_backward = [&](const std::vector<Microbatch>& batch) {
     ProfileRange range("forward_backward");
-    return parts.runner->forward_backward(model, batch, model.loss());
+    return parts.runner->forward_backward(model, batch, model.training_loss());
   };
   const at::Tensor local_loss = options.runner ? options.runner(microbatches, forward_backward)
                                                : forward_backward(microbatches);

@@ -58,7 +58,7 @@ ValidationResult Validator::run(CausalLM& model) {
     const Microbatch batch = microbatch_of(windows, device_, documents_, dp_degree);
     // Through the pipeline only the last stage's rank has a loss (0 elsewhere).
     at::Tensor loss = pipeline_ ? pipeline_->evaluate(batch)
-                                : weighted_loss(model.loss()(model.run(batch.inputs, batch.document_positions), batch.labels),
+                                : weighted_loss(model.training_loss()(model.run(batch.inputs, batch.document_positions), batch.labels),
                                                 loss_weight(batch, 1.0));
     total += loss.detach().to(total.device(), at::kDouble);
     ++result.batches;
