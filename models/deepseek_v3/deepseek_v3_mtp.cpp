@@ -5,7 +5,9 @@
 // have none: token 0, and the hidden state zeroed), runs one block, and
 // predicts through the shared output head the token k after the next. The
 // sequence keeps its length; the labels of depth k are the main labels
-// shifted left by k, the last k ignored.
+// shifted left by k, the last k ignored. Under a pipeline the blocks sit on
+// the last stage, which holds a copy of the embeddings (their gradients
+// summed with the first stage's) and is handed the token ids.
 #include <ATen/ATen.h>
 
 #include "deepseek_v3_model.h"
@@ -64,8 +66,9 @@ void Transformer::check_mtp_layout(const at::Tensor& tokens) const {
     throw Error("deepseek_v3: multi-token prediction (model.num_mtp_layers) " + what +
                 " is not supported yet (TorchTitan refuses it too); set model.num_mtp_layers=0 to train without it");
   };
-  if (at::isFloatingType(tokens.scalar_type())) {
-    refuse("with pipeline parallelism (the last stage would need the token ids)");
+  // A later pipeline stage takes hidden states; the pipeline hands it the token ids too.
+  if (at::isFloatingType(tokens.scalar_type()) && !stage_tokens().defined()) {
+    refuse("on a pipeline stage that is not given the token ids");
   }
   if (has_positions()) refuse("with context parallelism (each rank holds a piece of the sequence)");
   if (document_positions().defined()) refuse("with block-causal attention (model.attn_mask_type: block_causal)");
@@ -83,17 +86,19 @@ at::Tensor Transformer::head(const at::Tensor& h, const at::Tensor& tokens, cons
   // the head passes its hidden states on.
   if (args_.num_mtp_layers == 0 || !is_training() || context.cache || !output) return main;
   auto embeddings = find_child_layer(*this, "tok_embeddings");
-  if (!embeddings) throw Error("deepseek_v3: multi-token prediction needs tok_embeddings on this model");
+  if (!embeddings) throw Error("deepseek_v3: multi-token prediction needs tok_embeddings on this model or stage");
   auto depths = find_module(*this, "mtp_layers");
-  const int64_t seq = tokens.size(1);
+  // On a later pipeline stage, the ids the pipeline handed over.
+  const at::Tensor& ids = at::isFloatingType(tokens.scalar_type()) ? stage_tokens() : tokens;
+  const int64_t seq = ids.size(1);
   std::vector<at::Tensor> logits = {main};
   at::Tensor previous = h;
   for (int64_t k = 1; k <= args_.num_mtp_layers; ++k) {
     auto block = std::dynamic_pointer_cast<MtpBlock>(find_module(*depths, std::to_string(k - 1)));
     if (!block) throw Error("deepseek_v3: mtp_layers." + std::to_string(k - 1) + " is missing or not an MtpBlock");
     // Positions whose token k ahead is past the row: no input there.
-    at::Tensor valid = (at::arange(seq, tokens.options()) < seq - k).to(previous.scalar_type()).view({1, seq, 1});
-    previous = block->forward_mtp(previous * valid, embeddings->forward(shifted_left(tokens, k, 0)), context);
+    at::Tensor valid = (at::arange(seq, ids.options()) < seq - k).to(previous.scalar_type()).view({1, seq, 1});
+    previous = block->forward_mtp(previous * valid, embeddings->forward(shifted_left(ids, k, 0)), context);
     logits.push_back(output->forward(previous));
   }
   return at::cat(logits, 0);

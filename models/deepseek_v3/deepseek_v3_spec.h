@@ -28,6 +28,8 @@ class DeepSeekV3Spec : public DecoderSpec<DeepSeekV3Args> {
   // experts one tensor each, the expert bias as e_score_correction_bias.
   std::map<std::string, std::string> hf_names() const override;
   std::string hf_config_json() const override;
+  // Multi-token prediction embeds the tokens ahead on the stage with the head.
+  bool head_needs_embeddings() const override { return args_.num_mtp_layers > 0; }
 };
 
 // The `model:` options (flavor, shape, attention, rotary and MoE

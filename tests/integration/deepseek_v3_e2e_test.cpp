@@ -107,8 +107,8 @@ TEST_CASE("deepseek_v3 tensor parallel: TP 2 (MLA heads split, the experts' and 
                 async.output);
 }
 
-TEST_CASE("deepseek_v3 multi-token prediction: 2 depths join the loss and train, FSDP 2 x ep 2 reproduces one "
-          "process within 1e-5; pipeline and context parallelism are refused by name") {
+TEST_CASE("deepseek_v3 multi-token prediction: 2 depths join the loss and train; FSDP 2 x ep 2 and pipeline 1F1B "
+          "over 2 stages reproduce one process within 1e-5; context parallelism is refused by name") {
   const std::string mtp = " --set model.num_mtp_layers=2";
   RunOutput plain = run_deepseek_reference("deepseek_v3_mtp_plain");
   auto dump = titan::test::temp_dir("deepseek_v3_mtp_reference");
@@ -132,19 +132,21 @@ TEST_CASE("deepseek_v3 multi-token prediction: 2 depths join the loss and train,
       run_deepseek_ep("deepseek_v3_mtp_ep", 2, 29593,
                       mtp + " --set plugins.fsdp.dp_shard=2 --set training.local_batch_size=4"),
       reference, "mtp_layers.0.moe.router.expert_bias");
-  for (const auto& [plugins, refusal] :
-       std::vector<std::pair<std::string, std::string>>{
-           {"{name: pipeline, pipeline_parallel_degree: 2, pipeline_parallel_schedule: 1F1B}",
-            "with pipeline parallelism"},
-           {"{name: fsdp, dp_shard: 1}, {name: context_parallel, context_parallel_degree: 2}",
-            "with context parallelism"}}) {
-    auto refused = titan::test::run_command(
-        "timeout 120 " + titan::test::titan_binary() + " launch --nproc-per-node 2 --master-port 29595 "
-        "--grace-period-s 5 -- " + titan::test::titan_binary() + " train " + config() +
-        titan::test::common_sets(titan::test::temp_dir("deepseek_v3_mtp_refused")) + kDeepseekSmall + mtp +
-        " --set 'plugins=[" + plugins + "]'");
-    CHECK(refused.exit_code != 0);
-    CHECK_MESSAGE(titan::test::has(refused.output, "multi-token prediction (model.num_mtp_layers) " + refusal),
-                  refused.output);
-  }
+  // Pipeline 1F1B over 2 stages (8 microbatches of 1): the MTP blocks on
+  // the last stage with a copy of the embeddings and the token ids.
+  RunOutput pp = titan::test::launch_config(
+      "deepseek_v3_mtp_pp", 2, 29597, "deepseek_v3_debugmodel_fsdp_ep.yaml",
+      kDeepseekSmall + mtp + " --set training.local_batch_size=8 --set 'plugins=[{name: pipeline, "
+      "pipeline_parallel_degree: 2, pipeline_parallel_schedule: 1F1B, pipeline_parallel_microbatch_size: 1}]'",
+      {"mtp_layers (and tok_embeddings, for the head)"});
+  titan::test::check_equivalent(pp, reference, 1e-5);
+  auto refused = titan::test::run_command(
+      "timeout 120 " + titan::test::titan_binary() + " launch --nproc-per-node 2 --master-port 29595 "
+      "--grace-period-s 5 -- " + titan::test::titan_binary() + " train " + config() +
+      titan::test::common_sets(titan::test::temp_dir("deepseek_v3_mtp_refused")) + kDeepseekSmall + mtp +
+      " --set 'plugins=[{name: fsdp, dp_shard: 1}, {name: context_parallel, context_parallel_degree: 2}]'");
+  CHECK(refused.exit_code != 0);
+  CHECK_MESSAGE(titan::test::has(refused.output, "multi-token prediction (model.num_mtp_layers) with context "
+                                                 "parallelism"),
+                refused.output);
 }

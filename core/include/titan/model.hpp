@@ -129,6 +129,12 @@ class CausalLM : public torch::nn::Module {
   // What the schedules and the validator apply to forward()'s output: the
   // objective around loss().
   LossFn training_loss() const;
+  // A later pipeline stage's forward() takes hidden states; the pipeline
+  // hands the stage with the head the microbatch's token ids here too
+  // (undefined elsewhere), for a head that embeds them (multi-token
+  // prediction).
+  void set_stage_tokens(at::Tensor tokens) { stage_tokens_ = std::move(tokens); }
+  const at::Tensor& stage_tokens() const { return stage_tokens_; }
   // The mesh dim the logits' vocab dim is split over ("" when whole): set by
   // the plugin that shards the output head, read by loss parallel.
   void set_logits_vocab_sharded_over(std::string mesh_dim) { logits_vocab_sharded_over_ = std::move(mesh_dim); }
@@ -164,6 +170,7 @@ class CausalLM : public torch::nn::Module {
   bool gradient_sync_ = true;
   LossFn loss_ = cross_entropy_loss;
   Objective objective_;
+  at::Tensor stage_tokens_;
   std::string logits_vocab_sharded_over_;
   PositionsFn positions_;
   at::Tensor document_positions_;
@@ -229,6 +236,11 @@ class ModelSpec {
   // the trainer refuses layouts that would split the two (pipeline stages,
   // tensor parallelism).
   virtual bool ties_embeddings() const { return false; }
+  // Whether the stage with the output head needs the embedding matrix too:
+  // a tied head, or DeepSeek-V3's multi-token prediction (which embeds the
+  // tokens ahead there). A pipeline then keeps tok_embeddings on the last
+  // stage as well, the two copies' gradients summed.
+  virtual bool head_needs_embeddings() const { return ties_embeddings(); }
 };
 
 }  // namespace titan

@@ -54,7 +54,8 @@ namespace titan {
 // 18: NamedParameter::layout and ::mesh (an optimizer sees where each parameter lives: Muon)
 // 19: Linear::bias (optional); RotateHalfRotary in core; RoutedExperts (GroupedExperts derives from it, MoE
 //     takes a model's own); MoEOptions::router_bias; TpStyle::per_head (GPT-OSS); CausalLM::set_objective and
-//     training_loss (the schedules apply it), the virtual Decoder::head (DeepSeek-V3's multi-token prediction)
+//     training_loss (the schedules apply it), the virtual Decoder::head, CausalLM::stage_tokens and the virtual
+//     ModelSpec::head_needs_embeddings (DeepSeek-V3's multi-token prediction, under a pipeline too)
 constexpr int kPluginAbiVersion = 19;
 
 // The kinds a plugin registers one factory of: name, interface, PluginKind

@@ -64,16 +64,19 @@ std::vector<std::unique_ptr<MetricsSink>> switched_metrics_sinks(const ConfigNod
 // embedding matrix for its head, kept equal to the first stage's by summing
 // the two gradients (pipeline_setup.cpp). Both on one rank would be one
 // module twice in that rank's model.
-void check_tied_ends(const PipelineRun& run) {
+void check_tied_ends(const PipelineRun& run, bool tied) {
+  // What put the embedding matrix on both ends: a tied head, or multi-token prediction.
+  const std::string key = tied ? "model.enable_weight_tying" : "model.num_mtp_layers";
+  const std::string what = tied ? "the tied embedding matrix" : "the embedding matrix (multi-token prediction embeds there)";
   const PipelineShape& shape = run.program.shape;
   const int64_t first = stage_to_rank(run.program.placement, shape, 0);
   const int64_t last = stage_to_rank(run.program.placement, shape, shape.stages - 1);
   if (first == last) {
-    throw Error("model.enable_weight_tying: the schedule " + run.program.name + " (" +
-                placement_name(run.program.placement) + " placement, " + shape.to_string() +
-                ") puts the first and the last stage, which both hold the tied embedding matrix, on pp rank " +
-                std::to_string(first) + "; choose a schedule with a loop placement (1F1B, GPipe, Interleaved1F1B) "
-                "or set model.enable_weight_tying=false");
+    throw Error(key + ": the schedule " + run.program.name + " (" + placement_name(run.program.placement) +
+                " placement, " + shape.to_string() + ") puts the first and the last stage, which both hold " + what +
+                ", on pp rank " + std::to_string(first) +
+                "; choose a schedule with a loop placement (1F1B, GPipe, Interleaved1F1B) or set " + key +
+                (tied ? "=false" : "=0"));
   }
 }
 
@@ -99,7 +102,7 @@ std::optional<PipelineRun> validate_parallelism(const RunSpec& spec, const std::
   std::optional<PipelineRun> pipeline_run;
   auto pp = degrees.find("pp");
   if (spec.pipeline && pp != degrees.end()) pipeline_run = resolve_pipeline_run(spec, pp->second);
-  if (pipeline_run && spec.model->ties_embeddings()) check_tied_ends(*pipeline_run);
+  if (pipeline_run && spec.model->head_needs_embeddings()) check_tied_ends(*pipeline_run, spec.model->ties_embeddings());
   return pipeline_run;
 }
 

@@ -236,7 +236,10 @@ void PipelineExecutor::run_action(Run& run, const Action& action, size_t positio
       // Every stage's attention needs the microbatch's documents.
       const at::Tensor documents =
           run.document_positions.empty() ? at::Tensor() : run.document_positions.at(static_cast<size_t>(m));
+      // The stage with the head also gets the token ids (multi-token prediction embeds those ahead).
+      if (s == last_stage && s > 0) part.set_stage_tokens(run.inputs.at(static_cast<size_t>(m)));
       at::Tensor out = part.run(input, documents);
+      if (s == last_stage && s > 0) part.set_stage_tokens(at::Tensor());
       if (s == last_stage) {
         slot.target = weighted_loss(part.training_loss()(out, run.labels.at(static_cast<size_t>(m))),
                                     run.weights.at(static_cast<size_t>(m)));

@@ -37,9 +37,9 @@ std::string trace_file(const std::string& prefix, int rank) {
   return stem + "_rank" + std::to_string(rank) + ".json";
 }
 
-// Tied embeddings: the stage with the head keeps the embedding module too,
-// for the matrix its head multiplies (its forward embeds nothing: that
-// stage's input is hidden states).
+// Tied embeddings (or multi-token prediction): the stage with the head
+// keeps the embedding module too, for the matrix its head multiplies or the
+// tokens ahead it embeds (the blocks' input there is hidden states).
 std::vector<std::string> with_tied_embeddings(std::vector<std::string> modules) {
   const auto holds = [&](const char* name) { return std::find(modules.begin(), modules.end(), name) != modules.end(); };
   if (holds("output") && !holds("tok_embeddings")) modules.push_back("tok_embeddings");
@@ -63,7 +63,7 @@ void share_tied_embeddings(ModelParts& model, const PipelineProgram& program, co
   const at::Tensor* param = params.find(name);
   const TensorLayout* layout = model.layout(name);
   if (!param || !layout) {
-    throw Error("pipeline: the model ties its head to " + name + " (model.enable_weight_tying) but stage " +
+    throw Error("pipeline: the model's head needs " + name + " (a tied head or multi-token prediction) but stage " +
                 std::to_string(pp_rank == 0 ? 0 : program.shape.stages - 1) + " holds no such parameter");
   }
   TensorLayout shared = *layout;
@@ -74,7 +74,7 @@ void share_tied_embeddings(ModelParts& model, const PipelineProgram& program, co
   const int peer = static_cast<int>(pp_rank == 0 ? last : 0);
   model.add_gradient_finalizer([tensor = *param, &pp, peer] {
     const at::Tensor& grad = tensor.grad();
-    if (!grad.defined()) throw Error("pipeline: the tied tok_embeddings.weight has no gradient after backward");
+    if (!grad.defined()) throw Error("pipeline: the shared tok_embeddings.weight has no gradient after backward");
     at::Tensor mine = grad.contiguous();
     at::Tensor theirs = at::empty_like(mine);
     auto sent = pp.send_async(mine, peer, kTiedGradientTag);
@@ -92,7 +92,7 @@ PipelineModel build_pipeline_model(const RunSpec& spec, const PipelineRun& run, 
                                    const std::function<void(CausalLM&)>& transform) {
   const int64_t pp_rank = mesh ? mesh->coordinate("pp") : 0;
   const std::vector<int64_t> stages = rank_to_stages(run.program.placement, run.program.shape, pp_rank);
-  const bool tied = spec.model->ties_embeddings();
+  const bool tied = spec.model->head_needs_embeddings();
   std::vector<std::shared_ptr<CausalLM>> parts;
   for (int64_t stage : stages) {
     std::shared_ptr<CausalLM> part = spec.model->build(c10::Device(c10::kMeta));
@@ -100,7 +100,7 @@ PipelineModel build_pipeline_model(const RunSpec& spec, const PipelineRun& run, 
     const std::vector<std::string> kept = tied ? with_tied_embeddings(modules) : modules;
     cut_to_stage(*part, kept);
     spdlog::info("pipeline stage {} on pp rank {}: {}{}", stage, pp_rank, c10::Join(", ", modules),
-                 kept != modules ? " (and tok_embeddings, tied to output)" : "");
+                 kept != modules ? " (and tok_embeddings, for the head)" : "");
     transform(*part);
     parts.push_back(part);
   }
