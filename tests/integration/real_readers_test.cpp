@@ -139,6 +139,30 @@ std::vector<int64_t> titan_greedy(const std::string& generate_args, const std::s
   return out["ids"].get<std::vector<int64_t>>();
 }
 
+// `titan train ARGS` for 2 steps (a checkpoint at step 2, the final model
+// saved) into `run`, then the step-2 checkpoint exported to run/hf,
+// imported back (every HF tensor used) and exported again to run/hf_again:
+// the same bytes.
+void train_and_round_trip(const std::string& train_args, const fs::path& run) {
+  auto result = run_command(titan_cmd(
+      "train" + train_args + " --set training.steps=2 --set optimizer.lr=3e-3 --set checkpoint.enable=true"
+      " --set checkpoint.interval=2 --set job.dump_folder=" + run.string() +
+      " --set debug.save_final_model=" + (run / "final.pt").string()));
+  REQUIRE_MESSAGE(result.exit_code == 0, result.output);
+  result = run_command(titan_cmd("checkpoint export " + (run / "checkpoint/step-2").string() + " --out " +
+                                 (run / "hf").string()));
+  REQUIRE_MESSAGE(result.exit_code == 0, result.output);
+  result = run_command(titan_cmd("checkpoint import " + (run / "hf").string() + " --config " +
+                                 (run / "checkpoint/step-2/config.yaml").string() + " --out " +
+                                 (run / "imported/step-2").string()));
+  REQUIRE_MESSAGE(result.exit_code == 0, result.output);
+  CHECK_MESSAGE(!has(result.output, "not used by the model"), result.output);
+  result = run_command(titan_cmd("checkpoint export " + (run / "imported/step-2").string() + " --out " +
+                                 (run / "hf_again").string()));
+  REQUIRE_MESSAGE(result.exit_code == 0, result.output);
+  CHECK(titan::test::read_file(run / "hf_again/model.safetensors") == titan::test::read_file(run / "hf/model.safetensors"));
+}
+
 }  // namespace
 
 TEST_SUITE("real readers") {
@@ -471,24 +495,7 @@ TEST_SUITE("real readers") {
 
     // Two trained steps (the expert bias moves at each), exported, imported, exported again.
     const fs::path run = dir / "run";
-    auto result = run_command(titan_cmd(
-        "train" + config + sets_of(exported_model) + run_sets + " --set training.steps=2 --set optimizer.lr=3e-3" +
-        " --set checkpoint.enable=true --set checkpoint.interval=2 --set job.dump_folder=" + run.string() +
-        " --set debug.save_final_model=" + (run / "final.pt").string()));
-    REQUIRE_MESSAGE(result.exit_code == 0, result.output);
-    result = run_command(titan_cmd("checkpoint export " + (run / "checkpoint/step-2").string() + " --out " +
-                                   (run / "hf").string()));
-    REQUIRE_MESSAGE(result.exit_code == 0, result.output);
-    result = run_command(titan_cmd("checkpoint import " + (run / "hf").string() + " --config " +
-                                   (run / "checkpoint/step-2/config.yaml").string() + " --out " +
-                                   (run / "imported/step-2").string()));
-    REQUIRE_MESSAGE(result.exit_code == 0, result.output);
-    CHECK_MESSAGE(!has(result.output, "not used by the model"), result.output);
-    result = run_command(titan_cmd("checkpoint export " + (run / "imported/step-2").string() + " --out " +
-                                   (run / "hf_again").string()));
-    REQUIRE_MESSAGE(result.exit_code == 0, result.output);
-    CHECK(titan::test::read_file(run / "hf_again/model.safetensors") ==
-          titan::test::read_file(run / "hf/model.safetensors"));
+    train_and_round_trip(config + sets_of(exported_model) + run_sets, run);
     // Every tensor of the export is the trained model's, the expert bias
     // (a buffer) included; each expert its own HF tensor.
     auto spec = spec_of(exported_model);
@@ -561,7 +568,7 @@ TEST_SUITE("real readers") {
     // `titan generate`'s KV cache: transformers' greedy continuation.
     CHECK(titan_greedy((dir / "from_transformers").string() + " --config" + config + sets_of(saved_model) + run_sets,
                        prompt_ids(kPrompt), true) == saved["greedy"].get<std::vector<int64_t>>());
-    result = run_command(titan_cmd(
+    auto result = run_command(titan_cmd(
         "train" + config + sets_of(saved_model) + run_sets + " --set training.steps=1" +
         " --set training.dataset_path=" + (dir / "tokens.u16").string() + " --set checkpoint.initial_load_path=" +
         (dir / "from_transformers").string() + " --set job.dump_folder=" + (dir / "from_hf_run").string()));
@@ -692,24 +699,7 @@ TEST_SUITE("real readers") {
     const std::string config = " configs/gpt_oss_debugmodel.yaml";
 
     const fs::path run = dir / "run";
-    auto result = run_command(titan_cmd(
-        "train" + config + sets + " --set training.steps=2 --set optimizer.lr=3e-3 --set checkpoint.enable=true"
-        " --set checkpoint.interval=2 --set job.dump_folder=" + run.string() +
-        " --set debug.save_final_model=" + (run / "final.pt").string()));
-    REQUIRE_MESSAGE(result.exit_code == 0, result.output);
-    result = run_command(titan_cmd("checkpoint export " + (run / "checkpoint/step-2").string() + " --out " +
-                                   (run / "hf").string()));
-    REQUIRE_MESSAGE(result.exit_code == 0, result.output);
-    result = run_command(titan_cmd("checkpoint import " + (run / "hf").string() + " --config " +
-                                   (run / "checkpoint/step-2/config.yaml").string() + " --out " +
-                                   (run / "imported/step-2").string()));
-    REQUIRE_MESSAGE(result.exit_code == 0, result.output);
-    CHECK_MESSAGE(!has(result.output, "not used by the model"), result.output);
-    result = run_command(titan_cmd("checkpoint export " + (run / "imported/step-2").string() + " --out " +
-                                   (run / "hf_again").string()));
-    REQUIRE_MESSAGE(result.exit_code == 0, result.output);
-    CHECK(titan::test::read_file(run / "hf_again/model.safetensors") ==
-          titan::test::read_file(run / "hf/model.safetensors"));
+    train_and_round_trip(config + sets, run);
     // Per block: 4 projections with biases, sinks, 2 norms, the router's
     // weight and bias, 4 expert tensors; then embeddings, norm, head.
     titan::safetensors::File exported((run / "hf/model.safetensors").string());
@@ -758,7 +748,7 @@ TEST_SUITE("real readers") {
                                  prompt_ids(kPrompt), cache) == saved["greedy"].get<std::vector<int64_t>>(),
                     "kv cache " << cache);
     }
-    result = run_command(titan_cmd("train" + config + sets + " --set training.steps=1 --set training.dataset_path=" +
+    auto result = run_command(titan_cmd("train" + config + sets + " --set training.steps=1 --set training.dataset_path=" +
                                    (dir / "tokens.u16").string() + " --set checkpoint.initial_load_path=" +
                                    (dir / "from_transformers").string() + " --set job.dump_folder=" +
                                    (dir / "from_hf_run").string()));
