@@ -35,7 +35,6 @@ class SinkAttention : public torch::nn::Module {
   SinkAttention(double scale, int64_t window) : scale_(scale), window_(window) {}
   at::Tensor forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& sinks,
                      const at::Tensor& documents, int64_t first_query);
-  int64_t window() const { return window_; }
 
  private:
   double scale_;

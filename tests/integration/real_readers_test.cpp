@@ -717,8 +717,20 @@ TEST_SUITE("real readers") {
       titan::safetensors::save_file((run / "titan_logits.safetensors").string(),
                                     {{"tokens", tokens}, {"logits", model->forward(tokens)}});
     }
+    // The published shapes, counted by transformers in the same call: Titan's counts beside.
+    std::string configs;
+    std::vector<int64_t> ours;
+    for (const char* flavor : {"20b", "120b"}) {
+      titan::PluginContext flavor_context;
+      flavor_context.options = titan::ConfigNode::parse(std::string("model:\n  flavor: ") + flavor + "\n", "run.yaml")
+                                   .child("model");
+      auto flavor_spec = titan::PluginRegistry::instance().create_model("gpt_oss", flavor_context);
+      ours.push_back(flavor_spec->num_params());
+      configs += " '" + nlohmann::json::parse(flavor_spec->hf_config_json()).dump() + "'";
+    }
     const auto loaded = report_of(run_command(reader("gpt-oss-logits " + (run / "hf").string() + " " +
-                                                     (run / "titan_logits.safetensors").string())));
+                                                     (run / "titan_logits.safetensors").string() + " --params" +
+                                                     configs)));
     INFO(loaded.dump());
     CHECK(loaded["architecture"] == "GptOssForCausalLM");
     CHECK(loaded["layer_types"] == nlohmann::json::array({"sliding_attention", "full_attention"}));
@@ -729,6 +741,9 @@ TEST_SUITE("real readers") {
     // The check can fail: without the sinks, or without the window, the logits move far outside the band.
     CHECK(loaded["zero_sinks_max_abs_diff"].get<double>() > 20 * 1e-5 * scale);
     CHECK(loaded["no_window_max_abs_diff"].get<double>() > 20 * 1e-5 * scale);
+    CHECK(loaded["params"] == nlohmann::json(ours));
+    CHECK(ours[0] == 20914757184);   // gpt-oss-20b: 20.9B
+    CHECK(ours[1] == 116829156672);  // gpt-oss-120b: 116.8B
 
     // transformers writes a random GPT-OSS (Titan's config.json fields, its
     // own weights, every bias and sink nonzero) and computes its loss on
@@ -761,22 +776,6 @@ TEST_SUITE("real readers") {
     MESSAGE("transformers " << hf_loss << ", Titan " << titan_loss);
     CHECK(std::abs(titan_loss - hf_loss) <= 1e-5 * std::abs(hf_loss));
 
-    // The published shapes: Titan's count against transformers' model built on meta.
-    std::string configs;
-    std::vector<int64_t> ours;
-    for (const char* flavor : {"20b", "120b"}) {
-      titan::PluginContext flavor_context;
-      flavor_context.options = titan::ConfigNode::parse(std::string("model:\n  flavor: ") + flavor + "\n", "run.yaml")
-                                   .child("model");
-      auto flavor_spec = titan::PluginRegistry::instance().create_model("gpt_oss", flavor_context);
-      ours.push_back(flavor_spec->num_params());
-      configs += " '" + nlohmann::json::parse(flavor_spec->hf_config_json()).dump() + "'";
-    }
-    const auto counted = report_of(run_command(reader("gpt-oss-params" + configs)));
-    INFO(counted.dump());
-    CHECK(counted["params"] == nlohmann::json(ours));
-    CHECK(ours[0] == 20914757184);   // gpt-oss-20b: 20.9B
-    CHECK(ours[1] == 116829156672);  // gpt-oss-120b: 116.8B
   }
 
   TEST_CASE("safetensors reads every tensor of Titan's exports (float32, bfloat16, sharded) bit for bit") {

@@ -22,11 +22,11 @@ C++ test decides pass or fail.
                                        the training loss with multi-token prediction of HF_DIR's weights (the MTP
                                        blocks at model.layers.{n + k}) on WINDOW's tokens, from transformers'
                                        DeepseekV3 modules as TorchTitan's MTPDecoder and MTPLoss compute it
-  gpt-oss-logits HF_DIR TITAN_LOGITS  the same as GptOssForCausalLM, with the sensitivity to the sinks and to
-                                       the sliding window
+  gpt-oss-logits HF_DIR TITAN_LOGITS [--params JSON...]
+                                       the same as GptOssForCausalLM, with the sensitivity to the sinks and to
+                                       the sliding window; with --params, each config's parameter count
   gpt-oss-save OUT_DIR --config JSON --tokens SHARD --batch B --seq S --seed N
                                        a random GptOssForCausalLM with nonzero biases, save_pretrained; its loss
-  gpt-oss-params JSON...               GptOssForCausalLM's parameter count for each config (built on meta)
   (each *-save also takes --prompt-ids 1,2,3 --new-tokens N: then it prints its greedy generate() too)
   safetensors TITAN_FINAL HF_DIR...    every tensor of each export against Titan's saved model, bit for bit
   tokenizers TOKENIZER IDS FILE...     Tokenizer.from_file ids against Titan's (one line of ids per FILE)
@@ -305,6 +305,7 @@ def gpt_oss_logits(args):
             if hasattr(m, "sliding_window") and m.sliding_window is not None:
                 m.sliding_window = 10**6
         result["no_window_max_abs_diff"] = (model(input_ids=tokens).logits - expected).abs().max().item()
+    result["params"] = gpt_oss_counts(args.params)
     print_json(result)
 
 
@@ -326,16 +327,17 @@ def gpt_oss_save(args):
     print_json({"loss": loss, "greedy": greedy_continuation(model, args), "files": sorted(os.listdir(args.out_dir))})
 
 
-def gpt_oss_params(args):
+def gpt_oss_counts(configs):
+    """GptOssForCausalLM's parameter count for each config (JSON), built on meta."""
     import torch
     from transformers import GptOssConfig, GptOssForCausalLM
 
     counts = []
-    for text in args.configs:
+    for text in configs:
         with torch.device("meta"):
             model = GptOssForCausalLM(GptOssConfig(**json.loads(text)))
         counts.append(sum(p.numel() for p in model.parameters()))
-    print_json({"params": counts})
+    return counts
 
 
 def greedy_continuation(model, args):
@@ -537,11 +539,10 @@ def main():
     p = commands.add_parser("gpt-oss-logits")
     p.add_argument("hf_dir")
     p.add_argument("titan_logits", help="safetensors file with 'tokens' and Titan's 'logits'")
+    p.add_argument("--params", nargs="*", default=[], help="GptOssConfig fields as JSON: also count each model's "
+                                                            "parameters (built on meta)")
     p.set_defaults(run=gpt_oss_logits)
     add_save_command(commands, "gpt-oss-save", "GptOssConfig", gpt_oss_save)
-    p = commands.add_parser("gpt-oss-params")
-    p.add_argument("configs", nargs="+", help="GptOssConfig fields as JSON, one argument per model")
-    p.set_defaults(run=gpt_oss_params)
     p = commands.add_parser("safetensors")
     p.add_argument("titan_final", help="Titan's model as debug.save_final_model wrote it")
     p.add_argument("hf_dirs", nargs="+")
