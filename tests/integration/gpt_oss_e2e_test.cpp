@@ -1,9 +1,9 @@
 // The gpt_oss debug config trained by `titan train`: its loss falls; FSDP 2
-// x expert parallel 2, and tensor parallel 2 (sequence parallel, the
-// experts held by expert parallelism over the tp ranks, the sinks split
-// over heads) each reproduce one process within 1e-5; what cannot hold
-// sinks, windows or the experts' output bias is refused by name; the 20b
-// and 120b configs pass config check at their world sizes.
+// x expert parallel 2, tensor parallel 2 (sequence parallel, the experts
+// held by expert parallelism over the tp ranks, the sinks split over heads)
+// and a 2-stage pipeline each reproduce one process within 1e-5; what
+// cannot hold sinks, windows or the experts' output bias is refused by
+// name; the 20b and 120b configs pass config check at their world sizes.
 #include "equivalence_runs.hpp"
 
 namespace {
@@ -40,8 +40,8 @@ std::string failed_launch(int port, const std::string& plugins) {
 
 }  // namespace
 
-TEST_CASE("gpt_oss: FSDP 2 x expert parallel 2 and tensor parallel 2 (experts over ep 2) reproduce one process "
-          "within 1e-5, and the loss falls") {
+TEST_CASE("gpt_oss: FSDP 2 x expert parallel 2, tensor parallel 2 (experts over ep 2) and pipeline 1F1B over 2 "
+          "stages reproduce one process within 1e-5, and the loss falls") {
   RunOutput reference = run_gpt_oss("gpt_oss_single", 1, 0, "", 1);
   REQUIRE(reference.losses.size() == 10);
   CHECK(reference.losses.back() < reference.losses.front() - 0.05);
@@ -61,6 +61,12 @@ TEST_CASE("gpt_oss: FSDP 2 x expert parallel 2 and tensor parallel 2 (experts ov
                              "{name: expert_parallel, expert_parallel_degree: 2}",
                              1);
   titan::test::check_equivalent(tp, reference, 1e-5);
+  MESSAGE("pipeline 1F1B over 2 stages");
+  RunOutput pp = run_gpt_oss("gpt_oss_pp", 2, 29499,
+                             "{name: pipeline, pipeline_parallel_degree: 2, pipeline_parallel_schedule: 1F1B, "
+                             "pipeline_parallel_microbatch_size: 1}",
+                             1);
+  titan::test::check_equivalent(pp, reference, 1e-5);
 }
 
 TEST_CASE("gpt_oss: what cannot carry its sinks, windows or the experts' output bias is refused by name") {
