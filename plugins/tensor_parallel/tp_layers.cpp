@@ -64,10 +64,16 @@ void sum_gradients_over_tp(torch::nn::Module& module, Comm& tp, const std::strin
 
 RowwiseLinear::RowwiseLinear(std::shared_ptr<Layer> inner, TpContext tp, std::string path)
     : TpLayer(std::move(inner), tp, std::move(path)) {
-  if (!tp_.sequence_parallel) return;
-  for (auto& item : named_parameters(/*recurse=*/false)) {
-    if (item.key() == "bias") sum_gradient_over_tp(item.value(), *tp_.comm, path_ + ".bias");
+  const at::Tensor* bias = linear_bias(this->inner());
+  if (!bias) return;
+  biased_ = dynamic_cast<const Linear*>(&this->inner());
+  if (!biased_) {
+    throw Error("tensor_parallel: the rowwise layer " + path_ + " has a bias inside another plugin's wrapper, "
+                "whose forward would add it before the reduction, once per rank; keep " + path_ +
+                " out of that plugin (e.g. float8's filter_fqns)");
   }
+  at::Tensor handle = *bias;
+  if (tp_.sequence_parallel) sum_gradient_over_tp(handle, *tp_.comm, path_ + ".bias");
 }
 
 ParallelNorm::ParallelNorm(std::shared_ptr<Layer> inner, TpContext tp, std::string path)

@@ -52,8 +52,13 @@ class ColwiseLinear : public TpLayer {
 // shard its gradient covers this rank's rows only and is summed over tp.
 class RowwiseLinear : public TpLayer {
  public:
+  // Refuses a bias inside another plugin's wrapper: its forward would add
+  // the bias before the reduction, once per rank.
   RowwiseLinear(std::shared_ptr<Layer> inner, TpContext tp, std::string path);
   at::Tensor forward(const at::Tensor& input) override;
+
+ private:
+  const Linear* biased_ = nullptr;  // the inner Linear when it has a bias
 };
 
 class VocabParallelEmbedding : public TpLayer {

@@ -27,11 +27,13 @@ at::Tensor weight_of(torch::nn::Module& layer, const std::string& path) {
   return *weight;
 }
 
-// A colwise Linear's bias follows its output features.
-void shard_bias(CausalLM& model, const Layer& layer, const std::string& path, const Comm& tp) {
-  if (const at::Tensor* bias = linear_bias(layer)) {
-    model.set_layout(path + ".bias", shard_weight(*bias, 0, tp, path + ".bias"));
-  }
+// A Linear's bias goes with its weight: split with a colwise one's output
+// features (`split`), whole with the others.
+void lay_out_bias(CausalLM& model, const Layer& layer, const std::string& path, const Comm& tp, bool split) {
+  const at::Tensor* bias = linear_bias(layer);
+  if (!bias) return;
+  const std::string name = path + ".bias";
+  model.set_layout(name, split ? shard_weight(*bias, 0, tp, name) : whole_over_tp(*bias));
 }
 
 // Every direct parameter of the module at `path` split over tp along dim 0
@@ -123,7 +125,7 @@ void TpParallelizer::parallelize(CausalLM& model, const ParallelizeContext& cont
       switch (style) {
         case TpStyle::colwise:
           model.set_layout(name, shard_weight(weight, 0, comm, name));
-          shard_bias(model, *layer, path, comm);
+          lay_out_bias(model, *layer, path, comm, /*split=*/true);
           replacement = std::make_shared<ColwiseLinear>(layer, tp, path);
           // A model-level colwise layer is the output head: its logits leave
           // the model split over the vocabulary.
@@ -136,7 +138,7 @@ void TpParallelizer::parallelize(CausalLM& model, const ParallelizeContext& cont
             model.set_layout(name, layout);
           } else {
             model.set_layout(name, shard_weight(weight, 1, comm, name));
-            if (const at::Tensor* bias = linear_bias(*layer)) model.set_layout(path + ".bias", whole_over_tp(*bias));
+            lay_out_bias(model, *layer, path, comm, /*split=*/false);
             replacement = std::make_shared<RowwiseLinear>(layer, tp, path);
           }
           break;
@@ -156,7 +158,7 @@ void TpParallelizer::parallelize(CausalLM& model, const ParallelizeContext& cont
                         "enable_async_tensor_parallel: false");
           }
           model.set_layout(name, whole_over_tp(weight));
-          if (const at::Tensor* bias = linear_bias(*layer)) model.set_layout(path + ".bias", whole_over_tp(*bias));
+          lay_out_bias(model, *layer, path, comm, /*split=*/false);
           replacement = std::make_shared<NoParallelLayer>(layer, tp, path);
           break;
       }

@@ -11,7 +11,6 @@
 #include "async_tp.h"
 #include "titan/autograd_collectives.hpp"
 #include "titan/comm.hpp"
-#include "titan/error.hpp"
 
 namespace titan::tensor_parallel {
 
@@ -28,19 +27,13 @@ at::Tensor RowwiseLinear::forward(const at::Tensor& input) {
     }
   }
   // A bias is added once, to the reduced output (each rank holds it whole).
-  const at::Tensor* bias = linear_bias(inner());
-  auto* linear = dynamic_cast<const Linear*>(&inner());
-  if (bias && !linear) {
-    throw Error("tensor_parallel: rowwise layer " + path_ + " has a bias inside a wrapper (" +
-                std::string(typeid(inner()).name()) + "); the bias would be summed over tp");
-  }
-  at::Tensor partial = bias ? at::linear(input, linear->weight) : inner().forward(input);
+  at::Tensor partial = biased_ ? at::linear(input, biased_->weight) : inner().forward(input);
   at::Tensor reduced;
   {
     CallSite site(std::string(tp_.sequence_parallel ? "tp reduce_scatter " : "tp all_reduce ") + path_);
     reduced = reduce_partial_output(partial, tp_);
   }
-  return bias ? reduced + *bias : reduced;
+  return biased_ ? reduced + biased_->bias : reduced;
 }
 
 }  // namespace titan::tensor_parallel
