@@ -19,6 +19,7 @@ packages=(
   libgloo-dev libopenblas0-pthread  # Gloo's headers (LibTorch's c10d headers include them; the wheel has none)
   libyaml-cpp-dev libspdlog-dev libfmt-dev nlohmann-json3-dev doctest-dev
   libboost-dev libboost-filesystem-dev libpcre2-dev zlib1g-dev libzstd-dev libsentencepiece-dev
+  libgrpc++-dev libprotobuf-dev protobuf-compiler-grpc  # fault tolerance's client of torchft's Lighthouse
 )
 if ((tests)); then
   packages+=(
@@ -70,6 +71,16 @@ if ! "$venv/bin/python" -c "import pyarrow, sys; sys.exit(pyarrow.__version__ !=
      >/dev/null 2>&1; then
   echo "titan setup: installing pyarrow==$pyarrow_version (Arrow C++ for Parquet datasets) into $venv"
   "$venv/bin/python" -m pip install -q --disable-pip-version-check --no-deps "pyarrow==$pyarrow_version"
+fi
+
+# torchft's Lighthouse (fault_tolerance): the real coordinator of replica
+# groups, run by scripts/lighthouse.py from torchft's Rust extension alone
+# (a 2.5 MB wheel; its Python side and dependencies are not needed).
+torchft_version=0.2.0
+if ! "$venv/bin/python" -c "from importlib.metadata import version; import sys; sys.exit(version('torchft') != '$torchft_version')" \
+     >/dev/null 2>&1; then
+  echo "titan setup: installing torchft==$torchft_version (the Lighthouse) into $venv"
+  "$venv/bin/python" -m pip install -q --disable-pip-version-check --no-deps "torchft==$torchft_version"
 fi
 
 # The real readers of the files Titan writes, for the tests that run them

@@ -254,6 +254,10 @@ def main():
     p.add_argument("--titan-final", help="Titan's debug.save_final_model file, to compare the final parameters")
     p.add_argument("--block-causal", nargs=2, type=int, metavar=("BOS_ID", "EOS_ID"),
                    help="attention masked by document (documents begin at BOS and after EOS)")
+    p.add_argument("--replica-groups", type=int, default=1,
+                   help="fault tolerance: the batch of each step is this many groups' (--batch each), in order")
+    p.add_argument("--members", help="fault tolerance: per step, a bit mask of the groups whose gradients it "
+                                      "averaged (comma-separated); the others' windows are left out")
     args = p.parse_args()
 
     torch.set_num_threads(args.threads)
@@ -288,12 +292,20 @@ def main():
     factor = warmup_stable_decay(args.steps, args.warmup_steps, args.decay_type, args.min_lr_factor)
     schedules = [torch.optim.lr_scheduler.LambdaLR(o, factor) for o in optimizers]
     window = args.seq + 1
-    tokens = read_tokens(args.tokens, args.steps * args.batch * window).view(args.steps, args.batch, window)
+    groups = args.replica_groups
+    tokens = read_tokens(args.tokens, args.steps * groups * args.batch * window).view(args.steps, groups * args.batch,
+                                                                                      window)
+    masks = [int(m) for m in args.members.split(",")] if args.members else [(1 << groups) - 1] * args.steps
+    if len(masks) != args.steps:
+        sys.exit(f"--members has {len(masks)} masks for {args.steps} steps")
 
     records, step_seconds = [], []
     for step in range(1, args.steps + 1):
         start = time.perf_counter()
-        batch = tokens[step - 1]
+        # Every group's windows weigh the same: the mean over the members'
+        # rows is the mean of the groups' means.
+        rows = tokens[step - 1].view(groups, args.batch, window)
+        batch = rows[[g for g in range(groups) if masks[step - 1] >> g & 1]].flatten(0, 1)
         logits = model(batch[:, :-1])
         loss = F.cross_entropy(logits.flatten(0, 1).float(), batch[:, 1:].flatten())
         loss.backward()

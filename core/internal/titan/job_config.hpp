@@ -122,6 +122,21 @@ struct ValidationConfig {
   int64_t seq_len = 0;            // 0: training.seq_len
 };
 
+// TorchTitan's fault_tolerance section (torchft): this launch is one replica
+// group of several; torchft's Lighthouse admits the live groups each step
+// (core/src/ft/replica_groups.hpp, docs/reliability.md).
+struct FaultToleranceConfig {
+  bool enable = false;
+  int64_t replica_id = 0;        // this group's, in [0, group_size)
+  int64_t group_size = 1;        // replica groups in the job: the data is split over them
+  int64_t min_replica_size = 1;  // never step with fewer groups
+  std::string lighthouse;        // the Lighthouse's address (TORCHFT_LIGHTHOUSE when unset)
+  std::string address;           // where the other groups reach this group ("": the host name)
+  int64_t quorum_timeout_seconds = 60;
+  int64_t timeout_seconds = 10;  // each collective across groups, and joining them
+  int64_t heartbeat_interval_ms = 100;
+};
+
 struct CoreConfig {
   JobConfig job;
   TrainingConfig training;
@@ -130,6 +145,7 @@ struct CoreConfig {
   ValidationConfig validation;
   CommConfig comm;
   DebugConfig debug;
+  FaultToleranceConfig fault_tolerance;
   std::string tokenizer_path;
   // model.attn_mask_type (TorchTitan's knob): a query sees every earlier
   // token of its window, or only those of its own document.

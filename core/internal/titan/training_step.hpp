@@ -63,6 +63,9 @@ class StepObserver {
   virtual void gradients_ready(CausalLM& /*model*/) {}
   // The job's loss as the rest of the step sees it (a test can make it NaN).
   virtual at::Tensor loss_seen(const at::Tensor& loss) { return loss; }
+  // Whether the step's gradients are whole everywhere (fault tolerance's
+  // vote across replica groups); false discards the step: no optimizer.
+  virtual bool should_commit() { return true; }
   // Just before the optimizer steps (not called when it is skipped).
   virtual void before_optimizer() {}
 };
@@ -97,6 +100,7 @@ struct StepResult {
   // StepOptions::count_state_bytes.
   int64_t state_bytes = 0;
   bool optimizer_skipped = false;
+  bool discarded = false;  // the observer's should_commit() said no (the optimizer skipped too)
 };
 
 StepResult run_training_step(const StepParts& parts, const std::vector<Microbatch>& microbatches,

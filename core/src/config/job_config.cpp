@@ -2,6 +2,7 @@
 #include "titan/job_config.hpp"
 
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 
 namespace titan {
@@ -211,6 +212,39 @@ CoreConfig read_core_config(const ConfigNode& root) {
   config.debug.save_final_model = root.child("debug").get<std::string>(
       "save_final_model", "", "after training, rank 0 writes every full (gathered) parameter and MoE expert bias to this file "
       "(LibTorch pickle of a name -> tensor dict), e.g. to compare parallel layouts");
+
+  ConfigNode ft = root.child("fault_tolerance");
+  auto& f = config.fault_tolerance;
+  f.enable = ft.get<bool>("enable", false, "this launch is one replica group; torchft's Lighthouse admits the live "
+                                           "groups each step (docs/reliability.md)");
+  f.replica_id = ft.get<int64_t>("replica_id", 0, "this replica group's id, in [0, group_size)");
+  f.group_size = ft.get<int64_t>("group_size", 1, "replica groups in the job (the data is split over them)");
+  f.min_replica_size = ft.get<int64_t>("min_replica_size", 1, "never train with fewer live replica groups");
+  const char* lighthouse_env = std::getenv("TORCHFT_LIGHTHOUSE");
+  f.lighthouse = ft.get<std::string>("lighthouse", lighthouse_env ? lighthouse_env : "",
+                                     "the Lighthouse's address, http://host:port (default: TORCHFT_LIGHTHOUSE)");
+  f.address = ft.get<std::string>("address", "", "where the other groups reach this one (default: the host name)");
+  f.quorum_timeout_seconds = ft.get<int64_t>("quorum_timeout_seconds", 60, "the longest wait for a quorum");
+  f.timeout_seconds = ft.get<int64_t>("timeout_seconds", 10, "each collective across replica groups");
+  f.heartbeat_interval_ms = ft.get<int64_t>("heartbeat_interval_ms", 100, "heartbeats to the Lighthouse");
+  if (f.enable) {
+    require_positive(ft, "group_size", f.group_size);
+    require_positive(ft, "quorum_timeout_seconds", f.quorum_timeout_seconds);
+    require_positive(ft, "timeout_seconds", f.timeout_seconds);
+    require_positive(ft, "heartbeat_interval_ms", f.heartbeat_interval_ms);
+    if (f.replica_id < 0 || f.replica_id >= f.group_size) {
+      ft.fail("replica_id", "expected an id in [0, group_size = " + std::to_string(f.group_size) + "), got " +
+                                std::to_string(f.replica_id));
+    }
+    if (f.min_replica_size < 1 || f.min_replica_size > f.group_size) {
+      ft.fail("min_replica_size", "expected 1 to group_size (" + std::to_string(f.group_size) + "), got " +
+                                      std::to_string(f.min_replica_size));
+    }
+    if (f.lighthouse.empty()) {
+      ft.fail("lighthouse", "no Lighthouse address: set fault_tolerance.lighthouse or TORCHFT_LIGHTHOUSE "
+                            "(http://host:29510), and start one: scripts/lighthouse.py --min_replicas N");
+    }
+  }
 
   config.tokenizer_path = root.child("model").get<std::string>(
       "tokenizer_path", "assets/tokenizer/stories_bpe.json", "tokenizer file (tiktoken, tokenizer.json, or 'bytes')");

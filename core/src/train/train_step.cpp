@@ -8,6 +8,7 @@
 #include <cmath>
 
 #include "training_run.hpp"
+#include "replica_step.hpp"
 
 #include "merge_metrics.hpp"
 #include "titan/error.hpp"
@@ -24,6 +25,9 @@ StepOutcome TrainingRun::step(int64_t step) {
   if (host_reads) host_reads->take();  // what ran between steps (logging, checkpoints) is not the step's
   CallSite step_site("step " + std::to_string(step));  // observers see "step 12 / fsdp all_gather layers.3"
 
+  // Where the data stood, should fault tolerance discard the step.
+  const int64_t position_before = batches ? batches->position() : 0;
+  const nlohmann::json cursor_before = batches ? batches->cursor() : nlohmann::json();
   const auto loading_start = std::chrono::steady_clock::now();
   std::vector<Microbatch> microbatches = next_microbatches();
   const double data_loading_s =
@@ -38,7 +42,7 @@ StepOutcome TrainingRun::step(int64_t step) {
   options.log_step = log_step;
   options.skip_nonfinite = training.on_nonfinite_loss == "skip" && !dry_run;
   options.count_state_bytes = log_step || dry_run;
-  options.observer = observer.get();
+  options.observer = replica_observer_ ? static_cast<StepObserver*>(replica_observer_.get()) : observer.get();
   if (graphed_) {
     options.runner = [this](const std::vector<Microbatch>& batch, const ForwardBackward& forward_backward) {
       return graphed_->run(batch, forward_backward);
@@ -48,6 +52,16 @@ StepOutcome TrainingRun::step(int64_t step) {
 
   StepOutcome outcome;
   outcome.optimizer_skipped = result.optimizer_skipped;
+  if (result.discarded) {
+    // The same data again, with the next quorum.
+    if (!cursor_before.is_null()) {
+      batches->seek(cursor_before);
+    } else {
+      batches->set_position(position_before);
+    }
+    outcome.discarded = true;
+    return outcome;
+  }
   if (result.optimizer_skipped) {
     spdlog::warn("step {}: non-finite loss {} / grad norm {}; optimizer step skipped", step,
                  host_value<double>(result.loss.sum()), host_value<double>(result.grad_norm.sum()));
@@ -75,6 +89,13 @@ StepOutcome TrainingRun::step(int64_t step) {
   outcome.record.data_loading_s = data_loading_s;
   outcome.record.state_bytes = result.state_bytes;
   outcome.record.extra = std::move(result.model_metrics);
+  if (replicas) {
+    // Which replica groups this step's gradients came from (bit i: group i).
+    double mask = 0;
+    for (const std::string& id : replicas->members()) mask += std::ldexp(1.0, std::stoi(id.substr(id.rfind('_') + 1)));
+    outcome.record.extra["ft_replica_groups"] = static_cast<double>(replicas->participants());
+    outcome.record.extra["ft_replica_mask"] = mask;
+  }
   outcome.record.numbers = at::cat({result.loss, result.max_loss, result.grad_norm});  // [loss, max loss, grad norm]
   if (host_reads) {
     HostReadCounter::Reads reads = host_reads->take();
@@ -107,7 +128,7 @@ std::vector<Microbatch> TrainingRun::next_microbatches() {
   const std::vector<at::Tensor>& windows = loaded.windows;
   const int64_t global_labels = loaded.global_labels;  // that carry loss, over the whole step: the loss's denominator
   const double weight_per_label =
-      global_labels > 0 ? static_cast<double>(parallel->dp_degree()) / static_cast<double>(global_labels) : 0;
+      global_labels > 0 ? static_cast<double>(data_degree_) / static_cast<double>(global_labels) : 0;
   std::vector<Microbatch> microbatches;
   for (const at::Tensor& batch : windows) microbatches.push_back(microbatch_of(batch, device, documents_, weight_per_label));
   return microbatches;

@@ -73,11 +73,25 @@ TrainResult run_training(RunSpec& spec, const World& world, const RunSeams& seam
   StopSignal stop;
   StepRecord record;
   for (int64_t step = run.resumed_step + 1; step <= core.training.steps; ++step) {
+    if (run.replicas) {
+      // The quorum of replica groups; a group behind the others jumps to theirs.
+      step = run.join_replica_groups(step);
+      if (step > core.training.steps) break;
+    }
     run.profiler->before_step(step);
     run.memory_snapshot->before_step(step);
-    record = run.memory_snapshot->watch("step " + std::to_string(step), step - 1, [&] { return run.step(step).record; });
+    bool discarded = false;
+    record = run.memory_snapshot->watch("step " + std::to_string(step), step - 1, [&] {
+      StepOutcome outcome = run.step(step);
+      discarded = outcome.discarded;
+      return outcome.record;
+    });
     run.profiler->after_step(step);
     run.memory_snapshot->after_step(step);
+    if (discarded) {  // a replica group failed in it: the same step again, with the next quorum
+      --step;
+      continue;
+    }
     run.metrics->record(record);
     if (run.validator && run.validator->due(step)) {
       const ValidationResult validation = run.memory_snapshot->watch(

@@ -12,6 +12,7 @@
 
 #include "cpu_allocator.hpp"
 #include "cuda_graph_choice.hpp"
+#include "replica_step.hpp"
 #include "initial_load.hpp"
 #include "run_device.hpp"
 #include "pipeline/pipeline_setup.hpp"
@@ -136,10 +137,20 @@ TrainingRun::TrainingRun(RunSpec& spec_, const World& world_, const RunSeams& se
   parallel = std::make_unique<ParallelSetup>(world, spec, *observer, seams.simulated_groups);
   spec.checkpointer->attach(CheckpointEnv{world.rank, world.world_size, parallel->mesh(), parallel->checkpoint_comm(),
                                           spec.root.dump()});
+  data_rank_ = parallel->dp_rank();
+  data_degree_ = parallel->dp_degree();
+  if (core.fault_tolerance.enable) {
+    replicas = std::make_unique<ReplicaGroups>(core.fault_tolerance,
+                                               parallel->mesh() ? &parallel->mesh()->group("world") : nullptr,
+                                               world.rank, world.world_size);
+    data_rank_ = replicas->data_rank(data_rank_, data_degree_);
+    data_degree_ = replicas->data_degree(data_degree_);
+  }
   loader = std::make_unique<TokenWindowLoader>(open_mixture(datasets, mixture_seed(training), tokenizer), tokenizer,
-                                               training.seq_len, parallel->dp_rank(), parallel->dp_degree());
+                                               training.seq_len, static_cast<int>(data_rank_),
+                                               static_cast<int>(data_degree_));
   loader->set_documents(documents_);
-  accumulation_ = accumulation_steps(training, parallel->dp_degree());
+  accumulation_ = accumulation_steps(training, data_degree_);
   batches = std::make_unique<BatchPrefetcher>(*loader, training.local_batch_size, accumulation_);
 
   build_model();
@@ -148,6 +159,7 @@ TrainingRun::TrainingRun(RunSpec& spec_, const World& world_, const RunSeams& se
   }
   if (core.debug.exit_after_init) return;
   build_optimizer_and_schedule();
+  if (replicas) use_replica_groups();
   state = std::make_unique<TrainStateView>(*model, *optimizer, *batches);
   if (spec.checkpointer->load(state->slots())) {
     resumed_step = state->restore(state->slots());
@@ -237,7 +249,8 @@ void TrainingRun::build_dry_run() {
   }
   documents_.positions = core.block_causal;  // zeros for tokens: one document a row
   parallel = std::make_unique<ParallelSetup>(world, spec, *observer, seams.simulated_groups);
-  accumulation_ = accumulation_steps(core.training, parallel->dp_degree());
+  data_degree_ = parallel->dp_degree();
+  accumulation_ = accumulation_steps(core.training, data_degree_);
   build_model();
   for (const StepHook* hook : model->step_hooks()) {
     if (hook->host_driven.empty()) continue;

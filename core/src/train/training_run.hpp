@@ -29,11 +29,15 @@
 namespace titan {
 
 class PipelineExecutor;
+class ReplicaGroups;
 
 // What a step did, beyond what the metrics log.
 struct StepOutcome {
   StepRecord record;
   bool optimizer_skipped = false;  // non-finite loss under on_nonfinite_loss: skip
+  // Fault tolerance: a replica group failed during the step; nothing was
+  // applied, the data is back where the step began, and the step runs again.
+  bool discarded = false;
 };
 
 class TrainingRun {
@@ -51,6 +55,10 @@ class TrainingRun {
   // gradient norm was not finite (one host read). Log steps call it, and
   // the trainer before it writes a checkpoint and at the end.
   void check_nonfinite();
+  // Fault tolerance: joins the quorum of replica groups before `step`; a
+  // group behind takes the state of an up-to-date peer (and a source sends
+  // its own). Returns the step to run: `step`, or the one after the peer's.
+  int64_t join_replica_groups(int64_t step);
 
   // Members in the order they are built; they are torn down in reverse
   // (the model before its groups, the observers after every collective).
@@ -65,6 +73,7 @@ class TrainingRun {
   struct ObserverScope;
   std::unique_ptr<ObserverScope> observers;
   std::unique_ptr<ParallelSetup> parallel;
+  std::unique_ptr<ReplicaGroups> replicas;  // fault_tolerance.enable
   std::unique_ptr<TokenWindowLoader> loader;
   std::unique_ptr<BatchPrefetcher> batches;  // the loader's steps, loaded ahead on a thread
   std::shared_ptr<CausalLM> model;  // a pipeline's parts, seen as one model, when pipelined
@@ -82,6 +91,7 @@ class TrainingRun {
   void build_model();
   void build_optimizer_and_schedule();
   void build_dry_run();
+  void use_replica_groups();  // replica_step.cpp
   std::vector<Microbatch> next_microbatches();
 
   std::unique_ptr<MicrobatchRunner> default_runner_;
@@ -91,6 +101,11 @@ class TrainingRun {
   StepParts step_parts_;
   at::Tensor first_nonfinite_step_;  // [1] int64 on the device, -1 while every step was finite
   int64_t accumulation_ = 1;  // microbatches per step
+  // This rank's slot of the data, and how many share it (data parallelism,
+  // times the replica groups under fault tolerance).
+  int64_t data_rank_ = 0, data_degree_ = 1;
+  struct ReplicaStepObserver;
+  std::unique_ptr<ReplicaStepObserver> replica_observer_;  // the run's observer, then the replica groups
   DocumentOptions documents_;  // block-causal positions, labels ignored across document ends
   // training.mixed_precision_param where no parallelizer applies it: the forward autocasts to it.
   std::optional<c10::ScalarType> autocast_dtype_;

@@ -75,6 +75,8 @@ StepResult run_training_step(const StepParts& parts, const std::vector<Microbatc
   result.finite = at::isfinite(result.loss + result.grad_norm);  // ops meta tensors have too (the dry run)
   if (options.skip_nonfinite && !host_value<bool>(result.finite.all())) {
     result.optimizer_skipped = true;
+  } else if (!observer.should_commit()) {
+    result.optimizer_skipped = result.discarded = true;
   } else {
     observer.before_optimizer();
     ProfileRange range("optimizer");

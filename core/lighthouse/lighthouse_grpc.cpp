@@ -1,0 +1,85 @@
+// LighthouseClient over gRPC, with the stubs protoc generates from
+// torchft.proto (gRPC C++ and protobuf from Debian's archive).
+#include "ft/lighthouse_client.hpp"
+
+#include <grpcpp/grpcpp.h>
+
+#include "titan/error.hpp"
+#include "torchft.grpc.pb.h"
+
+namespace titan::ft {
+namespace {
+
+std::string grpc_target(const std::string& address) {
+  for (const std::string scheme : {"http://", "https://"}) {
+    if (address.rfind(scheme, 0) == 0) return address.substr(scheme.size());
+  }
+  return address;
+}
+
+std::string describe(const grpc::Status& status) {
+  return status.error_message().empty() ? "gRPC status " + std::to_string(status.error_code())
+                                        : status.error_message();
+}
+
+class GrpcLighthouseClient final : public LighthouseClient {
+ public:
+  explicit GrpcLighthouseClient(const std::string& address)
+      : address_(address),
+        stub_(torchft::LighthouseService::NewStub(
+            grpc::CreateChannel(grpc_target(address), grpc::InsecureChannelCredentials()))) {}
+
+  void heartbeat(const std::string& replica_id, std::chrono::milliseconds timeout) override {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + timeout);
+    torchft::LighthouseHeartbeatRequest request;
+    request.set_replica_id(replica_id);
+    torchft::LighthouseHeartbeatResponse response;
+    const grpc::Status status = stub_->Heartbeat(&context, request, &response);
+    if (!status.ok()) throw Error("the Lighthouse at " + address_ + " did not take a heartbeat: " + describe(status));
+  }
+
+  Quorum quorum(const QuorumMember& member, std::chrono::milliseconds timeout) override {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + timeout);
+    // A Lighthouse that is down or restarting is waited for, up to the deadline.
+    context.set_wait_for_ready(true);
+    torchft::LighthouseQuorumRequest request;
+    torchft::QuorumMember* requester = request.mutable_requester();
+    requester->set_replica_id(member.replica_id);
+    requester->set_address(member.address);
+    requester->set_store_address(member.store_address);
+    requester->set_step(member.step);
+    requester->set_world_size(member.world_size);
+    requester->set_shrink_only(member.shrink_only);
+    requester->set_commit_failures(member.commit_failures);
+    requester->set_data(member.data);
+    torchft::LighthouseQuorumResponse response;
+    const grpc::Status status = stub_->Quorum(&context, request, &response);
+    if (!status.ok()) {
+      throw Error("no quorum from the Lighthouse at " + address_ + " within " +
+                  std::to_string(timeout.count() / 1000) + " s (fault_tolerance.quorum_timeout_seconds): " +
+                  describe(status));
+    }
+    Quorum quorum;
+    quorum.quorum_id = response.quorum().quorum_id();
+    for (const torchft::QuorumMember& p : response.quorum().participants()) {
+      quorum.participants.push_back({p.replica_id(), p.address(), p.store_address(), p.step(), p.world_size(),
+                                     p.shrink_only(), p.commit_failures(), p.data()});
+    }
+    return quorum;
+  }
+
+ private:
+  const std::string address_;
+  std::unique_ptr<torchft::LighthouseService::Stub> stub_;
+};
+
+}  // namespace
+
+std::unique_ptr<LighthouseClient> connect_lighthouse(const std::string& address) {
+  if (grpc_target(address).empty()) throw Error("fault_tolerance: the Lighthouse address is empty");
+  return std::make_unique<GrpcLighthouseClient>(address);
+}
+
+}  // namespace titan::ft

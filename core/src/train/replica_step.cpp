@@ -1,0 +1,43 @@
+// TrainingRun's side of fault tolerance: what a replica group refuses, the
+// gradients averaged over the quorum, and joining it before each step
+// (healing from a peer when behind).
+#include "replica_step.hpp"
+
+#include <ATen/ATen.h>
+
+#include "titan/error.hpp"
+#include "titan/logging.hpp"
+
+namespace titan {
+
+void TrainingRun::ReplicaStepObserver::gradients_ready(CausalLM& model) {
+  run.gradients_ready(model);
+  std::vector<at::Tensor> gradients;
+  for (const at::Tensor& p : parameters) gradients.push_back(p.grad());
+  replicas.average_gradients(gradients);
+}
+
+void TrainingRun::use_replica_groups() {
+  // Training state that the optimizer does not step but each group would
+  // change from its own tokens alone: the groups would drift apart.
+  for (const StepHook* hook : model->step_hooks()) {
+    if (!hook->state) continue;
+    throw Error("fault_tolerance.enable: " + spec.model_plugin + "'s " + hook->name +
+                " keeps state from each step's tokens, which replica groups do not share yet; train this model "
+                "without fault_tolerance (or without its load balancing)");
+  }
+  if (graphed_) {
+    throw Error("fault_tolerance.enable: the step cannot be replayed from a CUDA graph when replica groups average "
+                "its gradients; set training.cuda_graph: off");
+  }
+  replica_observer_ = std::make_unique<ReplicaStepObserver>(*observer, *replicas, step_parts_.parameters);
+}
+
+int64_t TrainingRun::join_replica_groups(int64_t step) {
+  replicas->join(step - 1);
+  TrainState current = state->capture(step - 1);
+  if (!replicas->transfer_state(current)) return step;
+  return state->restore(current) + 1;
+}
+
+}  // namespace titan
