@@ -4,6 +4,8 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <thread>
+
 #include "titan/error.hpp"
 #include "torchft.grpc.pb.h"
 
@@ -40,10 +42,6 @@ class GrpcLighthouseClient final : public LighthouseClient {
   }
 
   Quorum quorum(const QuorumMember& member, std::chrono::milliseconds timeout) override {
-    grpc::ClientContext context;
-    context.set_deadline(std::chrono::system_clock::now() + timeout);
-    // A Lighthouse that is down or restarting is waited for, up to the deadline.
-    context.set_wait_for_ready(true);
     torchft::LighthouseQuorumRequest request;
     torchft::QuorumMember* requester = request.mutable_requester();
     requester->set_replica_id(member.replica_id);
@@ -55,7 +53,18 @@ class GrpcLighthouseClient final : public LighthouseClient {
     requester->set_commit_failures(member.commit_failures);
     requester->set_data(member.data);
     torchft::LighthouseQuorumResponse response;
-    const grpc::Status status = stub_->Quorum(&context, request, &response);
+    // A Lighthouse that is down or restarting (a request it dropped, or no
+    // connection yet) is waited for, up to the deadline.
+    const auto deadline = std::chrono::system_clock::now() + timeout;
+    grpc::Status status;
+    for (;;) {
+      grpc::ClientContext context;
+      context.set_deadline(deadline);
+      context.set_wait_for_ready(true);
+      status = stub_->Quorum(&context, request, &response);
+      if (status.error_code() != grpc::StatusCode::UNAVAILABLE || std::chrono::system_clock::now() >= deadline) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
     if (!status.ok()) {
       throw Error("no quorum from the Lighthouse at " + address_ + " within " +
                   std::to_string(timeout.count() / 1000) + " s (fault_tolerance.quorum_timeout_seconds): " +
@@ -63,6 +72,7 @@ class GrpcLighthouseClient final : public LighthouseClient {
     }
     Quorum quorum;
     quorum.quorum_id = response.quorum().quorum_id();
+    quorum.created_ns = response.quorum().created().seconds() * 1000000000 + response.quorum().created().nanos();
     for (const torchft::QuorumMember& p : response.quorum().participants()) {
       quorum.participants.push_back({p.replica_id(), p.address(), p.store_address(), p.step(), p.world_size(),
                                      p.shrink_only(), p.commit_failures(), p.data()});

@@ -79,6 +79,17 @@ bool wait_until(const std::function<bool()>& ready, double seconds) {
   return false;
 }
 
+// The replay script's one JSON line (the last that opens with '{').
+nlohmann::json last_json(const std::string& output) {
+  std::string json;
+  std::stringstream lines(output);
+  for (std::string line; std::getline(lines, line);) {
+    if (!line.empty() && line.front() == '{') json = line;
+  }
+  REQUIRE_MESSAGE(!json.empty(), output);
+  return nlohmann::json::parse(json);
+}
+
 std::string python() { return source_dir() + "/.venv/bin/python"; }
 
 // torchft's Lighthouse on `port`: a dead group is dropped after 1.5 s
@@ -98,11 +109,14 @@ const std::string kModel = " --set model.dim=64 --set model.n_layers=2 --set mod
                            " --set lr_scheduler.warmup_steps=3 --set lr_scheduler.decay_type=linear"
                            " --set lr_scheduler.min_lr_factor=0.1 --set metrics.log_freq=1 --set metrics.peak_flops=1e12";
 
+// `launch`: how the group starts, e.g. "titan launch --nproc-per-node 2 ... --"; empty: one rank.
 std::string group_command(int id, int groups, int min_size, int port, const fs::path& tokens, const fs::path& hf,
-                          const fs::path& dump, int steps) {
-  return titan::test::titan_binary() + " train configs/llama3_debugmodel.yaml" + kModel +
+                          const fs::path& dump, int steps, const std::string& launch = "",
+                          const std::string& config = "llama3_debugmodel.yaml") {
+  return launch + titan::test::titan_binary() + " train configs/" + config + kModel +
          " --set training.dataset_path=" + tokens.string() + " --set training.steps=" + std::to_string(steps) +
-         " --set checkpoint.initial_load_path=" + hf.string() + " --set job.dump_folder=" + dump.string() +
+         (hf.empty() ? "" : " --set checkpoint.initial_load_path=" + hf.string()) +
+         " --set job.dump_folder=" + dump.string() +
          " --set debug.save_final_model=" + (dump / "final.pt").string() +
          " --set fault_tolerance.enable=true --set fault_tolerance.replica_id=" + std::to_string(id) +
          " --set fault_tolerance.group_size=" + std::to_string(groups) +
@@ -211,12 +225,7 @@ TEST_SUITE("fault tolerance") {
                               " --decay-type linear --min-lr-factor 0.1 --max-norm 1 --threads 1 --replica-groups 3"
                               " --members " + masks + " --titan-final " + (dir / "group0/final.pt").string());
     REQUIRE_MESSAGE(result.exit_code == 0, result.output);
-    std::string json;
-    std::stringstream lines(result.output);
-    for (std::string line; std::getline(lines, line);) {
-      if (!line.empty() && line.front() == '{') json = line;
-    }
-    const nlohmann::json reference = nlohmann::json::parse(json);
+    const nlohmann::json reference = last_json(result.output);
     double worst_norm = 0, worst_param = 0;
     for (int i = 0; i < steps; ++i) {
       worst_norm = std::max(worst_norm, relative(metrics[i]["grad_norm"].get<double>(),
@@ -230,6 +239,75 @@ TEST_SUITE("fault tolerance") {
     CHECK(worst_param <= 1e-4);
   }
 
+  TEST_CASE("fault tolerance: two replica groups of FSDP over 2 ranks; a rank of one killed, the other waits "
+            "(min_replica_size 2) through a Lighthouse killed and restarted, the relaunched group heals rank by "
+            "rank, and both end where PyTorch's replay does") {
+    if (run_command("test -x " + python()).exit_code != 0) {
+      MESSAGE("TITAN_SKIPPED: " << python() << " not found");
+      return;
+    }
+    const int port = 29715, steps = 8, groups = 2;
+    const fs::path dir = titan::test::temp_dir("fault_tolerance_fsdp");
+    const fs::path tokens = dir / "tokens.u16";
+    write_tokens(tokens, int64_t{steps} * groups * 2 * 2 * 33);
+    const fs::path hf = initial_weights(dir, tokens);
+    auto launch = [](int master_port) {
+      return titan::test::titan_binary() + " launch --nproc-per-node 2 --master-port " +
+             std::to_string(master_port) + " --grace-period-s 2 -- ";
+    };
+    auto lighthouse = std::make_unique<Background>(lighthouse_command(port, 1), dir / "lighthouse.log");
+    Background group0(group_command(0, groups, 2, port, tokens, hf, dir / "group0", steps, launch(29721),
+                                    "llama3_debugmodel_fsdp.yaml"),
+                      dir / "group0.log");
+    {
+      // Rank 1 of group 1 dies in the backward pass of step 3; its launcher ends the group.
+      Background group1("env TITAN_TEST_SIGNAL=KILL:rank=1:phase=backward:step=3 " +
+                            group_command(1, groups, 2, port, tokens, hf, dir / "group1", steps, launch(29723),
+                                          "llama3_debugmodel_fsdp.yaml"),
+                        dir / "group1.log");
+      const auto exit_code = group1.wait(120);
+      REQUIRE_MESSAGE((exit_code && *exit_code != 0), group1.output());
+    }
+    // Group 0 never trains alone; while it waits, the Lighthouse goes down and comes back.
+    REQUIRE_MESSAGE(wait_until([&] {
+                      const std::string output = group0.output();
+                      const auto discarded = output.find("step discarded");
+                      return discarded != std::string::npos &&
+                             output.find("waiting for titan_ft_1", discarded) != std::string::npos;
+                    }, 60),
+                    group0.output());
+    lighthouse.reset();
+    std::this_thread::sleep_for(std::chrono::seconds(1));
+    lighthouse = std::make_unique<Background>(lighthouse_command(port, 1), dir / "lighthouse_again.log");
+    Background relaunched(group_command(1, groups, 2, port, tokens, hf, dir / "group1_relaunched", steps,
+                                        launch(29725), "llama3_debugmodel_fsdp.yaml"),
+                          dir / "group1_relaunched.log");
+    REQUIRE_MESSAGE(group0.wait(120) == 0, group0.output());
+    REQUIRE_MESSAGE(relaunched.wait(120) == 0, (relaunched.output() + lighthouse->output()));
+    CHECK_MESSAGE(has(group0.output(), "step discarded"), group0.output());
+    CHECK_MESSAGE(has(relaunched.output(), "fault tolerance: healed from titan_ft_0"), relaunched.output());
+    CHECK(read_file(dir / "group1_relaunched/final.pt") == read_file(dir / "group0/final.pt"));
+    const auto metrics = metrics_of(dir / "group0");
+    REQUIRE(metrics.size() == static_cast<size_t>(steps));
+    for (const auto& m : metrics) CHECK(m["ft_replica_mask"].get<double>() == 3);  // never a step alone
+
+    // Each group's 2 ranks x 2 sequences are its slot of the stream.
+    auto result = run_command("cd " + source_dir() + " && timeout 300 " + python() +
+                              " tests/python/llama3_reference.py --hf " + hf.string() + " --tokens " +
+                              tokens.string() + " --batch 4 --seq 32 --steps " + std::to_string(steps) +
+                              " --lr 0.003 --beta1 0.9 --beta2 0.95 --eps 1e-8 --weight-decay 0.1 --warmup-steps 3"
+                              " --decay-type linear --min-lr-factor 0.1 --max-norm 1 --threads 1 --replica-groups 2"
+                              " --titan-final " + (dir / "group0/final.pt").string());
+    REQUIRE_MESSAGE(result.exit_code == 0, result.output);
+    const nlohmann::json reference = last_json(result.output);
+    double worst_param = 0;
+    for (const auto& [name, diff] : reference["final_param_rel_diff"].items()) {
+      worst_param = std::max(worst_param, diff.get<double>());
+    }
+    MESSAGE("FSDP groups against PyTorch's replay: final parameters " << worst_param);
+    CHECK(worst_param <= 1e-4);
+  }
+
   TEST_CASE("fault tolerance: below min_replica_size a group waits, naming the group it misses, and trains once "
             "that group joins") {
     if (run_command("test -x " + python()).exit_code != 0) {
@@ -240,7 +318,7 @@ TEST_SUITE("fault tolerance") {
     const fs::path dir = titan::test::temp_dir("fault_tolerance_min_size");
     const fs::path tokens = dir / "tokens.u16";
     write_tokens(tokens, 3 * 2 * 2 * 33);
-    const fs::path hf = initial_weights(dir, tokens);
+    const fs::path hf;  // each group's own init (the same seed), which the step-0 sync makes equal anyway
     Background lighthouse(lighthouse_command(port, 1), dir / "lighthouse.log");
     Background first(group_command(0, 2, 2, port, tokens, hf, dir / "group0", 3), dir / "group0.log");
     REQUIRE_MESSAGE(wait_until([&] { return has(first.output(), "waiting for titan_ft_1"); }, 60),

@@ -26,6 +26,9 @@ struct QuorumMember {
 struct Quorum {
   int64_t quorum_id = 0;
   std::vector<QuorumMember> participants;
+  // When the Lighthouse issued it (ns since the epoch): with the id, unique
+  // even across a restarted Lighthouse, whose ids start again from 1.
+  int64_t created_ns = 0;
 };
 
 class LighthouseClient {

@@ -8,7 +8,7 @@
 namespace titan::ft {
 
 bool QuorumResult::operator==(const QuorumResult& o) const {
-  return quorum_id == o.quorum_id && replica_rank == o.replica_rank && replica_world_size == o.replica_world_size &&
+  return quorum_id == o.quorum_id && created_ns == o.created_ns && replica_rank == o.replica_rank && replica_world_size == o.replica_world_size &&
          store_address == o.store_address && max_step == o.max_step && max_replica_rank == o.max_replica_rank &&
          max_world_size == o.max_world_size && heal == o.heal &&
          recover_src_replica_rank == o.recover_src_replica_rank &&
@@ -29,6 +29,7 @@ QuorumResult compute_quorum_results(const std::string& replica_id, int64_t group
   }
   QuorumResult result;
   result.quorum_id = quorum.quorum_id;
+  result.created_ns = quorum.created_ns;
   result.replica_rank = self - participants.begin();
   result.replica_world_size = static_cast<int64_t>(participants.size());
 

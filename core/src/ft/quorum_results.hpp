@@ -13,6 +13,7 @@ namespace titan::ft {
 
 struct QuorumResult {
   int64_t quorum_id = 0;
+  int64_t created_ns = 0;          // the quorum's (titan's addition: tells quorums of a restarted Lighthouse apart)
   int64_t replica_rank = 0;        // this group's place among the participants, sorted by replica id
   int64_t replica_world_size = 0;  // participants, behind ones included
   std::string store_address;       // the TCPStore where this rank meets its peers in other groups

@@ -26,12 +26,13 @@ nlohmann::json to_json(const ft::Quorum& quorum) {
     members.push_back({{"replica_id", m.replica_id}, {"address", m.address}, {"store_address", m.store_address},
                        {"step", m.step}, {"world_size", m.world_size}, {"commit_failures", m.commit_failures}});
   }
-  return {{"quorum_id", quorum.quorum_id}, {"participants", members}};
+  return {{"quorum_id", quorum.quorum_id}, {"created_ns", quorum.created_ns}, {"participants", members}};
 }
 
 ft::Quorum quorum_from(const nlohmann::json& json) {
   ft::Quorum quorum;
   quorum.quorum_id = json.at("quorum_id").get<int64_t>();
+  quorum.created_ns = json.at("created_ns").get<int64_t>();
   for (const auto& m : json.at("participants")) {
     ft::QuorumMember member;
     member.replica_id = m.at("replica_id").get<std::string>();
@@ -161,14 +162,16 @@ const ft::QuorumResult& ReplicaGroups::join(int64_t committed) {
     }
     std::this_thread::sleep_for(std::chrono::seconds(1));
   }
-  if (result_.quorum_id != comm_quorum_id_ || !replicas_) rebuild_comm();
+  if (result_.quorum_id != comm_quorum_.first || result_.created_ns != comm_quorum_.second || !replicas_) {
+    rebuild_comm();
+  }
   error_.clear();
   return result_;
 }
 
 void ReplicaGroups::rebuild_comm() {
   replicas_.reset();
-  comm_quorum_id_ = result_.quorum_id;
+  comm_quorum_ = {result_.quorum_id, result_.created_ns};
   const std::string& address = result_.store_address;
   const auto colon = address.rfind(':');
   c10d::TCPStoreOptions options;
@@ -180,7 +183,9 @@ void ReplicaGroups::rebuild_comm() {
   try {
     auto tcp = c10::make_intrusive<c10d::TCPStore>(address.substr(0, colon), options);
     auto store = c10::make_intrusive<c10d::PrefixStore>(
-        "titan_ft/" + std::to_string(result_.quorum_id) + "/" + std::to_string(group_rank_), tcp);
+        "titan_ft/" + std::to_string(result_.quorum_id) + "." + std::to_string(result_.created_ns) + "/" +
+            std::to_string(group_rank_),
+        tcp);
     auto gloo_options = c10d::ProcessGroupGloo::Options::create(std::chrono::seconds(config_.timeout_seconds));
     gloo_options->devices = {c10d::ProcessGroupGloo::createDeviceForHostname(
         config_.address.empty() ? host_name() : config_.address)};
@@ -204,7 +209,7 @@ void ReplicaGroups::rebuild_comm() {
 }
 
 bool ReplicaGroups::transfer_state(TrainState& state) {
-  if (!replicas_ || (!result_.heal && result_.recover_dst_replica_ranks.empty())) return false;
+  if (!transfers_state()) return false;
   // The same keys in the same order on both sides: the same config.
   nlohmann::json values(state.values);
   try {

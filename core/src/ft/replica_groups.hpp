@@ -15,6 +15,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include <ATen/core/Tensor.h>
@@ -52,6 +53,10 @@ class ReplicaGroups {
   // values returned); an up-to-date source sends its own to the groups
   // assigned to it. Returns whether this group received.
   bool transfer_state(TrainState& state);
+  // Whether transfer_state has anything to do after this join().
+  bool transfers_state() const {
+    return replicas_ && (result_.heal || !result_.recover_dst_replica_ranks.empty());
+  }
 
   // The step's gradients summed over the quorum's groups, divided by their
   // number. A failure (a peer gone) is kept for the vote, not thrown.
@@ -76,7 +81,7 @@ class ReplicaGroups {
   c10::intrusive_ptr<c10d::TCPStore> store_;          // this group's, hosted by its rank 0
   std::string store_address_;
   ft::QuorumResult result_;
-  int64_t comm_quorum_id_ = -1;
+  std::pair<int64_t, int64_t> comm_quorum_{-1, -1};  // the quorum (id, created) replicas_ was built for
   std::unique_ptr<Comm> replicas_;  // this rank and the same rank of every group in the quorum
   std::string error_;               // the step's failed collective, if any
   int64_t commit_failures_ = 0;

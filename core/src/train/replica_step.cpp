@@ -5,6 +5,8 @@
 
 #include <ATen/ATen.h>
 
+#include <chrono>
+
 #include "titan/error.hpp"
 #include "titan/logging.hpp"
 
@@ -34,10 +36,14 @@ void TrainingRun::use_replica_groups() {
 }
 
 int64_t TrainingRun::join_replica_groups(int64_t step) {
+  const auto start = std::chrono::steady_clock::now();
   replicas->join(step - 1);
-  TrainState current = state->capture(step - 1);
-  if (!replicas->transfer_state(current)) return step;
-  return state->restore(current) + 1;
+  if (replicas->transfers_state()) {
+    TrainState current = state->capture(step - 1);
+    if (replicas->transfer_state(current)) step = state->restore(current) + 1;
+  }
+  replica_join_s_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return step;
 }
 
 }  // namespace titan

@@ -95,6 +95,7 @@ StepOutcome TrainingRun::step(int64_t step) {
     for (const std::string& id : replicas->members()) mask += std::ldexp(1.0, std::stoi(id.substr(id.rfind('_') + 1)));
     outcome.record.extra["ft_replica_groups"] = static_cast<double>(replicas->participants());
     outcome.record.extra["ft_replica_mask"] = mask;
+    outcome.record.extra["ft_join_s"] = replica_join_s_;  // the quorum before the step (and any healing)
   }
   outcome.record.numbers = at::cat({result.loss, result.max_loss, result.grad_norm});  // [loss, max loss, grad norm]
   if (host_reads) {

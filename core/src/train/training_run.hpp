@@ -106,6 +106,7 @@ class TrainingRun {
   int64_t data_rank_ = 0, data_degree_ = 1;
   struct ReplicaStepObserver;
   std::unique_ptr<ReplicaStepObserver> replica_observer_;  // the run's observer, then the replica groups
+  double replica_join_s_ = 0;  // the last join_replica_groups: asking the quorum, healing included
   DocumentOptions documents_;  // block-causal positions, labels ignored across document ends
   // training.mixed_precision_param where no parallelizer applies it: the forward autocasts to it.
   std::optional<c10::ScalarType> autocast_dtype_;
