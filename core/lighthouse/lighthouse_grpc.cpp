@@ -24,12 +24,24 @@ std::string describe(const grpc::Status& status) {
                                         : status.error_message();
 }
 
+// Pings on an idle connection: a quorum request is a long poll, and a
+// connection that died under it (a cut cable sends no reset) would hold it
+// to its deadline; with pings it fails in seconds and is asked again.
+grpc::ChannelArguments channel_arguments() {
+  grpc::ChannelArguments arguments;
+  arguments.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 2000);
+  arguments.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 2000);
+  arguments.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  arguments.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
+  return arguments;
+}
+
 class GrpcLighthouseClient final : public LighthouseClient {
  public:
   explicit GrpcLighthouseClient(const std::string& address)
       : address_(address),
         stub_(torchft::LighthouseService::NewStub(
-            grpc::CreateChannel(grpc_target(address), grpc::InsecureChannelCredentials()))) {}
+            grpc::CreateCustomChannel(grpc_target(address), grpc::InsecureChannelCredentials(), channel_arguments()))) {}
 
   void heartbeat(const std::string& replica_id, std::chrono::milliseconds timeout) override {
     grpc::ClientContext context;

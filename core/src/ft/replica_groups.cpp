@@ -162,10 +162,10 @@ const ft::QuorumResult& ReplicaGroups::join(int64_t committed) {
     }
     std::this_thread::sleep_for(std::chrono::seconds(1));
   }
-  if (result_.quorum_id != comm_quorum_.first || result_.created_ns != comm_quorum_.second || !replicas_) {
-    rebuild_comm();
-  }
   error_.clear();
+  if (result_.quorum_id != comm_quorum_.first || result_.created_ns != comm_quorum_.second || !replicas_) {
+    rebuild_comm();  // a failure here is the step's: it fails the vote
+  }
   return result_;
 }
 
@@ -244,7 +244,11 @@ bool ReplicaGroups::transfer_state(TrainState& state) {
 }
 
 void ReplicaGroups::average_gradients(const std::vector<at::Tensor>& gradients) {
-  if (!error_.empty() || !replicas_) return;
+  if (!error_.empty()) return;
+  if (!replicas_) {  // never committed on this group's gradients alone
+    error_ = "no group of the replica groups of quorum " + std::to_string(result_.quorum_id);
+    return;
+  }
   // One all-reduce a dtype: a few large messages, not one per parameter.
   std::map<c10::ScalarType, std::vector<at::Tensor>> by_dtype;
   for (const at::Tensor& g : gradients) {
@@ -272,7 +276,7 @@ void ReplicaGroups::average_gradients(const std::vector<at::Tensor>& gradients) 
 }
 
 bool ReplicaGroups::should_commit() {
-  at::Tensor ok = at::tensor({error_.empty() ? int64_t{1} : int64_t{0}}, at::kLong);
+  at::Tensor ok = at::tensor({error_.empty() && replicas_ ? int64_t{1} : int64_t{0}}, at::kLong);
   if (group_) group_->all_reduce(ok, ReduceOp::min);
   const bool commit = ok.data_ptr<int64_t>()[0] == 1;  // host memory: no device to wait for
   if (commit) {
