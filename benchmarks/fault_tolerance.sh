@@ -21,7 +21,7 @@ titan=$build/bin/titan
 python=$root/.venv/bin/python
 out=${TITAN_BENCH_OUT:-$(mktemp -d -t titan-ft-XXXXXX)}
 source "$root/benchmarks/cpu_name.sh"
-port=29751
+port=28751
 common=(--set training.steps=$steps --set training.seq_len=128 --set training.local_batch_size=4
         --set training.threads=1 --set metrics.log_freq=1)
 ft() {  # replica id, dump

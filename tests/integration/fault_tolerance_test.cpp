@@ -174,7 +174,7 @@ TEST_SUITE("fault tolerance") {
       MESSAGE("TITAN_SKIPPED: " << python() << " not found (scripts/setup.sh installs torch and torchft into .venv)");
       return;
     }
-    const int port = 29711, steps = 16, groups = 3;
+    const int port = 28711, steps = 16, groups = 3;
     const fs::path dir = titan::test::temp_dir("fault_tolerance_kill");
     const fs::path tokens = dir / "tokens.u16";
     write_tokens(tokens, int64_t{steps} * groups * 2 * 33);
@@ -259,7 +259,7 @@ TEST_SUITE("fault tolerance") {
       MESSAGE("TITAN_SKIPPED: " << python() << " not found");
       return;
     }
-    const int port = 29715, steps = 8, groups = 2;
+    const int port = 28715, steps = 8, groups = 2;
     const fs::path dir = titan::test::temp_dir("fault_tolerance_fsdp");
     const fs::path tokens = dir / "tokens.u16";
     write_tokens(tokens, int64_t{steps} * groups * 2 * 2 * 33);
@@ -269,13 +269,13 @@ TEST_SUITE("fault tolerance") {
              std::to_string(master_port) + " --grace-period-s 2 -- ";
     };
     auto lighthouse = std::make_unique<Background>(lighthouse_command(port, 1), dir / "lighthouse.log");
-    Background group0(group_command(0, groups, 2, port, tokens, hf, dir / "group0", steps, launch(29721),
+    Background group0(group_command(0, groups, 2, port, tokens, hf, dir / "group0", steps, launch(28721),
                                     "llama3_debugmodel_fsdp.yaml"),
                       dir / "group0.log");
     {
       // Rank 1 of group 1 dies in the backward pass of step 3; its launcher ends the group.
       Background group1("env TITAN_TEST_SIGNAL=KILL:rank=1:phase=backward:step=3 " +
-                            group_command(1, groups, 2, port, tokens, hf, dir / "group1", steps, launch(29723),
+                            group_command(1, groups, 2, port, tokens, hf, dir / "group1", steps, launch(28723),
                                           "llama3_debugmodel_fsdp.yaml"),
                         dir / "group1.log");
       const auto exit_code = group1.wait(120);
@@ -293,7 +293,7 @@ TEST_SUITE("fault tolerance") {
     std::this_thread::sleep_for(std::chrono::seconds(1));
     lighthouse = std::make_unique<Background>(lighthouse_command(port, 1), dir / "lighthouse_again.log");
     Background relaunched(group_command(1, groups, 2, port, tokens, hf, dir / "group1_relaunched", steps,
-                                        launch(29725), "llama3_debugmodel_fsdp.yaml"),
+                                        launch(28725), "llama3_debugmodel_fsdp.yaml"),
                           dir / "group1_relaunched.log");
     REQUIRE_MESSAGE(group0.wait(120) == 0, group0.output());
     REQUIRE_MESSAGE(relaunched.wait(120) == 0, (relaunched.output() + lighthouse->output()));
@@ -328,7 +328,7 @@ TEST_SUITE("fault tolerance") {
       MESSAGE("TITAN_SKIPPED: " << hosts.reason());
       return;
     }
-    const int port = 29717, steps = 14, groups = 3;
+    const int port = 28717, steps = 14, groups = 3;
     const fs::path dir = titan::test::temp_dir("fault_tolerance_netns");
     const fs::path tokens = dir / "tokens.u16";
     write_tokens(tokens, int64_t{steps} * groups * 2 * 33);
@@ -373,12 +373,12 @@ TEST_SUITE("fault tolerance") {
   }
 
   TEST_CASE("fault tolerance: below min_replica_size a group waits, naming the group it misses, and trains once "
-            "that group joins") {
+            "that group joins (started by titan launch --replica-group-id, as torchft's launcher does)") {
     if (run_command("test -x " + python()).exit_code != 0) {
       MESSAGE("TITAN_SKIPPED: " << python() << " not found");
       return;
     }
-    const int port = 29713;
+    const int port = 28713;
     const fs::path dir = titan::test::temp_dir("fault_tolerance_min_size");
     const fs::path tokens = dir / "tokens.u16";
     write_tokens(tokens, 3 * 2 * 2 * 33);
@@ -388,7 +388,16 @@ TEST_SUITE("fault tolerance") {
     REQUIRE_MESSAGE(wait_until([&] { return has(first.output(), "waiting for titan_ft_1"); }, 60),
                     (first.output() + lighthouse.output()));
     CHECK(metrics_of(dir / "group0").empty());  // never a step alone
-    Background second(group_command(1, 2, 2, port, tokens, hf, dir / "group1", 3), dir / "group1.log");
+    // The second the way torchft's launcher starts groups: the ids in the
+    // environment (titan launch --replica-group-id), not in the config.
+    std::string train = group_command(1, 2, 2, port, tokens, hf, dir / "group1", 3);
+    for (const std::string set : {" --set fault_tolerance.replica_id=1", " --set fault_tolerance.group_size=2"}) {
+      REQUIRE(train.find(set) != std::string::npos);
+      train.erase(train.find(set), set.size());
+    }
+    Background second(titan::test::titan_binary() + " launch --nproc-per-node 1 --master-port 28727"
+                      " --replica-group-id 1 --num-replica-groups 2 -- " + train,
+                      dir / "group1.log");
     REQUIRE_MESSAGE(first.wait(120) == 0, first.output());
     REQUIRE_MESSAGE(second.wait(120) == 0, second.output());
     CHECK(read_file(dir / "group1/final.pt") == read_file(dir / "group0/final.pt"));

@@ -44,6 +44,10 @@ options:
                            node to join a round (start, each restart) (default 900)
   --grace-period-s S       seconds between SIGTERM and SIGKILL when stopping ranks (default 30)
   --monitor-interval-ms X  how often the ranks are checked (default 100)
+  --replica-group-id I     fault tolerance: this launch is replica group I of
+  --num-replica-groups G   G (both, or neither); the ranks get REPLICA_GROUP_ID
+                           and NUM_REPLICA_GROUPS as torchft's launcher sets them,
+                           the defaults of fault_tolerance.replica_id and group_size
 torchrun's spellings (--nproc_per_node, --master_port, ...) work too.
 
 When a rank exits non-zero or dies from a signal, the other ranks get SIGTERM
@@ -146,11 +150,22 @@ std::optional<LaunchOptions> parse_launch_args(const Args& args) {
       if (options.rdzv_timeout_s <= 0) throw UsageError("--rdzv-timeout-s: expected a number of seconds > 0");
     } else if (name == "--grace-period-s") {
       options.grace_period_s = parse_seconds(name, value());
+    } else if (name == "--replica-group-id") {
+      options.replica_group_id = static_cast<int>(parse_integer(name, value(), 0, INT_MAX));
+    } else if (name == "--num-replica-groups") {
+      options.num_replica_groups = static_cast<int>(parse_integer(name, value(), 1, INT_MAX));
     } else {
       throw UsageError("unknown option '" + arg + "'");
     }
   }
   if (!has_nproc) throw UsageError("--nproc-per-node is required");
+  if ((options.replica_group_id >= 0) != (options.num_replica_groups >= 0)) {
+    throw UsageError("--replica-group-id and --num-replica-groups go together");
+  }
+  if (options.replica_group_id >= options.num_replica_groups && options.replica_group_id >= 0) {
+    throw UsageError("--replica-group-id " + std::to_string(options.replica_group_id) +
+                     " must be below --num-replica-groups " + std::to_string(options.num_replica_groups));
+  }
   if (options.node_rank >= options.nnodes) {
     throw UsageError("--node-rank " + std::to_string(options.node_rank) + " must be below --nnodes " +
                      std::to_string(options.nnodes));

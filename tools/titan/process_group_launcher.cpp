@@ -359,6 +359,10 @@ std::vector<std::string> Launcher::rank_environment(const Rank& rank, int attemp
       {"TORCHELASTIC_RESTART_COUNT", std::to_string(attempt)},
       {"TORCHELASTIC_MAX_RESTARTS", std::to_string(options_.max_restarts)},
   };
+  if (options_.replica_group_id >= 0) {
+    ours.emplace_back("REPLICA_GROUP_ID", std::to_string(options_.replica_group_id));
+    ours.emplace_back("NUM_REPLICA_GROUPS", std::to_string(options_.num_replica_groups));
+  }
   // Each rank's LibTorch would start a thread per core: N ranks on one
   // machine would run N times as many threads as cores.
   if (options_.nproc_per_node > 1 && !std::getenv("OMP_NUM_THREADS")) {

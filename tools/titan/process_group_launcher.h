@@ -21,6 +21,11 @@ struct LaunchOptions {
   // node 0's launcher hosts it on this port (0: master_port + 1).
   int rdzv_port = 0;
   double rdzv_timeout_s = 900;  // torchrun's join timeout
+  // Fault tolerance: this launch is replica group `replica_group_id` of
+  // `num_replica_groups` (-1: not said), told to the ranks as torchft's
+  // launcher tells them (REPLICA_GROUP_ID, NUM_REPLICA_GROUPS).
+  int replica_group_id = -1;
+  int num_replica_groups = -1;
   std::vector<std::string> program;  // the program and its arguments
 };
 

@@ -5,6 +5,8 @@
 #include <cstdlib>
 #include <filesystem>
 
+#include "titan/error.hpp"
+
 namespace titan {
 
 namespace {
@@ -217,8 +219,21 @@ CoreConfig read_core_config(const ConfigNode& root) {
   auto& f = config.fault_tolerance;
   f.enable = ft.get<bool>("enable", false, "this launch is one replica group; torchft's Lighthouse admits the live "
                                            "groups each step (docs/reliability.md)");
-  f.replica_id = ft.get<int64_t>("replica_id", 0, "this replica group's id, in [0, group_size)");
-  f.group_size = ft.get<int64_t>("group_size", 1, "replica groups in the job (the data is split over them)");
+  // torchft's launcher (and `titan launch --replica-group-id`) say it in the environment.
+  auto from_environment = [&](const char* name, int64_t fallback) -> int64_t {
+    const char* text = std::getenv(name);
+    if (!text || !*text) return fallback;
+    char* end = nullptr;
+    const long long value = std::strtoll(text, &end, 10);
+    if (*end != '\0' || value < 0) {
+      throw Error(std::string("environment variable ") + name + "='" + text + "': expected an integer >= 0");
+    }
+    return value;
+  };
+  f.replica_id = ft.get<int64_t>("replica_id", from_environment("REPLICA_GROUP_ID", 0),
+                                 "this replica group's id, in [0, group_size) (default: REPLICA_GROUP_ID)");
+  f.group_size = ft.get<int64_t>("group_size", from_environment("NUM_REPLICA_GROUPS", 1),
+                                 "replica groups in the job, the data split over them (default: NUM_REPLICA_GROUPS)");
   f.min_replica_size = ft.get<int64_t>("min_replica_size", 1, "never train with fewer live replica groups");
   const char* lighthouse_env = std::getenv("TORCHFT_LIGHTHOUSE");
   f.lighthouse = ft.get<std::string>("lighthouse", lighthouse_env ? lighthouse_env : "",

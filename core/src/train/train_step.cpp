@@ -26,8 +26,9 @@ StepOutcome TrainingRun::step(int64_t step) {
   CallSite step_site("step " + std::to_string(step));  // observers see "step 12 / fsdp all_gather layers.3"
 
   // Where the data stood, should fault tolerance discard the step.
-  const int64_t position_before = batches ? batches->position() : 0;
-  const nlohmann::json cursor_before = batches ? batches->cursor() : nlohmann::json();
+  const bool may_discard = replicas && batches;
+  const int64_t position_before = may_discard ? batches->position() : 0;
+  const nlohmann::json cursor_before = may_discard ? batches->cursor() : nlohmann::json();
   const auto loading_start = std::chrono::steady_clock::now();
   std::vector<Microbatch> microbatches = next_microbatches();
   const double data_loading_s =
