@@ -104,6 +104,13 @@ std::vector<nlohmann::json> complete_metrics(const std::vector<fs::path>& dumps,
 
 std::string python() { return source_dir() + "/.venv/bin/python"; }
 
+// Without .venv's Python (torch, torchft) the test reports itself skipped.
+bool python_missing() {
+  if (run_command("test -x " + python()).exit_code == 0) return false;
+  MESSAGE("TITAN_SKIPPED: " << python() << " not found (scripts/setup.sh installs torch and torchft into .venv)");
+  return true;
+}
+
 // torchft's Lighthouse on `port`: a dead group is dropped after 1.5 s
 // without a heartbeat; stragglers are waited for 10 s.
 std::string lighthouse_command(int port, int min_replicas, const std::string& host = "127.0.0.1") {
@@ -164,16 +171,36 @@ fs::path initial_weights(const fs::path& dir, const fs::path& tokens) {
   return dir / "hf";
 }
 
+// PyTorch eager replaying the groups' training (tests/python/llama3_reference.py,
+// the optimizer of kModel) from `hf` on `tokens`, each group `batch`
+// sequences a step; `members`: each step's groups as bit masks (empty: all).
+// Its JSON result, final_param_rel_diff against `titan_final`.
+nlohmann::json pytorch_replay(const fs::path& hf, const fs::path& tokens, int batch, int steps, int groups,
+                              const std::string& members, const fs::path& titan_final) {
+  auto result = run_command("cd " + source_dir() + " && timeout 300 " + python() +
+                            " tests/python/llama3_reference.py --hf " + hf.string() + " --tokens " + tokens.string() +
+                            " --batch " + std::to_string(batch) + " --seq 32 --steps " + std::to_string(steps) +
+                            " --lr 0.003 --beta1 0.9 --beta2 0.95 --eps 1e-8 --weight-decay 0.1 --warmup-steps 3"
+                            " --decay-type linear --min-lr-factor 0.1 --max-norm 1 --threads 1 --replica-groups " +
+                            std::to_string(groups) + (members.empty() ? "" : " --members " + members) +
+                            " --titan-final " + titan_final.string());
+  REQUIRE_MESSAGE(result.exit_code == 0, result.output);
+  return last_json(result.output);
+}
+
+double worst_parameter(const nlohmann::json& reference) {
+  double worst = 0;
+  for (const auto& [name, diff] : reference["final_param_rel_diff"].items()) worst = std::max(worst, diff.get<double>());
+  return worst;
+}
+
 }  // namespace
 
 TEST_SUITE("fault tolerance") {
   TEST_CASE("fault tolerance: of 3 replica groups under torchft's Lighthouse, one killed in a backward pass: the "
             "others discard that step and train on, its relaunch heals from a peer and rejoins, every group ends "
             "with the same parameters, and PyTorch replaying the membership history agrees") {
-    if (run_command("test -x " + python()).exit_code != 0) {
-      MESSAGE("TITAN_SKIPPED: " << python() << " not found (scripts/setup.sh installs torch and torchft into .venv)");
-      return;
-    }
+    if (python_missing()) return;
     const int port = 28711, steps = 16, groups = 3;
     const fs::path dir = titan::test::temp_dir("fault_tolerance_kill");
     const fs::path tokens = dir / "tokens.u16";
@@ -231,22 +258,14 @@ TEST_SUITE("fault tolerance") {
     CHECK(metrics[3]["ft_replica_mask"].get<double>() == 3);
     CHECK(metrics.back()["ft_replica_mask"].get<double>() == 7);
 
-    auto result = run_command("cd " + source_dir() + " && timeout 300 " + python() +
-                              " tests/python/llama3_reference.py --hf " + hf.string() + " --tokens " +
-                              tokens.string() + " --batch 2 --seq 32 --steps " + std::to_string(steps) +
-                              " --lr 0.003 --beta1 0.9 --beta2 0.95 --eps 1e-8 --weight-decay 0.1 --warmup-steps 3"
-                              " --decay-type linear --min-lr-factor 0.1 --max-norm 1 --threads 1 --replica-groups 3"
-                              " --members " + masks + " --titan-final " + (dir / "group0/final.pt").string());
-    REQUIRE_MESSAGE(result.exit_code == 0, result.output);
-    const nlohmann::json reference = last_json(result.output);
-    double worst_norm = 0, worst_param = 0;
+    const nlohmann::json reference =
+        pytorch_replay(hf, tokens, 2, steps, groups, masks, dir / "group0/final.pt");
+    double worst_norm = 0;
     for (int i = 0; i < steps; ++i) {
       worst_norm = std::max(worst_norm, relative(metrics[i]["grad_norm"].get<double>(),
                                                  reference["steps"][i]["grad_norm"].get<double>()));
     }
-    for (const auto& [name, diff] : reference["final_param_rel_diff"].items()) {
-      worst_param = std::max(worst_param, diff.get<double>());
-    }
+    const double worst_param = worst_parameter(reference);
     MESSAGE("against PyTorch's replay: grad norm " << worst_norm << ", final parameters " << worst_param);
     CHECK(worst_norm <= 1e-4);
     CHECK(worst_param <= 1e-4);
@@ -255,10 +274,7 @@ TEST_SUITE("fault tolerance") {
   TEST_CASE("fault tolerance: two replica groups of FSDP over 2 ranks; a rank of one killed, the other waits "
             "(min_replica_size 2) through a Lighthouse killed and restarted, the relaunched group heals rank by "
             "rank, and both end where PyTorch's replay does") {
-    if (run_command("test -x " + python()).exit_code != 0) {
-      MESSAGE("TITAN_SKIPPED: " << python() << " not found");
-      return;
-    }
+    if (python_missing()) return;
     const int port = 28715, steps = 8, groups = 2;
     const fs::path dir = titan::test::temp_dir("fault_tolerance_fsdp");
     const fs::path tokens = dir / "tokens.u16";
@@ -305,18 +321,8 @@ TEST_SUITE("fault tolerance") {
     for (const auto& m : metrics) CHECK(m["ft_replica_mask"].get<double>() == 3);  // never a step alone
 
     // Each group's 2 ranks x 2 sequences are its slot of the stream.
-    auto result = run_command("cd " + source_dir() + " && timeout 300 " + python() +
-                              " tests/python/llama3_reference.py --hf " + hf.string() + " --tokens " +
-                              tokens.string() + " --batch 4 --seq 32 --steps " + std::to_string(steps) +
-                              " --lr 0.003 --beta1 0.9 --beta2 0.95 --eps 1e-8 --weight-decay 0.1 --warmup-steps 3"
-                              " --decay-type linear --min-lr-factor 0.1 --max-norm 1 --threads 1 --replica-groups 2"
-                              " --titan-final " + (dir / "group0/final.pt").string());
-    REQUIRE_MESSAGE(result.exit_code == 0, result.output);
-    const nlohmann::json reference = last_json(result.output);
-    double worst_param = 0;
-    for (const auto& [name, diff] : reference["final_param_rel_diff"].items()) {
-      worst_param = std::max(worst_param, diff.get<double>());
-    }
+    const double worst_param =
+        worst_parameter(pytorch_replay(hf, tokens, 4, steps, groups, "", dir / "group0/final.pt"));
     MESSAGE("FSDP groups against PyTorch's replay: final parameters " << worst_param);
     CHECK(worst_param <= 1e-4);
   }
@@ -374,10 +380,7 @@ TEST_SUITE("fault tolerance") {
 
   TEST_CASE("fault tolerance: below min_replica_size a group waits, naming the group it misses, and trains once "
             "that group joins (started by titan launch --replica-group-id, as torchft's launcher does)") {
-    if (run_command("test -x " + python()).exit_code != 0) {
-      MESSAGE("TITAN_SKIPPED: " << python() << " not found");
-      return;
-    }
+    if (python_missing()) return;
     const int port = 28713;
     const fs::path dir = titan::test::temp_dir("fault_tolerance_min_size");
     const fs::path tokens = dir / "tokens.u16";

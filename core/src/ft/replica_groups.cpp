@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <unistd.h>
 
+#include <cmath>
 #include <map>
 #include <set>
 
@@ -77,15 +78,19 @@ std::string host_name() {
   return name;
 }
 
+// A group's name at the Lighthouse, and back.
+std::string group_name(int64_t id) { return "titan_ft_" + std::to_string(id); }
+int64_t group_id(const std::string& name) { return std::stoll(name.substr(name.rfind('_') + 1)); }
+
 }  // namespace
 
 ReplicaGroups::ReplicaGroups(const FaultToleranceConfig& config, Comm* group, int group_rank, int group_world_size)
     : config_(config),
-      replica_id_("titan_ft_" + std::to_string(config.replica_id)),
+      replica_id_(group_name(config.replica_id)),
+      address_(config.address.empty() ? host_name() : config.address),
       group_(group),
       group_rank_(group_rank),
       group_world_size_(group_world_size) {
-  const std::string address = config_.address.empty() ? host_name() : config_.address;
   if (group_rank_ == 0) {
     // The group's own store, where a quorum's ranks meet when this group
     // is their primary; any free port, told to the Lighthouse.
@@ -94,8 +99,8 @@ ReplicaGroups::ReplicaGroups(const FaultToleranceConfig& config, Comm* group, in
     options.isServer = true;
     options.waitWorkers = false;
     options.timeout = std::chrono::seconds(config_.timeout_seconds);
-    store_ = c10::make_intrusive<c10d::TCPStore>(address, options);
-    store_address_ = address + ":" + std::to_string(store_->getPort());
+    store_ = c10::make_intrusive<c10d::TCPStore>(address_, options);
+    store_address_ = address_ + ":" + std::to_string(store_->getPort());
     lighthouse_ = ft::connect_lighthouse(config_.lighthouse);
     heartbeat_thread_ = std::thread([this] { heartbeats(); });
     spdlog::info("fault tolerance: replica group {} ({} of {}), Lighthouse {}, store {}", replica_id_,
@@ -137,7 +142,7 @@ std::string ReplicaGroups::missing_groups(const ft::QuorumResult& result) const 
   std::set<std::string> present(result.replica_ids.begin(), result.replica_ids.end());
   std::string missing;
   for (int64_t id = 0; id < config_.group_size; ++id) {
-    const std::string name = "titan_ft_" + std::to_string(id);
+    const std::string name = group_name(id);
     if (present.count(name)) continue;
     missing += (missing.empty() ? "" : ", ") + name;
   }
@@ -187,8 +192,7 @@ void ReplicaGroups::rebuild_comm() {
             std::to_string(group_rank_),
         tcp);
     auto gloo_options = c10d::ProcessGroupGloo::Options::create(std::chrono::seconds(config_.timeout_seconds));
-    gloo_options->devices = {c10d::ProcessGroupGloo::createDeviceForHostname(
-        config_.address.empty() ? host_name() : config_.address)};
+    gloo_options->devices = {c10d::ProcessGroupGloo::createDeviceForHostname(address_)};
     gloo_options->threads = 2;
     auto gloo = c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, size, gloo_options);
     auto group = c10::make_intrusive<c10d::ProcessGroup>(store, rank, size);
@@ -211,7 +215,6 @@ void ReplicaGroups::rebuild_comm() {
 bool ReplicaGroups::transfer_state(TrainState& state) {
   if (!transfers_state()) return false;
   // The same keys in the same order on both sides: the same config.
-  nlohmann::json values(state.values);
   try {
     if (result_.heal) {
       const int source = static_cast<int>(*result_.recover_src_replica_rank);
@@ -228,9 +231,10 @@ bool ReplicaGroups::transfer_state(TrainState& state) {
                    std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
       return true;
     }
+    const std::string values = nlohmann::json(state.values).dump();
     for (int64_t destination : result_.recover_dst_replica_ranks) {
       const int peer = static_cast<int>(destination);
-      send_text(*replicas_, values.dump(), peer);
+      send_text(*replicas_, values, peer);
       for (const auto& [name, tensor] : state.tensors) replicas_->send(tensor.detach().cpu().contiguous(), peer);
       spdlog::info("fault tolerance: sent the state of step {} to {}", state.values.at("step"),
                    result_.replica_ids[static_cast<size_t>(destination)]);
@@ -263,8 +267,7 @@ void ReplicaGroups::average_gradients(const std::vector<at::Tensor>& gradients) 
       buffer.div_(static_cast<double>(result_.replica_world_size));
       int64_t offset = 0;
       for (const at::Tensor& g : grads) {
-        at::Tensor target = g;
-        target.copy_(buffer.narrow(0, offset, g.numel()).view(g.sizes()));
+        g.copy_(buffer.narrow(0, offset, g.numel()).view(g.sizes()));
         offset += g.numel();
       }
     }
@@ -273,6 +276,12 @@ void ReplicaGroups::average_gradients(const std::vector<at::Tensor>& gradients) 
              ": " + error.what();
     spdlog::warn("fault tolerance: {}", error_);
   }
+}
+
+double ReplicaGroups::member_mask() const {
+  double mask = 0;
+  for (const std::string& name : result_.replica_ids) mask += std::ldexp(1.0, static_cast<int>(group_id(name)));
+  return mask;
 }
 
 bool ReplicaGroups::should_commit() {

@@ -65,7 +65,7 @@ class ReplicaGroups {
   // the group) discards the step everywhere in the group.
   bool should_commit();
   int64_t participants() const { return result_.replica_world_size; }
-  const std::vector<std::string>& members() const { return result_.replica_ids; }
+  double member_mask() const;  // the quorum's groups: bit i for group i (metrics.jsonl ft_replica_mask)
 
  private:
   void heartbeats();
@@ -75,6 +75,7 @@ class ReplicaGroups {
 
   const FaultToleranceConfig config_;
   const std::string replica_id_;
+  const std::string address_;  // where the other groups reach this one (config's, else the host name)
   Comm* group_;
   const int group_rank_, group_world_size_;
   std::unique_ptr<ft::LighthouseClient> lighthouse_;  // group rank 0 only

@@ -91,11 +91,9 @@ StepOutcome TrainingRun::step(int64_t step) {
   outcome.record.state_bytes = result.state_bytes;
   outcome.record.extra = std::move(result.model_metrics);
   if (replicas) {
-    // Which replica groups this step's gradients came from (bit i: group i).
-    double mask = 0;
-    for (const std::string& id : replicas->members()) mask += std::ldexp(1.0, std::stoi(id.substr(id.rfind('_') + 1)));
+    // Which replica groups this step's gradients came from.
     outcome.record.extra["ft_replica_groups"] = static_cast<double>(replicas->participants());
-    outcome.record.extra["ft_replica_mask"] = mask;
+    outcome.record.extra["ft_replica_mask"] = replicas->member_mask();
     outcome.record.extra["ft_join_s"] = replica_join_s_;  // the quorum before the step (and any healing)
   }
   outcome.record.numbers = at::cat({result.loss, result.max_loss, result.grad_norm});  // [loss, max loss, grad norm]

@@ -137,17 +137,17 @@ TrainingRun::TrainingRun(RunSpec& spec_, const World& world_, const RunSeams& se
   parallel = std::make_unique<ParallelSetup>(world, spec, *observer, seams.simulated_groups);
   spec.checkpointer->attach(CheckpointEnv{world.rank, world.world_size, parallel->mesh(), parallel->checkpoint_comm(),
                                           spec.root.dump()});
-  data_rank_ = parallel->dp_rank();
+  int64_t data_rank = parallel->dp_rank();
   data_degree_ = parallel->dp_degree();
   if (core.fault_tolerance.enable) {
     replicas = std::make_unique<ReplicaGroups>(core.fault_tolerance,
                                                parallel->mesh() ? &parallel->mesh()->group("world") : nullptr,
                                                world.rank, world.world_size);
-    data_rank_ = replicas->data_rank(data_rank_, data_degree_);
+    data_rank = replicas->data_rank(data_rank, data_degree_);
     data_degree_ = replicas->data_degree(data_degree_);
   }
   loader = std::make_unique<TokenWindowLoader>(open_mixture(datasets, mixture_seed(training), tokenizer), tokenizer,
-                                               training.seq_len, static_cast<int>(data_rank_),
+                                               training.seq_len, static_cast<int>(data_rank),
                                                static_cast<int>(data_degree_));
   loader->set_documents(documents_);
   accumulation_ = accumulation_steps(training, data_degree_);

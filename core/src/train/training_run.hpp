@@ -101,9 +101,9 @@ class TrainingRun {
   StepParts step_parts_;
   at::Tensor first_nonfinite_step_;  // [1] int64 on the device, -1 while every step was finite
   int64_t accumulation_ = 1;  // microbatches per step
-  // This rank's slot of the data, and how many share it (data parallelism,
-  // times the replica groups under fault tolerance).
-  int64_t data_rank_ = 0, data_degree_ = 1;
+  // How many share the data (data parallelism, times the replica groups
+  // under fault tolerance): the loss's weight per label.
+  int64_t data_degree_ = 1;
   struct ReplicaStepObserver;
   std::unique_ptr<ReplicaStepObserver> replica_observer_;  // the run's observer, then the replica groups
   double replica_join_s_ = 0;  // the last join_replica_groups: asking the quorum, healing included
