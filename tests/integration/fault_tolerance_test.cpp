@@ -61,6 +61,9 @@ struct Background {
   std::string output() const { return read_file(log); }
 };
 
+// Where replica group `id` writes its own files inside its job.dump_folder.
+fs::path group_files(const fs::path& dump, int id) { return dump / ("ft-replica-" + std::to_string(id)); }
+
 std::vector<nlohmann::json> metrics_of(const fs::path& dump) {
   std::vector<nlohmann::json> lines;
   if (!fs::exists(dump / "metrics.jsonl")) return lines;
@@ -137,7 +140,7 @@ std::string group_command(int id, int groups, int min_size, int port, const fs::
          " --set training.dataset_path=" + tokens.string() + " --set training.steps=" + std::to_string(steps) +
          (hf.empty() ? "" : " --set checkpoint.initial_load_path=" + hf.string()) +
          " --set job.dump_folder=" + dump.string() +
-         " --set debug.save_final_model=" + (dump / "final.pt").string() +
+         " --set debug.save_final_model=" + (group_files(dump, id) / "final.pt").string() +
          " --set fault_tolerance.enable=true --set fault_tolerance.replica_id=" + std::to_string(id) +
          " --set fault_tolerance.group_size=" + std::to_string(groups) +
          " --set fault_tolerance.min_replica_size=" + std::to_string(min_size) +
@@ -220,7 +223,7 @@ TEST_SUITE("fault tolerance") {
     // The survivors train without it (a step of groups 0 and 1 only), then
     // hold still while it is relaunched, so that it is back before they finish.
     REQUIRE_MESSAGE(wait_until([&] {
-                      for (const auto& m : metrics_of(dir / "group1")) {
+                      for (const auto& m : metrics_of(group_files(dir / "group1", 1))) {
                         if (m["step"].get<int>() >= 4 && m.value("ft_replica_mask", 0.0) == 3) return true;
                       }
                       return false;
@@ -241,13 +244,13 @@ TEST_SUITE("fault tolerance") {
     CHECK_MESSAGE(has(survivor, "step discarded"), survivor);
     CHECK_MESSAGE(has(relaunched.output(), "fault tolerance: healed from titan_ft_"), relaunched.output());
     // Every group holds the same parameters, bit for bit.
-    const std::string final0 = read_file(dir / "group0/final.pt");
-    CHECK(read_file(dir / "group1/final.pt") == final0);
-    CHECK(read_file(dir / "group2_relaunched/final.pt") == final0);
+    const std::string final0 = read_file(group_files(dir / "group0", 0) / "final.pt");
+    CHECK(read_file(group_files(dir / "group1", 1) / "final.pt") == final0);
+    CHECK(read_file(group_files(dir / "group2_relaunched", 2) / "final.pt") == final0);
 
     // A survivor trained every step once (the other may have joined after
     // step 1); which groups each step averaged.
-    const auto metrics = complete_metrics({dir / "group0", dir / "group1"}, steps);
+    const auto metrics = complete_metrics({group_files(dir / "group0", 0), group_files(dir / "group1", 1)}, steps);
     std::string masks;
     for (int i = 0; i < steps; ++i) {
       REQUIRE(metrics[i]["step"] == i + 1);
@@ -259,7 +262,7 @@ TEST_SUITE("fault tolerance") {
     CHECK(metrics.back()["ft_replica_mask"].get<double>() == 7);
 
     const nlohmann::json reference =
-        pytorch_replay(hf, tokens, 2, steps, groups, masks, dir / "group0/final.pt");
+        pytorch_replay(hf, tokens, 2, steps, groups, masks, group_files(dir / "group0", 0) / "final.pt");
     double worst_norm = 0;
     for (int i = 0; i < steps; ++i) {
       worst_norm = std::max(worst_norm, relative(metrics[i]["grad_norm"].get<double>(),
@@ -315,14 +318,15 @@ TEST_SUITE("fault tolerance") {
     REQUIRE_MESSAGE(relaunched.wait(120) == 0, (relaunched.output() + lighthouse->output()));
     CHECK_MESSAGE(has(group0.output(), "step discarded"), group0.output());
     CHECK_MESSAGE(has(relaunched.output(), "fault tolerance: healed from titan_ft_0"), relaunched.output());
-    CHECK(read_file(dir / "group1_relaunched/final.pt") == read_file(dir / "group0/final.pt"));
-    const auto metrics = metrics_of(dir / "group0");
+    CHECK(read_file(group_files(dir / "group1_relaunched", 1) / "final.pt") ==
+          read_file(group_files(dir / "group0", 0) / "final.pt"));
+    const auto metrics = metrics_of(group_files(dir / "group0", 0));
     REQUIRE(metrics.size() == static_cast<size_t>(steps));
     for (const auto& m : metrics) CHECK(m["ft_replica_mask"].get<double>() == 3);  // never a step alone
 
     // Each group's 2 ranks x 2 sequences are its slot of the stream.
     const double worst_param =
-        worst_parameter(pytorch_replay(hf, tokens, 4, steps, groups, "", dir / "group0/final.pt"));
+        worst_parameter(pytorch_replay(hf, tokens, 4, steps, groups, "", group_files(dir / "group0", 0) / "final.pt"));
     MESSAGE("FSDP groups against PyTorch's replay: final parameters " << worst_param);
     CHECK(worst_param <= 1e-4);
   }
@@ -348,10 +352,11 @@ TEST_SUITE("fault tolerance") {
     }
     auto steps_with = [&](double mask) {
       int count = 0;
-      for (const auto& m : metrics_of(dir / "group1")) count += m.value("ft_replica_mask", 0.0) == mask;
+      for (const auto& m : metrics_of(group_files(dir / "group1", 1))) count += m.value("ft_replica_mask", 0.0) == mask;
       return count;
     };
-    REQUIRE_MESSAGE(wait_until([&] { return metrics_of(dir / "group2").size() >= 3; }, 60), runs[2]->output());
+    REQUIRE_MESSAGE(wait_until([&] { return metrics_of(group_files(dir / "group2", 2)).size() >= 3; }, 60),
+                    runs[2]->output());
     hosts.set_link(2, false);
     // Groups 0 and 1 time out on group 2 (fault_tolerance.timeout_seconds), discard that step and go on.
     REQUIRE_MESSAGE(wait_until([&] { return steps_with(3) >= 2; }, 60), runs[0]->output());
@@ -371,10 +376,10 @@ TEST_SUITE("fault tolerance") {
     // (Whether anyone discards a step depends on where the cut finds them:
     // inside an all-reduce, or between steps asking for the quorum.)
     CHECK_MESSAGE(has(runs[2]->output(), "fault tolerance: healed from titan_ft_"), runs[2]->output());
-    const std::string final0 = read_file(dir / "group0/final.pt");
-    CHECK(read_file(dir / "group1/final.pt") == final0);
-    CHECK(read_file(dir / "group2/final.pt") == final0);
-    const auto metrics = complete_metrics({dir / "group0", dir / "group1"}, steps);
+    const std::string final0 = read_file(group_files(dir / "group0", 0) / "final.pt");
+    CHECK(read_file(group_files(dir / "group1", 1) / "final.pt") == final0);
+    CHECK(read_file(group_files(dir / "group2", 2) / "final.pt") == final0);
+    const auto metrics = complete_metrics({group_files(dir / "group0", 0), group_files(dir / "group1", 1)}, steps);
     CHECK(metrics.back()["ft_replica_mask"].get<double>() == 7);
   }
 
@@ -390,7 +395,7 @@ TEST_SUITE("fault tolerance") {
     Background first(group_command(0, 2, 2, port, tokens, hf, dir / "group0", 3), dir / "group0.log");
     REQUIRE_MESSAGE(wait_until([&] { return has(first.output(), "waiting for titan_ft_1"); }, 60),
                     (first.output() + lighthouse.output()));
-    CHECK(metrics_of(dir / "group0").empty());  // never a step alone
+    CHECK(metrics_of(group_files(dir / "group0", 0)).empty());  // never a step alone
     // The second the way torchft's launcher starts groups: the ids in the
     // environment (titan launch --replica-group-id), not in the config.
     std::string train = group_command(1, 2, 2, port, tokens, hf, dir / "group1", 3);
@@ -403,7 +408,73 @@ TEST_SUITE("fault tolerance") {
                       dir / "group1.log");
     REQUIRE_MESSAGE(first.wait(120) == 0, first.output());
     REQUIRE_MESSAGE(second.wait(120) == 0, second.output());
-    CHECK(read_file(dir / "group1/final.pt") == read_file(dir / "group0/final.pt"));
-    for (const auto& m : metrics_of(dir / "group0")) CHECK(m["ft_replica_mask"].get<double>() == 3);
+    CHECK(read_file(group_files(dir / "group1", 1) / "final.pt") ==
+          read_file(group_files(dir / "group0", 0) / "final.pt"));
+    for (const auto& m : metrics_of(group_files(dir / "group0", 0))) CHECK(m["ft_replica_mask"].get<double>() == 3);
+  }
+
+  TEST_CASE("fault tolerance: two replica groups share one dump_folder: each writes its own files in ft-replica-<id> "
+            "and the quorum's first group the one series of checkpoints; a group killed and restarted by its "
+            "launcher resumes from that checkpoint; the Lighthouse runs under group 0's titan launch") {
+    if (python_missing()) return;
+    const int port = 28731, steps = 8, groups = 2;
+    const fs::path dir = titan::test::temp_dir("fault_tolerance_shared_folder");
+    const fs::path tokens = dir / "tokens.u16";
+    write_tokens(tokens, int64_t{steps} * groups * 2 * 33);
+    const fs::path hf = initial_weights(dir, tokens);
+    const fs::path job = dir / "job";
+    auto launch = [](int id, int master_port, const std::string& options) {
+      return titan::test::titan_binary() + " launch --nproc-per-node 1 --grace-period-s 2 --master-port " +
+             std::to_string(master_port) + " --replica-group-id " + std::to_string(id) + " --num-replica-groups 2 " +
+             options + " -- ";
+    };
+    const std::string checkpoints =
+        " --set checkpoint.enable=true --set checkpoint.interval=2 --set checkpoint.keep_latest_k=0";
+    // Group 0's ranks find the Lighthouse through the launcher's TORCHFT_LIGHTHOUSE.
+    std::string train0 = group_command(0, groups, 2, port, tokens, hf, job, steps,
+                                       launch(0, 28733, "--start-lighthouse " + std::to_string(port) +
+                                                            " --lighthouse-arg=--heartbeat_timeout_ms=1500"
+                                                            " --lighthouse-arg=--quorum_tick_ms=20")) +
+                         checkpoints;
+    const std::string lighthouse_set = " --set fault_tolerance.lighthouse=http://127.0.0.1:" + std::to_string(port);
+    REQUIRE(train0.find(lighthouse_set) != std::string::npos);
+    train0.erase(train0.find(lighthouse_set), lighthouse_set.size());
+    Background group0(train0, dir / "group0.log");
+    // Group 1 dies in the backward pass of step 5; its launcher starts it again.
+    Background group1("env TITAN_TEST_SIGNAL=KILL:rank=0:phase=backward:step=5 " +
+                          group_command(1, groups, 2, port, tokens, hf, job, steps,
+                                        launch(1, 28735, "--max-restarts 1")) +
+                          checkpoints,
+                      dir / "group1.log");
+    REQUIRE_MESSAGE(group0.wait(120) == 0, group0.output());
+    REQUIRE_MESSAGE(group1.wait(120) == 0, group1.output());
+    CHECK_MESSAGE(has(group0.output(), "torchft's Lighthouse listens on port"), group0.output());
+    // ... and it ended with its launcher.
+    CHECK(run_command("bash -c 'echo > /dev/tcp/127.0.0.1/" + std::to_string(port) + "'").exit_code != 0);
+    CHECK_MESSAGE(has(group0.output(), "step discarded"), group0.output());
+    const std::string restarted = group1.output();
+    CHECK_MESSAGE(has(restarted, "restarting all 1 rank"), restarted);
+    CHECK_MESSAGE(has(restarted, "resumed from checkpoint at step"), restarted);
+
+    // One series of checkpoints, written by group 0 (the quorum's first);
+    // each group's files in its own folder.
+    for (int step : {2, 4, 6, 8}) {
+      const fs::path saved = job / "checkpoint" / ("step-" + std::to_string(step));
+      REQUIRE_MESSAGE(fs::exists(saved / "metadata.json"), saved);
+      CHECK(has(read_file(saved / "config.yaml"), "replica_id: 0"));
+    }
+    CHECK(!has(restarted, "checkpoint saved"));  // group 1 never wrote one
+    CHECK(!fs::exists(job / "metrics.jsonl"));
+    for (int id : {0, 1}) CHECK(fs::exists(group_files(job, id) / "config.resolved.yaml"));
+    const auto metrics = metrics_of(group_files(job, 0));
+    REQUIRE(metrics.size() == static_cast<size_t>(steps));
+    for (const auto& m : metrics) CHECK(m["ft_replica_mask"].get<double>() == 3);  // never a step alone
+    CHECK(read_file(group_files(job, 1) / "final.pt") == read_file(group_files(job, 0) / "final.pt"));
+    // Group 1's data cursor came back from group 0's checkpoint: a wrong one
+    // would have averaged other tokens into steps 5 to 8.
+    const double worst_param =
+        worst_parameter(pytorch_replay(hf, tokens, 2, steps, groups, "", group_files(job, 0) / "final.pt"));
+    MESSAGE("shared folder, restarted group, against PyTorch's replay: final parameters " << worst_param);
+    CHECK(worst_param <= 1e-4);
   }
 }

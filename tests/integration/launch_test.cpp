@@ -345,6 +345,10 @@ TEST_SUITE("launch") {
     expect_usage_error("--nproc-per-node 1 --nnodes 2 --master-port 29600 --rdzv-port 29600 -- true",
                        "--rdzv-port must differ from --master-port");
     expect_usage_error("--nproc-per-node 1 --rdzv-timeout-s 0 -- true", "--rdzv-timeout-s: expected a number of seconds > 0");
+    expect_usage_error("--nproc-per-node 1 --lighthouse-min-replicas 2 -- true",
+                       "--lighthouse-min-replicas configures the Lighthouse that --start-lighthouse P starts");
+    expect_usage_error("--nproc-per-node 1 --master-port 28741 --start-lighthouse 28741 -- true",
+                       "--start-lighthouse 28741: the port is the job's store's");
   }
 
   TEST_CASE("launch: --help shows the torchrun equivalent and exits 0 but after PROGRAM it goes to the program") {

@@ -48,6 +48,13 @@ options:
   --num-replica-groups G   G (both, or neither); the ranks get REPLICA_GROUP_ID
                            and NUM_REPLICA_GROUPS as torchft's launcher sets them,
                            the defaults of fault_tolerance.replica_id and group_size
+  --start-lighthouse P     fault tolerance: also run torchft's Lighthouse (scripts/lighthouse.py,
+                           bound to [::]:P) while this launcher lives; its ranks get
+                           TORCHFT_LIGHTHOUSE=http://127.0.0.1:P, the other groups' launches
+                           point at http://THIS_HOST:P. Its dashboard is that address
+  --lighthouse-min-replicas N  the Lighthouse's --min_replicas (default 1)
+  --lighthouse-arg ARG     one more option for the Lighthouse, as torchft_lighthouse takes it
+                           (e.g. --lighthouse-arg=--heartbeat_timeout_ms=2000; repeatable)
 torchrun's spellings (--nproc_per_node, --master_port, ...) work too.
 
 When a rank exits non-zero or dies from a signal, the other ranks get SIGTERM
@@ -105,6 +112,7 @@ std::optional<LaunchOptions> parse_launch_args(const Args& args) {
     options.master_port = static_cast<int>(parse_integer("MASTER_PORT (environment)", port, 1, 65535));
   }
   bool has_nproc = false;
+  std::string lighthouse_option;  // a Lighthouse option given, which needs --start-lighthouse
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& arg = args[i];
     if (arg == "--") {
@@ -154,11 +162,22 @@ std::optional<LaunchOptions> parse_launch_args(const Args& args) {
       options.replica_group_id = static_cast<int>(parse_integer(name, value(), 0, INT_MAX));
     } else if (name == "--num-replica-groups") {
       options.num_replica_groups = static_cast<int>(parse_integer(name, value(), 1, INT_MAX));
+    } else if (name == "--start-lighthouse") {
+      options.lighthouse.port = static_cast<int>(parse_integer(name, value(), 1, 65535));
+    } else if (name == "--lighthouse-min-replicas") {
+      options.lighthouse.min_replicas = static_cast<int>(parse_integer(name, value(), 1, INT_MAX));
+      lighthouse_option = name;
+    } else if (name == "--lighthouse-arg") {
+      options.lighthouse.extra_args.push_back(value());
+      lighthouse_option = name;
     } else {
       throw UsageError("unknown option '" + arg + "'");
     }
   }
   if (!has_nproc) throw UsageError("--nproc-per-node is required");
+  if (!lighthouse_option.empty() && options.lighthouse.port == 0) {
+    throw UsageError(lighthouse_option + " configures the Lighthouse that --start-lighthouse P starts; give that too");
+  }
   if ((options.replica_group_id >= 0) != (options.num_replica_groups >= 0)) {
     throw UsageError("--replica-group-id and --num-replica-groups go together");
   }
@@ -183,6 +202,12 @@ std::optional<LaunchOptions> parse_launch_args(const Args& args) {
   if (options.nnodes > 1 && options.rdzv_port == options.master_port) {
     throw UsageError("--rdzv-port must differ from --master-port (rank 0's store uses that one)");
   }
+  const int lighthouse = options.lighthouse.port;
+  if (lighthouse != 0 &&
+      (lighthouse == options.master_port || (options.nnodes > 1 && lighthouse == options.rdzv_port))) {
+    throw UsageError("--start-lighthouse " + std::to_string(lighthouse) +
+                     ": the port is the job's store's (--master-port / --rdzv-port); choose another");
+  }
   return options;
 }
 
@@ -201,6 +226,20 @@ int launch_command(const Args& args) {
     return 0;
   }
   std::cout.flush();
+  std::optional<LighthouseProcess> lighthouse;
+  if (options->lighthouse.port != 0) {
+    try {
+      lighthouse.emplace(options->lighthouse);
+    } catch (const std::runtime_error& error) {
+      std::cerr << "titan launch: " << error.what() << "\n";
+      return kLaunchRankFailed;
+    }
+    setenv("TORCHFT_LIGHTHOUSE", lighthouse->local_address().c_str(), 1);
+    std::cerr << "titan launch: torchft's Lighthouse listens on port " << options->lighthouse.port
+              << " (min_replicas " << options->lighthouse.min_replicas << "; its dashboard at http://HOST:"
+              << options->lighthouse.port << "/); the ranks get TORCHFT_LIGHTHOUSE=" << lighthouse->local_address()
+              << "\n";
+  }
   return launch_process_group(*options);
 }
 

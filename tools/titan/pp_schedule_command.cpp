@@ -34,7 +34,7 @@ struct PpScheduleOptions {
   bool comm = false;
 };
 
-int64_t positive(const std::string& flag, const std::string& text) {
+int64_t positive_count(const std::string& flag, const std::string& text) {
   size_t used = 0;
   int64_t value = -1;
   try {
@@ -57,9 +57,9 @@ PpScheduleOptions parse_pp_schedule(const Args& args) {
     else if (flag == "--csv") options.csv = value();
     else if (flag == "--svg") options.svg = value();
     else if (flag == "--plugin") options.plugins.push_back(value());
-    else if (flag == "--stages") options.stages = positive(flag, value());
-    else if (flag == "--microbatches") options.microbatches = positive(flag, value());
-    else if (flag == "--ranks") options.ranks = positive(flag, value());
+    else if (flag == "--stages") options.stages = positive_count(flag, value());
+    else if (flag == "--microbatches") options.microbatches = positive_count(flag, value());
+    else if (flag == "--ranks") options.ranks = positive_count(flag, value());
     else if (flag == "--comm") options.comm = true;
     else throw Error("unknown option '" + flag + "'\n" + kPpScheduleUsage);
   }

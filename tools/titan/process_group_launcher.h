@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "lighthouse_process.h"
+
 namespace titan::cli {
 
 struct LaunchOptions {
@@ -26,6 +28,7 @@ struct LaunchOptions {
   // launcher tells them (REPLICA_GROUP_ID, NUM_REPLICA_GROUPS).
   int replica_group_id = -1;
   int num_replica_groups = -1;
+  LighthouseOptions lighthouse;  // --start-lighthouse (port 0: none)
   std::vector<std::string> program;  // the program and its arguments
 };
 

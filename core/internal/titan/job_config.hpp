@@ -147,6 +147,16 @@ struct CoreConfig {
   DebugConfig debug;
   FaultToleranceConfig fault_tolerance;
   std::string tokenizer_path;
+
+  // Where this launch writes its own files (config.resolved.yaml, metrics,
+  // traces, snapshots, TensorBoard, flight recorder): job.dump_folder, or
+  // its ft-replica-<id> folder when the launch is one replica group of a
+  // fault-tolerant job. The groups share one config, hence one dump_folder,
+  // and its checkpoints (written by one group at a time).
+  std::string run_folder() const {
+    if (!fault_tolerance.enable) return job.dump_folder;
+    return job.dump_folder + "/ft-replica-" + std::to_string(fault_tolerance.replica_id);
+  }
   // model.attn_mask_type (TorchTitan's knob): a query sees every earlier
   // token of its window, or only those of its own document.
   bool block_causal = false;

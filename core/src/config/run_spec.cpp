@@ -21,7 +21,7 @@ std::string lowercase(std::string text) {
 PluginContext context_for(const ConfigNode& options, const CoreConfig& core, int rank, int world_size) {
   PluginContext context;
   context.options = options;
-  context.dump_folder = core.job.dump_folder;
+  context.dump_folder = core.run_folder();
   context.rank = rank;
   context.world_size = world_size;
   context.training_steps = core.training.steps;
@@ -161,8 +161,11 @@ RunSpec resolve_run(const ConfigNode& root, int rank, int world_size) {
   spec.lr_schedule = registry.create_lr_schedule(section_plugin(lr, "lr_scheduler", "LR schedule plugin"), make_context(lr));
 
   ConfigNode checkpoint = root.child("checkpoint");
+  // The job's folder, not this replica group's: the groups share checkpoints.
+  PluginContext checkpoint_context = make_context(checkpoint);
+  checkpoint_context.dump_folder = spec.core.job.dump_folder;
   spec.checkpointer =
-      registry.create_checkpointer(section_plugin(checkpoint, "checkpoint", "checkpointer plugin"), make_context(checkpoint));
+      registry.create_checkpointer(section_plugin(checkpoint, "checkpoint", "checkpointer plugin"), checkpoint_context);
 
   spec.metrics_sinks = switched_metrics_sinks(root.child("metrics"), make_context);
 

@@ -65,6 +65,8 @@ class ReplicaGroups {
   // the group) discards the step everywhere in the group.
   bool should_commit();
   int64_t participants() const { return result_.replica_world_size; }
+  // The quorum's first group (by replica id) writes the checkpoints.
+  bool writes_checkpoints() const { return result_.replica_rank == 0; }
   double member_mask() const;  // the quorum's groups: bit i for group i (metrics.jsonl ft_replica_mask)
 
  private:

@@ -44,8 +44,8 @@ void save_full_model(CausalLM& model, const DeviceMesh* mesh, int rank, const st
 }
 
 void write_resolved_config(const RunSpec& spec) {
-  std::filesystem::create_directories(spec.core.job.dump_folder);
-  std::string path = spec.core.job.dump_folder + "/config.resolved.yaml";
+  std::filesystem::create_directories(spec.core.run_folder());
+  std::string path = spec.core.run_folder() + "/config.resolved.yaml";
   std::ofstream out(path);
   out << spec.root.dump() << "\n";
   if (!out) throw Error("cannot write '" + path + "' (check job.dump_folder)");
@@ -102,8 +102,11 @@ TrainResult run_training(RunSpec& spec, const World& world, const RunSeams& seam
     // after the step that started it (never racing that step's own save).
     spec.checkpointer->poll();
     const bool stopping = stop.requested();
-    if (spec.checkpointer->should_save(step, step == core.training.steps) ||
-        (stopping && spec.checkpointer->enabled())) {
+    // Of a fault-tolerant job's replica groups, only the quorum's first
+    // writes the checkpoints they share: every member holds the same state.
+    const bool writes_checkpoints = !run.replicas || run.replicas->writes_checkpoints();
+    if (writes_checkpoints && (spec.checkpointer->should_save(step, step == core.training.steps) ||
+                               (stopping && spec.checkpointer->enabled()))) {
       run.check_nonfinite();  // never a checkpoint of a diverged model
       spec.checkpointer->save(step, run.state->capture(step));
     }

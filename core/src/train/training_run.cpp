@@ -128,10 +128,10 @@ TrainingRun::TrainingRun(RunSpec& spec_, const World& world_, const RunSeams& se
                 std::any_of(datasets.begin(), datasets.end(),
                             [](const DatasetEntry& d) { return d.chat_template != ChatTemplate::none; })};
 
-  profiler = std::make_unique<StepProfiler>(core.profiling, core.job.dump_folder, world.rank, device.is_cuda());
+  profiler = std::make_unique<StepProfiler>(core.profiling, core.run_folder(), world.rank, device.is_cuda());
   if (core.debug.count_host_reads) host_reads = std::make_unique<HostReadCounter>(device.is_cuda());
   // Before the model: the CPU timeline counts its parameters too.
-  memory_snapshot = std::make_unique<MemorySnapshot>(core.profiling, core.job.dump_folder, world.rank, device);
+  memory_snapshot = std::make_unique<MemorySnapshot>(core.profiling, core.run_folder(), world.rank, device);
   observers = std::make_unique<ObserverScope>(
       spec, core.comm.verify_collectives && world.distributed() ? &verifier : nullptr, profiler.get());
   parallel = std::make_unique<ParallelSetup>(world, spec, *observer, seams.simulated_groups);
@@ -170,7 +170,7 @@ TrainingRun::TrainingRun(RunSpec& spec_, const World& world_, const RunSeams& se
 
   MetricsSetup metrics_setup;
   metrics_setup.config = core.metrics;
-  metrics_setup.dump_folder = core.job.dump_folder;
+  metrics_setup.dump_folder = core.run_folder();
   metrics_setup.rank = world.rank;
   metrics_setup.flops_per_token = spec.model->flops_per_token(training.seq_len);
   metrics_setup.peak_flops = core.metrics.peak_flops;
