@@ -29,6 +29,7 @@ ft() {  # replica id, dump
     --set fault_tolerance.lighthouse=http://127.0.0.1:$port --set fault_tolerance.address=127.0.0.1 \
     --set job.dump_folder=$2
 }
+# A replica group writes its metrics in <job.dump_folder>/ft-replica-<id>.
 lines() { [[ -f $1/metrics.jsonl ]] && wc -l < "$1/metrics.jsonl" || echo 0; }
 wait_lines() {  # dump, count
   until (( $(lines "$1") >= $2 )); do sleep 0.02; done
@@ -52,7 +53,7 @@ read -r join step ddp_step < <("$python" - "$out" <<'PY'
 import json, sys
 def rows(path):
     return [json.loads(l) for l in open(path) if l.strip()][3:]  # past the warm-up
-ft = rows(sys.argv[1] + "/quiet0/metrics.jsonl")
+ft = rows(sys.argv[1] + "/quiet0/ft-replica-0/metrics.jsonl")
 ddp = rows(sys.argv[1] + "/ddp/metrics.jsonl")
 mean = lambda xs: sum(xs) / len(xs)
 print(mean([r["ft_join_s"] for r in ft]), mean([r["time_metrics/end_to_end(s)"] for r in ft]),
@@ -65,14 +66,14 @@ PY
 g0=$!
 "$titan" train configs/llama3_debugmodel.yaml "${common[@]}" $(ft 1 "$out/lost1") > "$out/lost1.log" 2>&1 &
 g1=$!
-wait_lines "$out/lost1" 5
+wait_lines "$out/lost1/ft-replica-1" 5
 kill -KILL $g1; wait $g1 2>/dev/null || true
-killed=$(now); survivor_before=$(lines "$out/lost0")
+killed=$(now); survivor_before=$(lines "$out/lost0/ft-replica-0")
 "$titan" train configs/llama3_debugmodel.yaml "${common[@]}" $(ft 1 "$out/relaunched1") > "$out/relaunched1.log" 2>&1 &
 g1=$!
-wait_lines "$out/relaunched1" 1
+wait_lines "$out/relaunched1/ft-replica-1" 1
 heal_s=$("$python" -c "print($(now) - $killed)")
-survivor_steps=$(( $(lines "$out/lost0") - survivor_before ))
+survivor_steps=$(( $(lines "$out/lost0/ft-replica-0") - survivor_before ))
 wait $g0 $g1
 transfer=$(grep -o 'healed from [^ ]* at step [0-9]* ([0-9]* tensors, [0-9.]* s)' "$out/relaunched1.log" || echo "no heal logged")
 
@@ -90,12 +91,20 @@ wait $job
 
 echo "fault tolerance, debug model (seq 128, batch 4, 1 thread a group), $(cpu_name), $(date -u '+%Y-%m-%d %H:%M UTC')"
 printf '%-64s %10s %10s %8s\n' "what is compared" ours reference ratio
-"$python" - "$join" "$step" "$ddp_step" "$heal_s" "$restart_s" <<'PY'
-import sys
-join, step, ddp, heal, restart = map(float, sys.argv[1:])
+"$python" - "$join" "$step" "$ddp_step" "$heal_s" "$restart_s" "$out" "$survivor_before" <<'PY'
+import json, statistics, sys
+join, step, ddp, heal, restart = map(float, sys.argv[1:6])
 rows = [("s/step quorum (ft_join_s) vs the whole step, 2 groups", join, step),
         ("s/step: 2 replica groups vs 2-rank DDP (same tokens)", step, ddp),
         ("s until a lost member steps again: heal vs job restart", heal, restart)]
+# The survivor's committed steps from the loss on (the first holds the
+# discarded attempt and the wait for a new quorum) against its median before.
+times = [json.loads(l)["time_metrics/end_to_end(s)"]
+         for l in open(sys.argv[6] + "/lost0/ft-replica-0/metrics.jsonl") if l.strip()]
+before = int(sys.argv[7])
+normal = statistics.median(times[2:before])
+for k, t in enumerate(times[before:before + 4]):
+    rows.append((f"survivor s/step, step {k + 1} after the loss vs before it", t, normal))
 for name, ours, ref in rows:
     print(f"{name:<64} {ours:>10.4f} {ref:>10.4f} {ours / ref:>8.3f}")
 PY

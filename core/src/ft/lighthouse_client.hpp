@@ -26,8 +26,8 @@ struct QuorumMember {
 struct Quorum {
   int64_t quorum_id = 0;
   std::vector<QuorumMember> participants;
-  // When the Lighthouse issued it (ns since the epoch): with the id, unique
-  // even across a restarted Lighthouse, whose ids start again from 1.
+  // When the Lighthouse handed it out (ns since the epoch): new on every
+  // answer, even when the quorum (id and members) is unchanged.
   int64_t created_ns = 0;
 };
 

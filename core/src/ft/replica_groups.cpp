@@ -5,6 +5,7 @@
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include <ATen/ATen.h>
+#include <c10/util/StringUtil.h>
 #include <nlohmann/json.hpp>
 #include <unistd.h>
 
@@ -45,6 +46,19 @@ ft::Quorum quorum_from(const nlohmann::json& json) {
     quorum.participants.push_back(member);
   }
   return quorum;
+}
+
+// What a cross-group comm is built for: the quorum's id and its members,
+// each with its store (a relaunched group's store is new). Not the creation
+// time, which the Lighthouse stamps anew on every answer; not the id alone,
+// since a restarted Lighthouse counts from 1 again. Every member computes
+// the same identity from the same quorum, so they rebuild together.
+std::string comm_identity(const ft::Quorum& quorum) {
+  std::set<std::string> members;
+  for (const ft::QuorumMember& m : quorum.participants) members.insert(m.replica_id + "@" + m.store_address);
+  std::string identity = std::to_string(quorum.quorum_id);
+  for (const std::string& member : members) identity += " " + member;
+  return identity;
 }
 
 // Text through a group: its length, then its bytes, from `root`.
@@ -150,12 +164,14 @@ std::string ReplicaGroups::missing_groups(const ft::QuorumResult& result) const 
 }
 
 const ft::QuorumResult& ReplicaGroups::join(int64_t committed) {
+  std::string identity;
   for (;;) {
     std::string quorum_text;
     if (group_rank_ == 0) quorum_text = to_json(ask_lighthouse(committed)).dump();
     if (group_) quorum_text = broadcast_text(*group_, quorum_text, 0);
-    result_ = ft::compute_quorum_results(replica_id_, group_rank_, quorum_from(nlohmann::json::parse(quorum_text)),
-                                         /*init_sync=*/true);
+    const ft::Quorum quorum = quorum_from(nlohmann::json::parse(quorum_text));
+    result_ = ft::compute_quorum_results(replica_id_, group_rank_, quorum, /*init_sync=*/true);
+    identity = comm_identity(quorum);
     if (result_.replica_world_size >= config_.min_replica_size) break;
     // Never train below the minimum: ask again (the Lighthouse answers
     // when the quorum changes, or at once when it does not).
@@ -168,7 +184,8 @@ const ft::QuorumResult& ReplicaGroups::join(int64_t committed) {
     std::this_thread::sleep_for(std::chrono::seconds(1));
   }
   error_.clear();
-  if (result_.quorum_id != comm_quorum_.first || result_.created_ns != comm_quorum_.second || !replicas_) {
+  if (identity != comm_identity_ || !replicas_) {
+    comm_identity_ = identity;
     rebuild_comm();  // a failure here is the step's: it fails the vote
   }
   return result_;
@@ -176,7 +193,7 @@ const ft::QuorumResult& ReplicaGroups::join(int64_t committed) {
 
 void ReplicaGroups::rebuild_comm() {
   replicas_.reset();
-  comm_quorum_ = {result_.quorum_id, result_.created_ns};
+  const auto start = std::chrono::steady_clock::now();
   const std::string& address = result_.store_address;
   const auto colon = address.rfind(':');
   c10d::TCPStoreOptions options;
@@ -203,6 +220,11 @@ void ReplicaGroups::rebuild_comm() {
     replicas_ = internal::make_process_group_comm(group, "dp_replicate_ft", ranks,
                                                   std::chrono::seconds(config_.timeout_seconds),
                                                   "replica groups " + nlohmann::json(result_.replica_ids).dump());
+    if (group_rank_ == 0) {
+      spdlog::info("fault tolerance: joined the replica groups of quorum {} ({}) in {:.3f} s", result_.quorum_id,
+                   c10::Join(", ", result_.replica_ids),
+                   std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    }
   } catch (const std::exception& error) {
     // A group that left between the quorum and here: the step fails its
     // vote and the next quorum goes without it.

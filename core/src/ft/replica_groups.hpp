@@ -84,7 +84,7 @@ class ReplicaGroups {
   c10::intrusive_ptr<c10d::TCPStore> store_;          // this group's, hosted by its rank 0
   std::string store_address_;
   ft::QuorumResult result_;
-  std::pair<int64_t, int64_t> comm_quorum_{-1, -1};  // the quorum (id, created) replicas_ was built for
+  std::string comm_identity_;       // the quorum replicas_ was built for (comm_identity in the .cpp)
   std::unique_ptr<Comm> replicas_;  // this rank and the same rank of every group in the quorum
   std::string error_;               // the step's failed collective, if any
   int64_t commit_failures_ = 0;
