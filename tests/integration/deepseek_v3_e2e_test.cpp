@@ -14,14 +14,8 @@
 
 namespace {
 
+using titan::test::kDeepseekSmall;
 using titan::test::RunOutput;
-
-const std::string kDeepseekSmall =
-    " --set model.dim=64 --set model.n_layers=2 --set model.n_heads=4 --set model.kv_lora_rank=32"
-    " --set model.qk_nope_head_dim=16 --set model.qk_rope_head_dim=8 --set model.v_head_dim=16"
-    " --set model.inter_dim=128 --set model.moe_inter_dim=32 --set model.max_seq_len=64"
-    // a load-balance step large enough that the expert bias changes routing
-    " --set model.load_balance_coeff=0.01";
 
 std::string config() { return titan::test::source_dir() + "/configs/deepseek_v3_debugmodel_fsdp_ep.yaml"; }
 

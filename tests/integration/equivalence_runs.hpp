@@ -19,6 +19,16 @@ namespace titan::test {
 // heads and an FFN width of 256 to split over up to 4 ranks.
 inline const std::string kSmallModel = " --set model.dim=64 --set model.n_layers=2 --set model.n_heads=4";
 
+// configs/deepseek_v3_debugmodel*.yaml shrunk: dim 64, a dense block then a
+// MoE block of 8 experts (top 3, 2 shared), MLA with 4 heads of 16 + 8 rope
+// over a 32-wide kv latent.
+inline const std::string kDeepseekSmall =
+    " --set model.dim=64 --set model.n_layers=2 --set model.n_heads=4 --set model.kv_lora_rank=32"
+    " --set model.qk_nope_head_dim=16 --set model.qk_rope_head_dim=8 --set model.v_head_dim=16"
+    " --set model.inter_dim=128 --set model.moe_inter_dim=32 --set model.max_seq_len=64"
+    // a load-balance step large enough that the expert bias changes routing
+    " --set model.load_balance_coeff=0.01";
+
 struct RunOutput {
   std::filesystem::path dump;  // the run's job.dump_folder
   std::vector<double> losses;

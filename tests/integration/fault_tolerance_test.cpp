@@ -5,6 +5,7 @@
 // from a peer and rejoins. PyTorch eager replays the same membership
 // history (tests/python/llama3_reference.py --members) as the reference.
 #include "doctest_torch.hpp"
+#include "equivalence_runs.hpp"
 #include "netns_hosts.hpp"
 #include "test_support.hpp"
 
@@ -445,8 +446,11 @@ TEST_SUITE("fault tolerance") {
                                                             " --lighthouse-arg=--quorum_tick_ms=20")) +
                          checkpoints;
     const std::string lighthouse_set = " --set fault_tolerance.lighthouse=http://127.0.0.1:" + std::to_string(port);
-    REQUIRE(train0.find(lighthouse_set) != std::string::npos);
-    train0.erase(train0.find(lighthouse_set), lighthouse_set.size());
+    // Its address: its own on the route to the Lighthouse (loopback here), not fault_tolerance.address.
+    for (const std::string set : {lighthouse_set, std::string(" --set fault_tolerance.address=127.0.0.1")}) {
+      REQUIRE(train0.find(set) != std::string::npos);
+      train0.erase(train0.find(set), set.size());
+    }
     Background group0(train0, dir / "group0.log");
     // Group 1 dies in the backward pass of step 5; its launcher starts it again.
     Background group1("env TITAN_TEST_SIGNAL=KILL:rank=0:phase=backward:step=5 " +
@@ -460,6 +464,8 @@ TEST_SUITE("fault tolerance") {
     // ... and it ended with its launcher.
     CHECK(run_command("bash -c 'echo > /dev/tcp/127.0.0.1/" + std::to_string(port) + "'").exit_code != 0);
     CHECK_MESSAGE(has(group0.output(), "step discarded"), group0.output());
+    CHECK_MESSAGE(has(group0.output(), ", store 127.0.0.1:"), group0.output());
+    CHECK_MESSAGE(has(group0.output(), "(the Lighthouse's host 127.0.0.1 is loopback"), group0.output());
     const std::string restarted = group1.output();
     CHECK_MESSAGE(has(restarted, "restarting all 1 rank"), restarted);
     CHECK_MESSAGE(has(restarted, "resumed from checkpoint at step"), restarted);
@@ -484,5 +490,63 @@ TEST_SUITE("fault tolerance") {
         worst_parameter(pytorch_replay(hf, tokens, 2, steps, groups, "", group_files(job, 0) / "final.pt"));
     MESSAGE("shared folder, restarted group, against PyTorch's replay: final parameters " << worst_param);
     CHECK(worst_param <= 1e-4);
+  }
+
+  TEST_CASE("fault tolerance: a MoE model (deepseek_v3, expert-bias load balancing) as two replica groups, one "
+            "killed in a backward pass and restarted by its launcher, ends where one process does: the groups sum "
+            "their routers' token counts, and the survivor's discarded step leaves its expert biases as they were") {
+    if (python_missing()) return;
+    const int port = 28737, groups = 2;
+    const fs::path dir = titan::test::temp_dir("fault_tolerance_moe");
+    const std::string config = " configs/deepseek_v3_debugmodel_fsdp_ep.yaml --set 'plugins=[]'" + titan::test::kDeepseekSmall;
+    auto reference_run = run_command("cd " + source_dir() + " && timeout 300 " + titan::test::titan_binary() +
+                                     " train" + config + " --set training.local_batch_size=8" +
+                                     titan::test::common_sets(dir / "reference"));
+    REQUIRE_MESSAGE(reference_run.exit_code == 0, reference_run.output);
+    const titan::test::RunOutput reference = titan::test::read_run(dir / "reference");
+
+    Background lighthouse(lighthouse_command(port, 1), dir / "lighthouse.log");
+    std::vector<std::unique_ptr<Background>> runs;
+    for (int id = 0; id < groups; ++id) {
+      const fs::path dump = dir / ("group" + std::to_string(id));
+      // Group 1 dies in the backward pass of step 3 (its first attempt); its launcher starts it again.
+      const std::string signal = id == 1 ? "env TITAN_TEST_SIGNAL=KILL:rank=0:phase=backward:step=3 " : "";
+      runs.push_back(std::make_unique<Background>(
+          signal + titan::test::titan_binary() + " launch --nproc-per-node 1 --max-restarts 1 --grace-period-s 2" +
+              " --master-port " + std::to_string(28739 + 2 * id) + " -- " + titan::test::titan_binary() + " train" +
+              config + " --set training.local_batch_size=4" + titan::test::common_sets(dump) +
+              " --set debug.save_final_model=" + (group_files(dump, id) / "final.pt").string() +
+              " --set fault_tolerance.enable=true --set fault_tolerance.replica_id=" + std::to_string(id) +
+              " --set fault_tolerance.group_size=2 --set fault_tolerance.min_replica_size=2"
+              " --set fault_tolerance.lighthouse=http://127.0.0.1:" + std::to_string(port) +
+              " --set fault_tolerance.address=127.0.0.1 --set fault_tolerance.timeout_seconds=5",
+          dir / ("group" + std::to_string(id) + ".log")));
+    }
+    for (auto& run : runs) REQUIRE_MESSAGE(run->wait(180) == 0, run->output());
+    CHECK_MESSAGE(has(runs[0]->output(), "step discarded"), runs[0]->output());
+    CHECK_MESSAGE(has(runs[1]->output(), "fault tolerance: healed from titan_ft_0"), runs[1]->output());
+    CHECK(read_file(group_files(dir / "group1", 1) / "final.pt") == read_file(group_files(dir / "group0", 0) / "final.pt"));
+
+    // Never a step alone (min_replica_size 2), so the job is one process's
+    // batch of 8 split over the two groups.
+    const titan::test::RunOutput ft = titan::test::read_run(group_files(dir / "group0", 0));
+    REQUIRE(ft.grad_norms.size() == reference.grad_norms.size());
+    double worst_norm = 0, worst_param = 0;
+    for (size_t i = 0; i < ft.grad_norms.size(); ++i) {
+      worst_norm = std::max(worst_norm, relative(ft.grad_norms[i], reference.grad_norms[i]));
+    }
+    for (const auto& item : reference.params) {
+      const at::Tensor mine = ft.params.at(item.key());
+      worst_param = std::max(worst_param, (mine - item.value()).norm().item<double>() /
+                                              std::max(item.value().norm().item<double>(), 1e-12));
+    }
+    const at::Tensor bias = reference.params.at("layers.1.moe.router.expert_bias");
+    const double bias_diff = (ft.params.at("layers.1.moe.router.expert_bias") - bias).norm().item<double>();
+    MESSAGE("MoE replica groups against one process: grad norm " << worst_norm << ", parameters " << worst_param
+                                                                 << ", expert bias " << bias_diff << " of "
+                                                                 << bias.norm().item<double>());
+    CHECK(bias.norm().item<double>() > 0);  // the bias moved: comparing it compares routing
+    CHECK(worst_norm <= 1e-5);
+    CHECK(worst_param <= 1e-5);
   }
 }

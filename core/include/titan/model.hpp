@@ -43,6 +43,10 @@ class DeviceMesh;
 struct StepHookContext {
   const DeviceMesh* mesh = nullptr;  // null on one process
   bool log_step = false;             // the step logs: its metrics are wanted (reading them may wait for the device)
+  // Sums a tensor over the replica groups of a fault-tolerant job, the
+  // data-parallel replicas outside `mesh` (null without them). A failure is
+  // the step's: the step is discarded and the hooks' state put back.
+  std::function<void(at::Tensor&)> sum_over_replica_groups;
 };
 
 // Work a model (or one of its layers) needs around the trainer's step

@@ -56,7 +56,8 @@ namespace titan {
 //     takes a model's own); MoEOptions::router_bias; TpStyle::per_head (GPT-OSS); CausalLM::set_objective and
 //     training_loss (the schedules apply it), the virtual Decoder::head, CausalLM::stage_tokens and the virtual
 //     ModelSpec::head_needs_embeddings (DeepSeek-V3's multi-token prediction, under a pipeline too)
-constexpr int kPluginAbiVersion = 19;
+// 20: StepHookContext::sum_over_replica_groups (MoE load balancing under fault tolerance)
+constexpr int kPluginAbiVersion = 20;
 
 // The kinds a plugin registers one factory of: name, interface, PluginKind
 // bit. The enum below (kind_model, ...), the registrar's methods (model(),

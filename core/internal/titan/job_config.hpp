@@ -131,7 +131,7 @@ struct FaultToleranceConfig {
   int64_t group_size = 1;        // replica groups in the job: the data is split over them
   int64_t min_replica_size = 1;  // never step with fewer groups
   std::string lighthouse;        // the Lighthouse's address (TORCHFT_LIGHTHOUSE when unset)
-  std::string address;           // where the other groups reach this group ("": the host name)
+  std::string address;           // where the other groups reach this rank ("": the route to the Lighthouse)
   int64_t quorum_timeout_seconds = 60;
   int64_t timeout_seconds = 10;  // each collective across groups, and joining them
   int64_t heartbeat_interval_ms = 100;

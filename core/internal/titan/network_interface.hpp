@@ -44,9 +44,11 @@ struct NetworkChoice {
 // `gloo_socket_ifname` is GLOO_SOCKET_IFNAME's value ("" when unset). A
 // loopback MASTER_ADDR gives loopback; any other never does. Unknown, down
 // or address-less interfaces and unroutable masters are titan::Errors that
-// say what to set.
+// say what to set. `target` names master_addr in them (fault tolerance
+// routes to its Lighthouse instead).
 NetworkChoice choose_gloo_network(const std::string& gloo_socket_ifname, const std::string& master_addr,
-                                  int master_port, const NetworkFacts& facts);
+                                  int master_port, const NetworkFacts& facts,
+                                  const std::string& target = "MASTER_ADDR");
 
 // This host's interfaces (getifaddrs) and routing (a connected UDP socket's
 // local address: nothing is sent).

@@ -87,6 +87,8 @@ struct StepOptions {
   bool count_state_bytes = true;
   StepObserver* observer = nullptr;
   ForwardBackwardRunner runner;  // empty: forward_backward is called directly
+  // For the step hooks: a sum over fault tolerance's replica groups (empty without them).
+  std::function<void(at::Tensor&)> sum_over_replica_groups;
 };
 
 struct StepResult {

@@ -97,14 +97,14 @@ std::string NetworkChoice::describe() const {
 }
 
 NetworkChoice choose_gloo_network(const std::string& gloo_socket_ifname, const std::string& master_addr,
-                                  int master_port, const NetworkFacts& facts) {
+                                  int master_port, const NetworkFacts& facts, const std::string& target) {
   if (!gloo_socket_ifname.empty()) return by_names(gloo_socket_ifname, facts);
   RouteToMaster route = facts.route(master_addr, master_port);
   const InterfaceAddress* holder = nullptr;
   for (const auto& entry : facts.addresses) {
     if (entry.address == route.source_address) holder = &entry;
   }
-  std::string to_master = "MASTER_ADDR " + master_addr +
+  std::string to_master = target + " " + master_addr +
                           (route.master_address == master_addr ? "" : " (" + route.master_address + ")");
   if (!holder) {
     throw Error("the route to " + to_master + " leaves from " + route.source_address +

@@ -7,15 +7,16 @@
 #include <ATen/ATen.h>
 #include <c10/util/StringUtil.h>
 #include <nlohmann/json.hpp>
-#include <unistd.h>
 
 #include <cmath>
 #include <map>
 #include <set>
+#include <tuple>
 
 #include "dist/process_group_comm.hpp"
 #include "titan/error.hpp"
 #include "titan/logging.hpp"
+#include "titan/network_interface.hpp"
 
 namespace titan {
 namespace {
@@ -86,10 +87,34 @@ std::string recv_text(Comm& comm, int peer) {
   return std::string(static_cast<const char*>(bytes.data_ptr()), static_cast<size_t>(bytes.numel()));
 }
 
-std::string host_name() {
-  char name[256] = {};
-  if (gethostname(name, sizeof(name) - 1) != 0) return "127.0.0.1";
-  return name;
+// Where the other groups reach this rank: fault_tolerance.address, else
+// the address Gloo would choose on the route to the Lighthouse
+// (GLOO_SOCKET_IFNAME's first interface when set), as the job's own groups
+// choose theirs on the route to MASTER_ADDR; not the host name, which
+// resolves to loopback in many containers.
+std::pair<std::string, std::string> reachable_address(const FaultToleranceConfig& config) {
+  if (!config.address.empty()) return {config.address, "fault_tolerance.address"};
+  std::string host = config.lighthouse;  // http://host:port[/]
+  if (host.find("://") != std::string::npos) host = host.substr(host.find("://") + 3);
+  host = host.substr(0, host.find('/'));
+  const auto colon = host.rfind(':');
+  int port = 0;
+  try {
+    port = colon == std::string::npos ? 80 : std::stoi(host.substr(colon + 1));
+  } catch (const std::exception&) {
+    throw Error("fault_tolerance.lighthouse: '" + config.lighthouse + "' has no port number; expected http://HOST:PORT");
+  }
+  if (colon != std::string::npos) host = host.substr(0, colon);
+  if (host.size() > 2 && host.front() == '[') host = host.substr(1, host.size() - 2);
+  const char* ifname = std::getenv("GLOO_SOCKET_IFNAME");
+  try {
+    const NetworkChoice choice =
+        choose_gloo_network(ifname ? ifname : "", host, port, system_network_facts(), "the Lighthouse's host");
+    return {choice.endpoints.front().address, choice.reason};
+  } catch (const Error& error) {
+    throw Error(std::string("fault tolerance: choosing this rank's address on the route to the Lighthouse (") +
+                config.lighthouse + "): " + error.what() + "; or set fault_tolerance.address");
+  }
 }
 
 // A group's name at the Lighthouse, and back.
@@ -101,10 +126,11 @@ int64_t group_id(const std::string& name) { return std::stoll(name.substr(name.r
 ReplicaGroups::ReplicaGroups(const FaultToleranceConfig& config, Comm* group, int group_rank, int group_world_size)
     : config_(config),
       replica_id_(group_name(config.replica_id)),
-      address_(config.address.empty() ? host_name() : config.address),
       group_(group),
       group_rank_(group_rank),
       group_world_size_(group_world_size) {
+  std::string why;
+  std::tie(address_, why) = reachable_address(config_);
   if (group_rank_ == 0) {
     // The group's own store, where a quorum's ranks meet when this group
     // is their primary; any free port, told to the Lighthouse.
@@ -117,8 +143,8 @@ ReplicaGroups::ReplicaGroups(const FaultToleranceConfig& config, Comm* group, in
     store_address_ = address_ + ":" + std::to_string(store_->getPort());
     lighthouse_ = ft::connect_lighthouse(config_.lighthouse);
     heartbeat_thread_ = std::thread([this] { heartbeats(); });
-    spdlog::info("fault tolerance: replica group {} ({} of {}), Lighthouse {}, store {}", replica_id_,
-                 config_.replica_id, config_.group_size, config_.lighthouse, store_address_);
+    spdlog::info("fault tolerance: replica group {} ({} of {}), Lighthouse {}, store {} ({})", replica_id_,
+                 config_.replica_id, config_.group_size, config_.lighthouse, store_address_, why);
   }
 }
 
@@ -296,6 +322,17 @@ void ReplicaGroups::average_gradients(const std::vector<at::Tensor>& gradients) 
   } catch (const std::exception& error) {
     error_ = std::string("averaging gradients over the replica groups ") + nlohmann::json(result_.replica_ids).dump() +
              ": " + error.what();
+    spdlog::warn("fault tolerance: {}", error_);
+  }
+}
+
+void ReplicaGroups::sum(at::Tensor& tensor) {
+  if (!error_.empty() || !replicas_) return;  // the step is lost already
+  try {
+    replicas_->all_reduce(tensor, ReduceOp::sum);
+  } catch (const std::exception& error) {
+    error_ = std::string("summing over the replica groups ") + nlohmann::json(result_.replica_ids).dump() + ": " +
+             error.what();
     spdlog::warn("fault tolerance: {}", error_);
   }
 }

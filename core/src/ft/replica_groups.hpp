@@ -61,6 +61,9 @@ class ReplicaGroups {
   // The step's gradients summed over the quorum's groups, divided by their
   // number. A failure (a peer gone) is kept for the vote, not thrown.
   void average_gradients(const std::vector<at::Tensor>& gradients);
+  // A tensor of the step (e.g. MoE's tokens per expert) summed over the
+  // quorum's groups, in place; a failure is kept for the vote.
+  void sum(at::Tensor& tensor);
   // Every rank of the group votes; false (a failed collective here or in
   // the group) discards the step everywhere in the group.
   bool should_commit();
@@ -77,7 +80,7 @@ class ReplicaGroups {
 
   const FaultToleranceConfig config_;
   const std::string replica_id_;
-  const std::string address_;  // where the other groups reach this one (config's, else the host name)
+  std::string address_;  // where the other groups reach this rank (reachable_address in the .cpp)
   Comm* group_;
   const int group_rank_, group_world_size_;
   std::unique_ptr<ft::LighthouseClient> lighthouse_;  // group rank 0 only

@@ -56,11 +56,13 @@ std::vector<RouterLoad> balance_experts(const torch::nn::Module& model, const Co
   return loads;
 }
 
-CountReduction sum_over_dp_cp(const DeviceMesh* mesh) {
-  return [mesh](at::Tensor& counts) {
-    if (!mesh || mesh->size("dp_cp") == 1) return;
+// Every data-parallel copy's counts: the mesh's dp_cp ranks, then (under
+// fault tolerance) the other replica groups.
+CountReduction sum_over_dp_cp(const StepHookContext& context) {
+  return [context](at::Tensor& counts) {
     // On the counts' device (NCCL on CUDA): integers in fp32 sum exactly.
-    mesh->group("dp_cp").all_reduce(counts, ReduceOp::sum);
+    if (context.mesh && context.mesh->size("dp_cp") > 1) context.mesh->group("dp_cp").all_reduce(counts, ReduceOp::sum);
+    if (context.sum_over_replica_groups) context.sum_over_replica_groups(counts);
   };
 }
 
@@ -80,7 +82,7 @@ void add_moe_step_hook(CausalLM& model) {
   StepHook hook;
   hook.name = "MoE load balancing";
   hook.before_optimizer = [self](const StepHookContext& context) {
-    return moe_metrics(balance_experts(*self, sum_over_dp_cp(context.mesh), /*read_loads=*/context.log_step));
+    return moe_metrics(balance_experts(*self, sum_over_dp_cp(context), /*read_loads=*/context.log_step));
   };
   hook.state = [self] {
     std::map<std::string, at::Tensor> state;

@@ -19,20 +19,23 @@ void TrainingRun::ReplicaStepObserver::gradients_ready(CausalLM& model) {
   replicas.average_gradients(gradients);
 }
 
+// The model's hooks keep their state equal across groups themselves: they
+// sum their step's numbers over the groups (StepHookContext).
 void TrainingRun::use_replica_groups() {
-  // Training state that the optimizer does not step but each group would
-  // change from its own tokens alone: the groups would drift apart.
-  for (const StepHook* hook : model->step_hooks()) {
-    if (!hook->state) continue;
-    throw Error("fault_tolerance.enable: " + spec.model_plugin + "'s " + hook->name +
-                " keeps state from each step's tokens, which replica groups do not share yet; train this model "
-                "without fault_tolerance (or without its load balancing)");
-  }
   if (graphed_) {
     throw Error("fault_tolerance.enable: the step cannot be replayed from a CUDA graph when replica groups average "
                 "its gradients; set training.cuda_graph: off");
   }
   replica_observer_ = std::make_unique<ReplicaStepObserver>(*observer, *replicas, step_parts_.parameters);
+}
+
+std::vector<std::pair<at::Tensor, at::Tensor>> TrainingRun::hook_state_copies() const {
+  std::vector<std::pair<at::Tensor, at::Tensor>> copies;
+  for (const StepHook* hook : model->step_hooks()) {
+    if (!hook->state) continue;
+    for (const auto& [name, tensor] : hook->state()) copies.emplace_back(tensor, tensor.clone());
+  }
+  return copies;
 }
 
 int64_t TrainingRun::join_replica_groups(int64_t step) {

@@ -29,6 +29,9 @@ StepOutcome TrainingRun::step(int64_t step) {
   const bool may_discard = replicas && batches;
   const int64_t position_before = may_discard ? batches->position() : 0;
   const nlohmann::json cursor_before = may_discard ? batches->cursor() : nlohmann::json();
+  // ... and the model's own state (MoE's expert biases), which its hooks
+  // update before the vote.
+  const auto hook_state_before = may_discard ? hook_state_copies() : std::vector<std::pair<at::Tensor, at::Tensor>>{};
   const auto loading_start = std::chrono::steady_clock::now();
   std::vector<Microbatch> microbatches = next_microbatches();
   const double data_loading_s =
@@ -44,6 +47,7 @@ StepOutcome TrainingRun::step(int64_t step) {
   options.skip_nonfinite = training.on_nonfinite_loss == "skip" && !dry_run;
   options.count_state_bytes = log_step || dry_run;
   options.observer = replica_observer_ ? static_cast<StepObserver*>(replica_observer_.get()) : observer.get();
+  if (replicas) options.sum_over_replica_groups = [this](at::Tensor& tensor) { replicas->sum(tensor); };
   if (graphed_) {
     options.runner = [this](const std::vector<Microbatch>& batch, const ForwardBackward& forward_backward) {
       return graphed_->run(batch, forward_backward);
@@ -54,7 +58,9 @@ StepOutcome TrainingRun::step(int64_t step) {
   StepOutcome outcome;
   outcome.optimizer_skipped = result.optimizer_skipped;
   if (result.discarded) {
-    // The same data again, with the next quorum.
+    // The same data and model state again, with the next quorum.
+    at::NoGradGuard no_grad;
+    for (const auto& [tensor, copy] : hook_state_before) tensor.copy_(copy);
     if (!cursor_before.is_null()) {
       batches->seek(cursor_before);
     } else {

@@ -91,7 +91,10 @@ class TrainingRun {
   void build_model();
   void build_optimizer_and_schedule();
   void build_dry_run();
-  void use_replica_groups();  // replica_step.cpp
+  void use_replica_groups();
+  // Each step hook's state tensor with a copy of its value now (the step
+  // may be discarded after the hooks changed it).
+  std::vector<std::pair<at::Tensor, at::Tensor>> hook_state_copies() const;  // replica_step.cpp
   std::vector<Microbatch> next_microbatches();
 
   std::unique_ptr<MicrobatchRunner> default_runner_;

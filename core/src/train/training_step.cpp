@@ -70,7 +70,8 @@ StepResult run_training_step(const StepParts& parts, const std::vector<Microbatc
   // The model's own work before the optimizer (TorchTitan's optimizer
   // pre-step hooks: MoE load balancing), with its metrics.
   for (const StepHook* hook : model.step_hooks()) {
-    if (hook->before_optimizer) result.model_metrics.merge(hook->before_optimizer({parts.mesh, options.log_step}));
+    if (!hook->before_optimizer) continue;
+    result.model_metrics.merge(hook->before_optimizer({parts.mesh, options.log_step, options.sum_over_replica_groups}));
   }
   result.finite = at::isfinite(result.loss + result.grad_norm);  // ops meta tensors have too (the dry run)
   if (options.skip_nonfinite && !host_value<bool>(result.finite.all())) {
