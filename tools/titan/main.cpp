@@ -1,5 +1,6 @@
 // titan: the command-line entry point. Every error a user can act on ends
 // here as one message and a non-zero exit, never a bare trace.
+#include <csignal>
 #include <cstdio>
 #include <exception>
 #include <iostream>
@@ -73,6 +74,11 @@ int dispatch(const titan::cli::Args& args) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // A write to a socket whose peer died (a rank of another replica group, a
+  // Gloo peer) fails with EPIPE, which the collective reports; by default
+  // SIGPIPE would kill this rank instead. Python (hence torchrun's ranks)
+  // ignores it the same way.
+  std::signal(SIGPIPE, SIG_IGN);
   titan::cli::Args args(argv + 1, argv + argc);
   try {
     return dispatch(args);
