@@ -192,10 +192,12 @@ std::string ReplicaGroups::missing_groups(const ft::QuorumResult& result) const 
 const ft::QuorumResult& ReplicaGroups::join(int64_t committed) {
   std::string identity;
   for (;;) {
-    std::string quorum_text;
-    if (group_rank_ == 0) quorum_text = to_json(ask_lighthouse(committed)).dump();
-    if (group_) quorum_text = broadcast_text(*group_, quorum_text, 0);
-    const ft::Quorum quorum = quorum_from(nlohmann::json::parse(quorum_text));
+    ft::Quorum quorum;
+    if (group_rank_ == 0) quorum = ask_lighthouse(committed);
+    if (group_) {  // the group's other ranks learn it from rank 0
+      const std::string text = broadcast_text(*group_, group_rank_ == 0 ? to_json(quorum).dump() : "", 0);
+      if (group_rank_ != 0) quorum = quorum_from(nlohmann::json::parse(text));
+    }
     result_ = ft::compute_quorum_results(replica_id_, group_rank_, quorum, /*init_sync=*/true);
     identity = comm_identity(quorum);
     if (result_.replica_world_size >= config_.min_replica_size) break;
