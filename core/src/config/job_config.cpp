@@ -238,8 +238,9 @@ CoreConfig read_core_config(const ConfigNode& root) {
   const char* lighthouse_env = std::getenv("TORCHFT_LIGHTHOUSE");
   f.lighthouse = ft.get<std::string>("lighthouse", lighthouse_env ? lighthouse_env : "",
                                      "the Lighthouse's address, http://host:port (default: TORCHFT_LIGHTHOUSE)");
-  f.address = ft.get<std::string>("address", "", "where the other groups reach this rank (default: its address on the route to the Lighthouse, "
-                                    "or GLOO_SOCKET_IFNAME's interface)");
+  f.address = ft.get<std::string>("address", "",
+                                  "where the other groups reach this rank (default: its address on the route to the "
+                                  "Lighthouse, or GLOO_SOCKET_IFNAME's interface)");
   f.quorum_timeout_seconds = ft.get<int64_t>("quorum_timeout_seconds", 60, "the longest wait for a quorum");
   f.timeout_seconds = ft.get<int64_t>("timeout_seconds", 10, "each collective across replica groups");
   f.heartbeat_interval_ms = ft.get<int64_t>("heartbeat_interval_ms", 100, "heartbeats to the Lighthouse");

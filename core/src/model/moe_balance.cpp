@@ -61,7 +61,9 @@ std::vector<RouterLoad> balance_experts(const torch::nn::Module& model, const Co
 CountReduction sum_over_dp_cp(const StepHookContext& context) {
   return [context](at::Tensor& counts) {
     // On the counts' device (NCCL on CUDA): integers in fp32 sum exactly.
-    if (context.mesh && context.mesh->size("dp_cp") > 1) context.mesh->group("dp_cp").all_reduce(counts, ReduceOp::sum);
+    if (context.mesh && context.mesh->size("dp_cp") > 1) {
+      context.mesh->group("dp_cp").all_reduce(counts, ReduceOp::sum);
+    }
     if (context.sum_over_replica_groups) context.sum_over_replica_groups(counts);
   };
 }

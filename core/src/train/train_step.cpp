@@ -31,7 +31,7 @@ StepOutcome TrainingRun::step(int64_t step) {
   const nlohmann::json cursor_before = may_discard ? batches->cursor() : nlohmann::json();
   // ... and the model's own state (MoE's expert biases), which its hooks
   // update before the vote.
-  const auto hook_state_before = may_discard ? hook_state_copies() : std::vector<std::pair<at::Tensor, at::Tensor>>{};
+  const auto hook_state_before = may_discard ? hook_state_copies() : decltype(hook_state_copies()){};
   const auto loading_start = std::chrono::steady_clock::now();
   std::vector<Microbatch> microbatches = next_microbatches();
   const double data_loading_s =
