@@ -210,7 +210,7 @@ using CountReduction = std::function<void(at::Tensor& counts)>;
 // The trainer's: a sum over dp_cp on the counts' device (nothing without a
 // mesh or with one dp_cp rank), then over the replica groups of a
 // fault-tolerant job when the context has them.
-CountReduction sum_over_dp_cp(const StepHookContext& context);
+CountReduction sum_over_data_parallel(const StepHookContext& context);
 
 // The step's load balancing, for the trainer to call after the last
 // backward and before the optimizer (TorchTitan's optimizer pre-step hook):

@@ -58,7 +58,7 @@ std::vector<RouterLoad> balance_experts(const torch::nn::Module& model, const Co
 
 // Every data-parallel copy's counts: the mesh's dp_cp ranks, then (under
 // fault tolerance) the other replica groups.
-CountReduction sum_over_dp_cp(const StepHookContext& context) {
+CountReduction sum_over_data_parallel(const StepHookContext& context) {
   return [context](at::Tensor& counts) {
     // On the counts' device (NCCL on CUDA): integers in fp32 sum exactly.
     if (context.mesh && context.mesh->size("dp_cp") > 1) {
@@ -84,7 +84,8 @@ void add_moe_step_hook(CausalLM& model) {
   StepHook hook;
   hook.name = "MoE load balancing";
   hook.before_optimizer = [self](const StepHookContext& context) {
-    return moe_metrics(balance_experts(*self, sum_over_dp_cp(context), /*read_loads=*/context.log_step));
+    return moe_metrics(
+        balance_experts(*self, sum_over_data_parallel(context), /*read_loads=*/context.log_step));
   };
   hook.state = [self] {
     std::map<std::string, at::Tensor> state;
