@@ -12,13 +12,6 @@
 namespace titan::ft {
 namespace {
 
-std::string grpc_target(const std::string& address) {
-  for (const std::string scheme : {"http://", "https://"}) {
-    if (address.rfind(scheme, 0) == 0) return address.substr(scheme.size());
-  }
-  return address;
-}
-
 std::string describe(const grpc::Status& status) {
   return status.error_message().empty() ? "gRPC status " + std::to_string(status.error_code())
                                         : status.error_message();
@@ -40,8 +33,8 @@ class GrpcLighthouseClient final : public LighthouseClient {
  public:
   explicit GrpcLighthouseClient(const std::string& address)
       : address_(address),
-        stub_(torchft::LighthouseService::NewStub(
-            grpc::CreateCustomChannel(grpc_target(address), grpc::InsecureChannelCredentials(), channel_arguments()))) {}
+        stub_(torchft::LighthouseService::NewStub(grpc::CreateCustomChannel(
+            lighthouse_host_port(address), grpc::InsecureChannelCredentials(), channel_arguments()))) {}
 
   void heartbeat(const std::string& replica_id, std::chrono::milliseconds timeout) override {
     grpc::ClientContext context;
@@ -100,7 +93,7 @@ class GrpcLighthouseClient final : public LighthouseClient {
 }  // namespace
 
 std::unique_ptr<LighthouseClient> connect_lighthouse(const std::string& address) {
-  if (grpc_target(address).empty()) throw Error("fault_tolerance: the Lighthouse address is empty");
+  if (lighthouse_host_port(address).empty()) throw Error("fault_tolerance: the Lighthouse address is empty");
   return std::make_unique<GrpcLighthouseClient>(address);
 }
 

@@ -43,6 +43,14 @@ class LighthouseClient {
   virtual Quorum quorum(const QuorumMember& requester, std::chrono::milliseconds timeout) = 0;
 };
 
+// `address` without its "http://" or "https://": "host:port" (what gRPC dials).
+inline std::string lighthouse_host_port(const std::string& address) {
+  for (const std::string scheme : {"http://", "https://"}) {
+    if (address.rfind(scheme, 0) == 0) return address.substr(scheme.size());
+  }
+  return address;
+}
+
 // `address`: as torchft's TORCHFT_LIGHTHOUSE, "http://host:port" or "host:port".
 // Connecting is lazy: an unreachable Lighthouse shows in the first call.
 std::unique_ptr<LighthouseClient> connect_lighthouse(const std::string& address);

@@ -94,8 +94,7 @@ std::string recv_text(Comm& comm, int peer) {
 // resolves to loopback in many containers.
 std::pair<std::string, std::string> reachable_address(const FaultToleranceConfig& config) {
   if (!config.address.empty()) return {config.address, "fault_tolerance.address"};
-  std::string host = config.lighthouse;  // http://host:port[/]
-  if (host.find("://") != std::string::npos) host = host.substr(host.find("://") + 3);
+  std::string host = ft::lighthouse_host_port(config.lighthouse);
   host = host.substr(0, host.find('/'));
   const auto colon = host.rfind(':');
   int port = 0;
