@@ -49,6 +49,16 @@ message(STATUS "Titan: LibTorch ${Torch_VERSION}, CUDA ${TITAN_WITH_CUDA}")
 add_library(titan_build_flags INTERFACE)
 target_compile_options(titan_build_flags INTERFACE
   $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wno-unused-parameter>)
+# Lambdas capturing structured bindings (doctest's INFO among them): C++20,
+# which GCC and clang both accept in C++17; clang alone says so. By the
+# compiler that builds, as the SDK installs these flags for plugins.
+target_compile_options(titan_build_flags INTERFACE $<$<COMPILE_LANG_AND_ID:CXX,Clang>:-Wno-c++20-extensions>)
+# LibTorch is built by GCC, which mangles a template parameter list as clang
+# did until 17; clang 18's newer mangling (TnN...) names symbols libtorch
+# does not export, such as TensorBase::const_data_ptr<float>. Also by the
+# compiler that builds.
+target_compile_options(titan_build_flags INTERFACE
+  $<$<AND:$<COMPILE_LANG_AND_ID:CXX,Clang>,$<VERSION_GREATER_EQUAL:$<CXX_COMPILER_VERSION>,18>>:-fclang-abi-compat=17>)
 include(TitanTorchWheel)
 titan_use_torch_wheel_fixes(titan_build_flags INTERFACE)
 target_compile_definitions(titan_build_flags INTERFACE BOOST_DLL_USE_STD_FS
@@ -94,6 +104,11 @@ target_precompile_headers(titan_pch PRIVATE
   <torch/nn/modules/container/moduledict.h>
   <torch/csrc/autograd/custom_function.h>
   <torch/csrc/distributed/c10d/ProcessGroup.hpp>)
+if(CMAKE_CXX_COMPILER_ID STREQUAL "Clang")
+  # Without the headers' times in it, a PCH that ccache hands back stays
+  # valid after LibTorch's headers were installed again (ccache's manual).
+  target_compile_options(titan_pch PRIVATE -Xclang -fno-pch-timestamp)
+endif()
 
 # The large targets compile as unity batches: each batch loads the PCH and
 # instantiates LibTorch's templates once for several files, which roughly
@@ -105,7 +120,9 @@ function(titan_unity_build target)
     set_target_properties(${target} PROPERTIES UNITY_BUILD ON UNITY_BUILD_BATCH_SIZE 16)
     # A class with a member of a file's anonymous-namespace type is fine in
     # its own file; GCC warns once that file is #included into a batch.
-    target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-Wno-subobject-linkage>)
+    if(CMAKE_CXX_COMPILER_ID STREQUAL "GNU")
+      target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-Wno-subobject-linkage>)
+    endif()
   endif()
 endfunction()
 

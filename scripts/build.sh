@@ -13,8 +13,13 @@ if [ ! -f "$build/build.ninja" ]; then
   python=${TITAN_PYTHON:-$root/.venv/bin/python}
   torch_prefix=$("$python" -c 'import torch.utils; print(torch.utils.cmake_prefix_path)') ||
     { echo "titan build: no torch in $python; run scripts/setup.sh first" >&2; exit 1; }
+  # clang 19 where scripts/setup.sh installed it: it builds Titan in about
+  # 60% of GCC's compiler time (docs/testing.md, "The compiler"); CXX=g++
+  # (or any CXX) chooses another.
+  compiler=()
+  if [ -z "${CXX:-}" ] && command -v clang++-19 >/dev/null; then compiler=(-DCMAKE_CXX_COMPILER=clang++-19); fi
   cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=${CMAKE_BUILD_TYPE:-Quick} \
-    -DCMAKE_PREFIX_PATH="$torch_prefix" "$@"
+    -DCMAKE_PREFIX_PATH="$torch_prefix" "${compiler[@]}" "$@"
 fi
 targets=()
 for target in ${TITAN_BUILD_TARGETS:-}; do targets+=(--target "$target"); done

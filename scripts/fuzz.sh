@@ -22,7 +22,9 @@ configure_and_build() {
   export CCACHE_MAXSIZE=${CCACHE_MAXSIZE:-5G}
   if [ ! -f "$build/build.ninja" ]; then
     torch_prefix=$("${TITAN_PYTHON:-$root/.venv/bin/python}" -c 'import torch.utils; print(torch.utils.cmake_prefix_path)')
-    cmake -S "$root/tests/fuzz" -B "$build" -G Ninja -DCMAKE_CXX_COMPILER="${TITAN_FUZZ_CXX:-clang++}" \
+    # The clang that builds Titan (scripts/build.sh), with its libFuzzer.
+    clang=clang++; command -v clang++-19 >/dev/null && clang=clang++-19
+    cmake -S "$root/tests/fuzz" -B "$build" -G Ninja -DCMAKE_CXX_COMPILER="${TITAN_FUZZ_CXX:-$clang}" \
       -DCMAKE_PREFIX_PATH="$torch_prefix" "$@" >/dev/null
   elif (($#)); then
     cmake "$build" "$@" >/dev/null

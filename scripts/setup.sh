@@ -5,7 +5,7 @@
 # it through `.venv/bin/python -c 'import torch.utils; ...cmake_prefix_path'`
 # (scripts/build.sh). Choices and measured costs: docs/testing.md "Setup".
 # `--training-only` (scripts/quickstart.sh) leaves out what only the tests
-# use: clang for the fuzz targets, Chromium, and the Python readers.
+# use: the fuzz targets' runtimes, Chromium, and the Python readers.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 tests=1
@@ -20,10 +20,11 @@ packages=(
   libyaml-cpp-dev libspdlog-dev libfmt-dev nlohmann-json3-dev doctest-dev
   libboost-dev libboost-filesystem-dev libpcre2-dev zlib1g-dev libzstd-dev libsentencepiece-dev
   libgrpc++-dev libprotobuf-dev protobuf-compiler-grpc  # fault tolerance's client of torchft's Lighthouse
+  clang-19  # the compiler scripts/build.sh prefers: Titan in about 60% of GCC's compile time (docs/testing.md)
 )
 if ((tests)); then
   packages+=(
-    clang libclang-rt-14-dev  # the fuzz targets (tests/fuzz): clang 14 with libFuzzer and the sanitizer runtimes
+    libclang-rt-19-dev  # the fuzz targets (tests/fuzz): clang 19's libFuzzer and sanitizer runtimes
     chromium fonts-dejavu-core  # headless Chromium opens `titan report`'s page in its test (docs/testing.md "Setup")
   )
 fi

@@ -102,7 +102,8 @@ class Float8Policy : public titan::PrecisionPolicy {
     }
     std::vector<std::string> converted, kept;
     for (const auto& item : model.named_modules("", /*include_self=*/false)) {
-      if (typeid(*item.value()) != typeid(titan::Linear)) continue;
+      const torch::nn::Module& module = *item.value();
+      if (typeid(module) != typeid(titan::Linear)) continue;
       auto linear = std::dynamic_pointer_cast<titan::Linear>(item.value());
       std::string why = kept_because(item.key(), linear->weight.size(0), linear->weight.size(1), options_);
       if (!why.empty()) {

@@ -5,7 +5,6 @@
 #include "cpu_attention.h"
 
 #include <ATen/ATen.h>
-#include <ATen/Parallel.h>
 #include <torch/csrc/autograd/custom_function.h>
 
 #include <algorithm>
@@ -14,6 +13,7 @@
 #include <vector>
 
 #include "cpu_attention_avx2.h"
+#include "libtorch_threads.h"
 #include "titan/error.hpp"
 
 namespace titan::fused {
@@ -111,7 +111,7 @@ std::pair<at::Tensor, at::Tensor> run_forward(const at::Tensor& q, const at::Ten
   at::Tensor lse = at::empty({q.size(0) * seq * heads}, q.options());
   float* lse_data = lse.data_ptr<float>();
   const size_t workspace_floats = kernel::forward_workspace_floats(problem_of(q, k, longest(segments)));
-  at::parallel_for(0, static_cast<int64_t>(segments.size()) * heads, 1, [&](int64_t begin, int64_t end) {
+  fused::parallel_for(0, static_cast<int64_t>(segments.size()) * heads, 1, [&](int64_t begin, int64_t end) {
     std::vector<float> workspace(workspace_floats);
     for (int64_t task = begin; task < end; ++task) {
       const Segment& segment = segments[static_cast<size_t>(task / heads)];
@@ -144,7 +144,7 @@ struct CausalAttentionFunction : torch::autograd::Function<CausalAttentionFuncti
     const float* lse_data = lse.data_ptr<float>();
     const size_t workspace_floats = kernel::backward_workspace_floats(problem_of(q, k, longest(segments)));
     // A task per (segment, kv head): no two write the same dK/dV rows.
-    at::parallel_for(0, static_cast<int64_t>(segments.size()) * kv_heads, 1, [&](int64_t begin, int64_t end) {
+    fused::parallel_for(0, static_cast<int64_t>(segments.size()) * kv_heads, 1, [&](int64_t begin, int64_t end) {
       std::vector<float> workspace(workspace_floats);
       for (int64_t task = begin; task < end; ++task) {
         const Segment& segment = segments[static_cast<size_t>(task / kv_heads)];

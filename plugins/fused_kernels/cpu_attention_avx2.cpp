@@ -164,6 +164,9 @@ void probs_and_dscores_row(float* s, float* ds, int64_t visible, int64_t keys_pa
 // call them, out of line, once per strip of rows. A strip may compute up to
 // 8 columns past n (rounded up to 16): every buffer's leading dimension and
 // packed B leaves that room (key_stride, head_dim a multiple of 16).
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx512f"))), apply_to = function)
+#else
 #pragma GCC push_options
 #pragma GCC target("avx512f")
 // GCC 12's avx512fintrin.h trips its own -Wuninitialized (_mm512_undefined_*,
@@ -171,6 +174,7 @@ void probs_and_dscores_row(float* s, float* ds, int64_t visible, int64_t keys_pa
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 namespace wide {
 
 template <int MR, int NV>
@@ -289,8 +293,12 @@ __attribute__((noinline)) void probs_and_dscores_row(float* s, float* ds, int64_
 }
 
 }  // namespace wide
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
 #pragma GCC diagnostic pop
 #pragma GCC pop_options
+#endif
 
 // A strip of MR rows, AVX-512 (kWide) or AVX2.
 template <bool kWide, int MR>

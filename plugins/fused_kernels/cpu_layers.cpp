@@ -1,5 +1,5 @@
 // Autograd functions over the fused CPU kernels (cpu_kernels.h), threaded
-// with at::parallel_for over rows, and the layers and loss that use them.
+// with parallel_for (libtorch_threads.h) over rows, and the layers and loss that use them.
 // Built at -O2 in every build type (CMakeLists.txt): the glue's own loops
 // are few, but timings in the -O1 Quick build should still be honest.
 #include "cpu_layers.h"
@@ -12,6 +12,7 @@
 #include <string>
 
 #include "cpu_kernels.h"
+#include "libtorch_threads.h"
 #include "titan/onednn_matmul.hpp"
 #include "fused_ops.h"
 
@@ -50,7 +51,7 @@ struct CpuRmsNormFunction : torch::autograd::Function<CpuRmsNormFunction> {
     const float *xp = x.data_ptr<float>();
     const float *wp = weight.data_ptr<float>();
     float *yp = y.data_ptr<float>(), *rp = rstd.data_ptr<float>();
-    at::parallel_for(0, rows, rows_per_task(dim), [&](int64_t begin, int64_t end) {
+    fused::parallel_for(0, rows, rows_per_task(dim), [&](int64_t begin, int64_t end) {
       cpu::rmsnorm_forward(xp + begin * dim, wp, yp + begin * dim, rp + begin, end - begin, dim,
                            static_cast<float>(eps));
     });
@@ -71,7 +72,7 @@ struct CpuRmsNormFunction : torch::autograd::Function<CpuRmsNormFunction> {
     const float *dyp = dy.data_ptr<float>(), *xp = x.data_ptr<float>(), *wp = weight.data_ptr<float>();
     const float *rp = rstd.data_ptr<float>();
     float *dxp = dx.data_ptr<float>(), *pp = partial.data_ptr<float>();
-    at::parallel_for(0, blocks, 1, [&](int64_t begin, int64_t end) {
+    fused::parallel_for(0, blocks, 1, [&](int64_t begin, int64_t end) {
       for (int64_t block = begin; block < end; ++block) {
         int64_t r0 = rows * block / blocks, r1 = rows * (block + 1) / blocks;
         cpu::rmsnorm_backward(dyp + r0 * dim, xp + r0 * dim, wp, rp + r0, dxp + r0 * dim, pp + block * dim, r1 - r0,
@@ -96,7 +97,7 @@ at::Tensor rotate(const at::Tensor &x, const at::Tensor &cos, const at::Tensor &
   const float *xp = input.data_ptr<float>();
   float *op = out.data_ptr<float>();
   int64_t sb = input.stride(0), ss = input.stride(1), sh = input.stride(2);
-  at::parallel_for(0, batch * seq, rows_per_task(heads * head_dim), [&](int64_t begin, int64_t end) {
+  fused::parallel_for(0, batch * seq, rows_per_task(heads * head_dim), [&](int64_t begin, int64_t end) {
     cpu::rope_rows(xp, sb, ss, sh, op, cos2, sin2, begin, end, seq, heads, head_dim);
   });
   return out;
@@ -119,7 +120,7 @@ at::Tensor swiglu(const at::Tensor &gate, const at::Tensor &up, const at::Tensor
   at::Tensor out = at::empty_like(gate);
   const float *ap = gate.data_ptr<float>(), *bp = up.data_ptr<float>();
   float *op = out.data_ptr<float>(), *sp = sigmoid.defined() ? sigmoid.data_ptr<float>() : nullptr;
-  at::parallel_for(0, gate.numel(), kElementsPerTask, [&](int64_t begin, int64_t end) {
+  fused::parallel_for(0, gate.numel(), kElementsPerTask, [&](int64_t begin, int64_t end) {
     cpu::swiglu_forward(ap + begin, bp + begin, op + begin, sp ? sp + begin : nullptr, end - begin);
   });
   return out;
@@ -142,7 +143,7 @@ struct CpuSwigluFunction : torch::autograd::Function<CpuSwigluFunction> {
     const float *gp = grad.data_ptr<float>(), *ap = gate.data_ptr<float>(), *bp = up.data_ptr<float>();
     const float *sp = sigmoid.data_ptr<float>();
     float *gap = grad_gate.data_ptr<float>(), *gbp = grad_up.data_ptr<float>();
-    at::parallel_for(0, gate.numel(), kElementsPerTask, [&](int64_t begin, int64_t end) {
+    fused::parallel_for(0, gate.numel(), kElementsPerTask, [&](int64_t begin, int64_t end) {
       cpu::swiglu_backward(gp + begin, ap + begin, bp + begin, sp + begin, gap + begin, gbp + begin, end - begin);
     });
     return {grad_gate, grad_up};
@@ -180,7 +181,7 @@ struct CpuLinearCrossEntropyFunction : torch::autograd::Function<CpuLinearCrossE
       at::Tensor h = hidden.narrow(0, t0, n), z = matmul_nt(h, weight);
       float *zp = z.data_ptr<float>();
       float *lp = row_loss.data_ptr<float>() + t0;
-      at::parallel_for(0, n, rows_per_task(vocab), [&](int64_t begin, int64_t end) {
+      fused::parallel_for(0, n, rows_per_task(vocab), [&](int64_t begin, int64_t end) {
         cpu::cross_entropy_rows(zp + begin * vocab, label + t0 + begin, end - begin, vocab, kIgnoreIndex, want_grad,
                                 scale, lp + begin);
       });

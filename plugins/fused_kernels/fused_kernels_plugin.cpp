@@ -148,7 +148,8 @@ class FusedKernelsParallelizer : public titan::Parallelizer {
     // (TP's norms) keeps its path.
     int norms = 0, rotaries = 0, swiglus = 0, attentions = 0, linears = 0;
     for (const auto& item : model.named_modules("", /*include_self=*/false)) {
-      const auto& type = typeid(*item.value());
+      const torch::nn::Module& module = *item.value();
+      const auto& type = typeid(module);
       if (options_.rmsnorm && type == typeid(titan::RMSNorm)) {
         titan::swap_module(model, item.key(), layers.rmsnorm(std::dynamic_pointer_cast<titan::RMSNorm>(item.value())));
         ++norms;
@@ -179,7 +180,8 @@ class FusedKernelsParallelizer : public titan::Parallelizer {
                            "the embeddings (model.enable_weight_tying); set cross_entropy: false");
       }
       auto output = std::dynamic_pointer_cast<titan::Linear>(head_module);
-      if (!output || typeid(*output) != typeid(titan::Linear) || !model.logits_vocab_sharded_over().empty()) {
+      const torch::nn::Module& head_layer = *head_module;
+      if (!output || typeid(head_layer) != typeid(titan::Linear) || !model.logits_vocab_sharded_over().empty()) {
         throw titan::Error("fused_kernels: cross_entropy needs the model's `output` head as a plain titan::Linear "
                            "(not split by tensor parallelism); set cross_entropy: false with tensor_parallel");
       }

@@ -28,7 +28,8 @@ class DropoutLlama3 : public titan::llama3::Llama3Spec {
   std::shared_ptr<titan::CausalLM> build(const c10::Device& device) const override {
     std::shared_ptr<titan::CausalLM> model = Llama3Spec::build(device);
     for (const auto& item : model->named_modules("", /*include_self=*/false)) {
-      if (typeid(*item.value()) == typeid(titan::SwiGLU)) {
+      const torch::nn::Module& module = *item.value();
+      if (typeid(module) == typeid(titan::SwiGLU)) {
         titan::swap_module(*model, item.key(), std::make_shared<DropoutSwiGLU>());
       }
     }

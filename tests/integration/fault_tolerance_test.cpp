@@ -534,7 +534,7 @@ TEST_SUITE("fault tolerance") {
                          checkpoints;
     const std::string lighthouse_set = " --set fault_tolerance.lighthouse=http://127.0.0.1:" + std::to_string(port);
     // Its address: its own on the route to the Lighthouse (loopback here), not fault_tolerance.address.
-    for (const std::string set : {lighthouse_set, std::string(" --set fault_tolerance.address=127.0.0.1")}) {
+    for (const std::string& set : {lighthouse_set, std::string(" --set fault_tolerance.address=127.0.0.1")}) {
       REQUIRE(train0.find(set) != std::string::npos);
       train0.erase(train0.find(set), set.size());
     }

@@ -193,7 +193,8 @@ TEST_CASE("fused_kernels: the plugin wires its CPU kernels on a CPU device, exac
   // the parameter names, so names alone cannot tell).
   auto type_at = [](titan::CausalLM& model, const std::string& path) -> std::string {
     for (const auto& item : model.named_modules("", /*include_self=*/false)) {
-      if (item.key() == path) return typeid(*item.value()).name();
+      const torch::nn::Module& module = *item.value();
+      if (item.key() == path) return typeid(module).name();
     }
     return "missing";
   };

@@ -86,7 +86,7 @@ CheckResult state_like_params(const std::string& plugin, const ConfigNode& decla
   std::map<std::string, int> states_of;
   for (const auto& [key, tensor] : optimizer->state_tensors()) {
     auto owner = std::find_if(params.begin(), params.end(),
-                              [&](const NamedParameter& p) { return key.rfind(p.name + ".", 0) == 0; });
+                              [&key = key](const NamedParameter& p) { return key.rfind(p.name + ".", 0) == 0; });
     // 0-dim tensors (step counters) are per parameter, not per element.
     bool ok = owner != params.end() && (tensor.dim() == 0 || tensor.sizes().equals(owner->tensor.sizes()));
     if (!ok) {

@@ -8,10 +8,16 @@
 
 namespace titan {
 
-// Never inlined: the host-read counter names a read by its callers' frames
+// Never inlined, never left by a tail call (clang makes them at -O1): the
+// host-read counter names a read by its callers' frames
 // (host_read_counter.cpp), which an optimizing build would otherwise fold.
+#if defined(__clang__)
+#define TITAN_KEEP_FRAME [[gnu::noinline, clang::disable_tail_calls]]
+#else
+#define TITAN_KEEP_FRAME [[gnu::noinline]]
+#endif
 template <class T>
-[[gnu::noinline]] T host_value(const at::Tensor& tensor) {
+TITAN_KEEP_FRAME T host_value(const at::Tensor& tensor) {
   return tensor.is_meta() ? T(0) : tensor.item<T>();
 }
 
