@@ -14,7 +14,7 @@ if [ ! -f "$build/build.ninja" ]; then
   torch_prefix=$("$python" -c 'import torch.utils; print(torch.utils.cmake_prefix_path)') ||
     { echo "titan build: no torch in $python; run scripts/setup.sh first" >&2; exit 1; }
   # clang 19 where scripts/setup.sh installed it: it builds Titan in about
-  # 60% of GCC's compiler time (docs/testing.md, "The compiler"); CXX=g++
+  # 70% of GCC's compiler time (docs/testing.md, "The compiler"); CXX=g++
   # (or any CXX) chooses another.
   compiler=()
   if [ -z "${CXX:-}" ] && command -v clang++-19 >/dev/null; then compiler=(-DCMAKE_CXX_COMPILER=clang++-19); fi

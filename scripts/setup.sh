@@ -20,7 +20,7 @@ packages=(
   libyaml-cpp-dev libspdlog-dev libfmt-dev nlohmann-json3-dev doctest-dev
   libboost-dev libboost-filesystem-dev libpcre2-dev zlib1g-dev libzstd-dev libsentencepiece-dev
   libgrpc++-dev libprotobuf-dev protobuf-compiler-grpc  # fault tolerance's client of torchft's Lighthouse
-  clang-19  # the compiler scripts/build.sh prefers: Titan in about 60% of GCC's compile time (docs/testing.md)
+  clang-19  # the compiler scripts/build.sh prefers: Titan in about 70% of GCC's compile time (docs/testing.md)
 )
 if ((tests)); then
   packages+=(
