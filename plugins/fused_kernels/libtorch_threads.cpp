@@ -29,15 +29,13 @@ struct Region {
   std::exception_ptr error;
 };
 
-int64_t divup(int64_t x, int64_t y) { return (x + y - 1) / y; }
-
 // One thread's share, as at::internal::invoke_parallel computes it.
 void run_share(void* data) {
   auto& region = *static_cast<Region*>(data);
   int64_t threads = omp_get_num_threads();
-  if (region.grain_size > 0) threads = std::min(threads, divup(region.end - region.begin, region.grain_size));
+  if (region.grain_size > 0) threads = std::min(threads, at::divup(region.end - region.begin, region.grain_size));
   int64_t tid = omp_get_thread_num();
-  int64_t chunk = divup(region.end - region.begin, threads);
+  int64_t chunk = at::divup(region.end - region.begin, threads);
   int64_t begin = region.begin + tid * chunk;
   if (begin >= region.end) return;
   try {

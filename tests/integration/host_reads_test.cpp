@@ -123,7 +123,7 @@ TEST_CASE("the host-read count fails a step that reads: on_nonfinite_loss: skip 
   CHECK(window_reads(dump, 1, 6)[0] == 2);  // steps 4 and 5, one read each
   CHECK_MESSAGE(titan::test::has(result.output, "step 4: 1 host read(s) of tensor values on a step that does not log"),
                 result.output);
-  CHECK_MESSAGE(titan::test::has(result.output, "aten::_local_scalar_dense at 'step 4' from titan::host_value<bool>(at::Tensor "
-                                        "const&) <- titan::run_training_step"),
-        result.output);
+  CHECK_MESSAGE(titan::test::has(result.output, "aten::_local_scalar_dense at 'step 4' from "
+                                                "titan::host_value<bool>(at::Tensor const&) <- titan::run_training_step"),
+                result.output);
 }

@@ -20,6 +20,7 @@ template <class T>
 TITAN_KEEP_FRAME T host_value(const at::Tensor& tensor) {
   return tensor.is_meta() ? T(0) : tensor.item<T>();
 }
+#undef TITAN_KEEP_FRAME
 
 // The tensor on the CPU (a meta tensor: zeros of its shape and dtype).
 inline at::Tensor to_host(const at::Tensor& tensor, c10::ScalarType dtype) {
