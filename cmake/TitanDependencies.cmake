@@ -93,9 +93,7 @@ endif()
 # (docs/testing.md, "The precompiled header"). A file that needs more of
 # LibTorch includes it itself.
 file(CONFIGURE OUTPUT ${CMAKE_BINARY_DIR}/titan_pch_anchor.cpp CONTENT "// anchor for the precompiled header\n")
-add_library(titan_pch OBJECT ${CMAKE_BINARY_DIR}/titan_pch_anchor.cpp)
-target_link_libraries(titan_pch PUBLIC titan_build_flags titan_torch)
-target_precompile_headers(titan_pch PRIVATE
+set(titan_pch_headers
   <ATen/ATen.h>
   <torch/types.h>
   <torch/utils.h>
@@ -104,10 +102,28 @@ target_precompile_headers(titan_pch PRIVATE
   <torch/nn/modules/container/moduledict.h>
   <torch/csrc/autograd/custom_function.h>
   <torch/csrc/distributed/c10d/ProcessGroup.hpp>)
-if(CMAKE_CXX_COMPILER_ID STREQUAL "Clang")
-  # Without the headers' times in it, a PCH that ccache hands back stays
-  # valid after LibTorch's headers were installed again (ccache's manual).
-  target_compile_options(titan_pch PRIVATE -Xclang -fno-pch-timestamp)
+function(titan_add_pch target)
+  add_library(${target} OBJECT ${CMAKE_BINARY_DIR}/titan_pch_anchor.cpp)
+  target_link_libraries(${target} PUBLIC titan_build_flags titan_torch)
+  target_precompile_headers(${target} PRIVATE ${titan_pch_headers})
+  target_compile_options(${target} PRIVATE ${ARGN})
+  if(CMAKE_CXX_COMPILER_ID STREQUAL "Clang")
+    # Without the headers' times in it, a PCH that ccache hands back stays
+    # valid after LibTorch's headers were installed again (ccache's manual).
+    target_compile_options(${target} PRIVATE -Xclang -fno-pch-timestamp)
+  endif()
+endfunction()
+titan_add_pch(titan_pch)
+
+# The code no training step runs (the tests, their programs and plugins,
+# the CLI's commands, the conformance tool) compiles at -O0 in the Quick
+# build: clang builds such a batch in a third to a half of its -O1 time
+# (docs/testing.md, "Orchestration at -O0"), and what those programs spend
+# their time in is LibTorch's kernels, the -O1 libraries and the plugins.
+# A folder sets TITAN_UNOPTIMIZED_IN_QUICK; its targets take a PCH of their
+# own, since a PCH serves only files compiled at its -O.
+if(CMAKE_BUILD_TYPE STREQUAL "Quick")
+  titan_add_pch(titan_pch_unoptimized -O0)
 endif()
 
 # The large targets compile as unity batches: each batch loads the PCH and
@@ -134,5 +150,10 @@ function(titan_use_pch target)
     set_target_properties(${target} PROPERTIES POSITION_INDEPENDENT_CODE OFF)
     target_compile_options(${target} PRIVATE -fPIC)
   endif()
-  target_precompile_headers(${target} REUSE_FROM titan_pch)
+  if(TITAN_UNOPTIMIZED_IN_QUICK AND TARGET titan_pch_unoptimized)
+    target_compile_options(${target} PRIVATE -O0)
+    target_precompile_headers(${target} REUSE_FROM titan_pch_unoptimized)
+  else()
+    target_precompile_headers(${target} REUSE_FROM titan_pch)
+  endif()
 endfunction()
