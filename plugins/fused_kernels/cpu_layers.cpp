@@ -1,7 +1,7 @@
 // Autograd functions over the fused CPU kernels (cpu_kernels.h), threaded
-// with parallel_for (libtorch_threads.h) over rows, and the layers and loss that use them.
-// Built at -O2 in every build type (CMakeLists.txt): the glue's own loops
-// are few, but timings in the -O1 Quick build should still be honest.
+// with parallel_for (libtorch_threads.h) over rows, and the layers and loss
+// that use them. Built at the build's flags with the library's other glue
+// (CMakeLists.txt); the loops that do the work are the kernels', at -O3.
 #include "cpu_layers.h"
 
 #include <ATen/ATen.h>
