@@ -6,6 +6,7 @@
 #include <torch/nn/utils/clip_grad.h>
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -145,4 +146,48 @@ TEST_CASE("clip_grad_norm accumulates bf16 gradients in fp32, and returns a non-
 
   CHECK_THROWS_AS(titan::clip_grad_norm(params, 1.0, 0.0), titan::Error);
   CHECK_THROWS_AS(titan::clip_grad_norm(params, 1.0, -2.0), titan::Error);
+}
+
+TEST_CASE("the 2-norm of CPU gradients is summed in fp64 in place: exact for large, strided, half, bf16 and fp64 "
+          "gradients, the same bits on any thread count, and the same scale as the tensor path") {
+  torch::manual_seed(11);
+  std::vector<at::Tensor> params;
+  auto add = [&](const at::Tensor& grad) {
+    at::Tensor p = torch::zeros(grad.sizes(), grad.options()).set_requires_grad(true);
+    p.mutable_grad() = grad;
+    params.push_back(p);
+  };
+  add(torch::randn({300007}) * 1e-2 + 3e-3);       // many blocks of the fp64 loops, an odd tail
+  add(torch::randn({64, 48}).t());                   // strided (a transposed view)
+  add(torch::randn({1001}).to(at::kHalf));
+  add(torch::randn({999}).to(at::kBFloat16));
+  add(torch::randn({77}, torch::dtype(at::kDouble)));
+  const auto before = grads_of(params);
+  const double expected = reference_norm(before, 2.0);
+
+  const int threads = at::get_num_threads();
+  at::set_num_threads(1);
+  const double one_thread = titan::clip_grad_norm_on_device(params, 0.0).item<double>();
+  at::set_num_threads(2);
+  const double two_threads = titan::clip_grad_norm_on_device(params, 0.0).item<double>();
+  at::set_num_threads(threads);
+  CHECK(one_thread == doctest::Approx(expected).epsilon(1e-13));
+  CHECK(std::memcmp(&one_thread, &two_threads, sizeof(double)) == 0);
+
+  // The host path's norm and scale against the tensor path's (a reduce hook
+  // that adds nothing takes it): the same bits.
+  auto theirs = params;
+  for (auto& p : theirs) {
+    p = p.detach().clone().set_requires_grad(true);
+    p.mutable_grad() = before[&p - theirs.data()].clone();
+  }
+  const at::Tensor ours = titan::clip_grad_norm_on_device(params, 0.5);
+  const at::Tensor tensor_path =
+      titan::clip_grad_norm_on_device(theirs, 0.5, 2.0, [](at::Tensor&, titan::NormReduceOp) {});
+  CHECK(ours.item<double>() == tensor_path.item<double>());
+  for (size_t i = 0; i < params.size(); ++i) {
+    CAPTURE(i);
+    CHECK(torch::equal(params[i].grad(), theirs[i].grad()));
+    CHECK_FALSE(torch::equal(params[i].grad(), before[i]));
+  }
 }
