@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <ATen/ATen.h>
+#include <torch/version.h>
 
 #include <algorithm>
 #include <ctime>

@@ -1,0 +1,101 @@
+// The host block cache (cpu_block_cache.hpp): a c10::Allocator, whose
+// interface changes between LibTorch versions, hence a compat source.
+#include "cpu_block_cache.hpp"
+
+#include <c10/core/CPUAllocator.h>
+#include <c10/core/alignment.h>
+
+#include <cstring>
+#include <mutex>
+#include <new>
+#include <unordered_map>
+#include <vector>
+
+namespace titan {
+
+namespace {
+
+class CpuBlockCache : public c10::Allocator {
+ public:
+  explicit CpuBlockCache(c10::Allocator* base) : base_(base) {}
+
+  c10::DataPtr allocate(size_t bytes) override {
+    if (bytes == 0 || bytes > kMaxCachedBlock) return base_->allocate(bytes);
+    // Sizes rounded to the alignment unit: a step's tensors repeat exactly.
+    const size_t size = (bytes + kHeaderBytes - 1) / kHeaderBytes * kHeaderBytes;
+    c10::DataPtr inner;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      auto found = free_.find(size);
+      if (found != free_.end() && !found->second.empty()) {
+        inner = std::move(found->second.back());
+        found->second.pop_back();
+        cached_bytes_ -= static_cast<int64_t>(size);
+        --cached_blocks_;
+        ++hits_;
+      } else {
+        ++misses_;
+      }
+    }
+    if (!inner) inner = base_->allocate(size + kHeaderBytes);
+    // As in CpuMemoryTracker: the unit before the caller's bytes holds the
+    // block, so the context is the data pointer (raw_allocate asserts it).
+    auto* header = static_cast<Header*>(inner.get());
+    void* data = static_cast<char*>(inner.get()) + kHeaderBytes;
+    new (header) Header{std::move(inner), size, this};
+    return {data, data, &CpuBlockCache::release, c10::Device(c10::kCPU)};
+  }
+  c10::DeleterFnPtr raw_deleter() const override { return &CpuBlockCache::release; }
+  void copy_data(void* dest, const void* src, std::size_t count) const override { std::memcpy(dest, src, count); }
+
+  CpuBlockCacheStats stats() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return {cached_bytes_, cached_blocks_, hits_, misses_};
+  }
+
+ private:
+  struct Header {
+    c10::DataPtr inner;  // the allocator beneath's block, this header at its start
+    size_t size;
+    CpuBlockCache* owner;
+  };
+  static constexpr size_t kHeaderBytes = c10::gAlignment;
+  static_assert(sizeof(Header) <= kHeaderBytes, "the header must fit in one alignment unit");
+
+  static void release(void* data) {
+    if (data == nullptr) return;
+    auto* header = reinterpret_cast<Header*>(static_cast<char*>(data) - kHeaderBytes);
+    c10::DataPtr inner = std::move(header->inner);
+    const size_t size = header->size;
+    CpuBlockCache* owner = header->owner;
+    header->~Header();
+    std::lock_guard<std::mutex> lock(owner->mutex_);
+    if (owner->cached_bytes_ + static_cast<int64_t>(size) > static_cast<int64_t>(kMaxCachedBytes)) return;
+    owner->free_[size].push_back(std::move(inner));
+    owner->cached_bytes_ += static_cast<int64_t>(size);
+    ++owner->cached_blocks_;
+  }  // beyond the cap, `inner` frees the block here, after the lock is let go
+
+  c10::Allocator* base_;
+  mutable std::mutex mutex_;
+  std::unordered_map<size_t, std::vector<c10::DataPtr>> free_;  // by size, guarded by mutex_
+  int64_t cached_bytes_ = 0, cached_blocks_ = 0, hits_ = 0, misses_ = 0;
+};
+
+// Never destroyed: blocks it handed out may be freed at any time, even
+// during the process's exit.
+CpuBlockCache* cache = nullptr;
+std::once_flag installed;
+
+}  // namespace
+
+void install_cpu_block_cache() {
+  std::call_once(installed, [] {
+    cache = new CpuBlockCache(c10::GetCPUAllocator());
+    c10::SetCPUAllocator(cache, /*priority=*/255);
+  });
+}
+
+CpuBlockCacheStats cpu_block_cache_stats() { return cache ? cache->stats() : CpuBlockCacheStats{}; }
+
+}  // namespace titan
