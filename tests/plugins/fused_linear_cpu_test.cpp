@@ -38,6 +38,8 @@ TEST_CASE("fused_kernels cpu linear: oneDNN is chosen exactly where the CPU has 
 
 TEST_CASE("fused_kernels cpu linear: a @ b^T equals at::mm for contiguous and transposed operands") {
   torch::manual_seed(0);
+  // Both sides of kOneDnnMinMultiplies (at::mm below, oneDNN above where preferred).
+  static_assert(300 * 256 * 129 >= titan::kOneDnnMinMultiplies && 64 * 32 * 48 < titan::kOneDnnMinMultiplies);
   for (auto [m, k, n] : {std::tuple<int64_t, int64_t, int64_t>{64, 32, 48}, {5, 37, 3}, {1, 8, 1}, {300, 256, 129}}) {
     at::Tensor a = at::randn({m, k}), b = at::randn({n, k});
     std::string shape = std::to_string(m) + "x" + std::to_string(k) + "x" + std::to_string(n);

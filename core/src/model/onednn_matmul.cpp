@@ -36,7 +36,7 @@ bool onednn_matmul_preferred() {
 }
 
 at::Tensor matmul_nt(const at::Tensor& a, const at::Tensor& b) {
-  if (!onednn_matmul_preferred()) return at::mm(a, b.t());
+  if (!onednn_matmul_preferred() || a.size(0) * a.size(1) * b.size(0) < kOneDnnMinMultiplies) return at::mm(a, b.t());
   return onednn_linear()->call(a, b, std::nullopt, "none", c10::List<std::optional<at::Scalar>>(), std::nullopt);
 }
 
