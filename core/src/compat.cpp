@@ -23,6 +23,7 @@
 #include "titan/error.hpp"
 #include "titan/meta_tally.hpp"
 #include "titan/peak_memory.hpp"
+#include "headed_block.hpp"
 
 #ifdef TITAN_WITH_CUDA
 #include <cuda_runtime_api.h>  // CUDART_VERSION only: CUDA's libraries are the module's
@@ -241,14 +242,7 @@ class CpuMemoryTracker::Allocator : public c10::Allocator {
       tell([&](CpuAllocationListener& listener) { listener.failed(static_cast<int64_t>(bytes)); });
       throw;
     }
-    // The caller's bytes start one alignment unit in; the unit before them
-    // holds the base allocator's DataPtr and the size. So the context is the
-    // data pointer itself, as LibTorch's own allocator gives it
-    // (raw_allocate(), used by oneDNN and the bf16 kernels, asserts it), and
-    // a free finds its block without a lookup or a lock.
-    auto* header = static_cast<Header*>(inner.get());
-    void* data = static_cast<char*>(inner.get()) + kHeaderBytes;
-    new (header) Header{std::move(inner), bytes, this};
+    void* data = Block::wrap(std::move(inner), {bytes, this});
     int64_t now = live_ += static_cast<int64_t>(bytes);
     int64_t peak = peak_.load();
     while (now > peak && !peak_.compare_exchange_weak(peak, now)) {}
@@ -270,23 +264,19 @@ class CpuMemoryTracker::Allocator : public c10::Allocator {
   }
 
  private:
-  struct Header {
-    c10::DataPtr inner;  // the base allocator's block, this header at its start
+  struct Counted {
     size_t bytes;
     const Allocator* owner;
   };
-  // One alignment unit keeps the caller's bytes aligned as LibTorch's own.
-  static constexpr size_t kHeaderBytes = c10::gAlignment;
-  static_assert(sizeof(Header) <= kHeaderBytes, "the header must fit in one alignment unit");
+  using Block = HeadedBlock<Counted>;  // the base allocator's block, the caller's bytes one unit in
+  static constexpr size_t kHeaderBytes = Block::kHeaderBytes;
   // Blocks may outlive the tracker (a tensor kept after it): the allocator
   // then must outlive them too, so allocators are never destroyed.
   static void release(void* data) {
     if (data == nullptr) return;
-    auto* header = reinterpret_cast<Header*>(static_cast<char*>(data) - kHeaderBytes);
-    c10::DataPtr inner = std::move(header->inner);
-    const size_t bytes = header->bytes;
-    const Allocator* owner = header->owner;
-    header->~Header();
+    auto [inner, counted] = Block::unwrap(data);
+    const size_t bytes = counted.bytes;
+    const Allocator* owner = counted.owner;
     owner->live_ -= static_cast<int64_t>(bytes);
     if (bytes > 0) owner->tell([&](CpuAllocationListener& listener) { listener.freed(data, static_cast<int64_t>(bytes)); });
   }  // `inner` frees the block (or hands it back to an outer tracker) here

@@ -2,12 +2,12 @@
 // interface changes between LibTorch versions, hence a compat source.
 #include "cpu_block_cache.hpp"
 
+#include "headed_block.hpp"
+
 #include <c10/core/CPUAllocator.h>
-#include <c10/core/alignment.h>
 
 #include <cstring>
 #include <mutex>
-#include <new>
 #include <unordered_map>
 #include <vector>
 
@@ -38,11 +38,7 @@ class CpuBlockCache : public c10::Allocator {
       }
     }
     if (!inner) inner = base_->allocate(size + kHeaderBytes);
-    // As in CpuMemoryTracker: the unit before the caller's bytes holds the
-    // block, so the context is the data pointer (raw_allocate asserts it).
-    auto* header = static_cast<Header*>(inner.get());
-    void* data = static_cast<char*>(inner.get()) + kHeaderBytes;
-    new (header) Header{std::move(inner), size, this};
+    void* data = Block::wrap(std::move(inner), {size, this});
     return {data, data, &CpuBlockCache::release, c10::Device(c10::kCPU)};
   }
   c10::DeleterFnPtr raw_deleter() const override { return &CpuBlockCache::release; }
@@ -54,21 +50,18 @@ class CpuBlockCache : public c10::Allocator {
   }
 
  private:
-  struct Header {
-    c10::DataPtr inner;  // the allocator beneath's block, this header at its start
+  struct Sized {
     size_t size;
     CpuBlockCache* owner;
   };
-  static constexpr size_t kHeaderBytes = c10::gAlignment;
-  static_assert(sizeof(Header) <= kHeaderBytes, "the header must fit in one alignment unit");
+  using Block = HeadedBlock<Sized>;  // the allocator beneath's block, the caller's bytes one unit in
+  static constexpr size_t kHeaderBytes = Block::kHeaderBytes;
 
   static void release(void* data) {
     if (data == nullptr) return;
-    auto* header = reinterpret_cast<Header*>(static_cast<char*>(data) - kHeaderBytes);
-    c10::DataPtr inner = std::move(header->inner);
-    const size_t size = header->size;
-    CpuBlockCache* owner = header->owner;
-    header->~Header();
+    auto [inner, sized] = Block::unwrap(data);
+    const size_t size = sized.size;
+    CpuBlockCache* owner = sized.owner;
     std::lock_guard<std::mutex> lock(owner->mutex_);
     if (owner->cached_bytes_ + static_cast<int64_t>(size) > static_cast<int64_t>(kMaxCachedBytes)) return;
     owner->free_[size].push_back(std::move(inner));
