@@ -9,8 +9,8 @@
 // Seconds per step are the difference of two run lengths (start-up
 // cancels), the median of `repeats`; ops per step are counted in runs of
 // their own (a RecordFunction callback slows the ops it observes).
-// Usage: titan_bench_host_step [steps (20)] [repeats (5)]; one JSON line
-// per case on stdout.
+// Usage: titan_bench_host_step [steps (20)] [repeats (5)] [cases: a name
+// prefix, "meta" or "cpu" (all)]; one JSON line per case on stdout.
 #include <ATen/record_function.h>
 
 #include <algorithm>
@@ -154,7 +154,10 @@ int main(int argc, char** argv) {
                      [&dump, fused](int n) { titan::bench::train_seconds(cpu_run(n, dump.string(), fused), dump); }, 10,
                      10 * steps});
   }
-  for (const Case& c : cases) measure(c, repeats);
+  const std::string only = argc > 3 ? argv[3] : "";
+  for (const Case& c : cases) {
+    if (c.name.rfind(only, 0) == 0) measure(c, repeats);
+  }
   std::filesystem::remove_all(dump);
   return 0;
 }

@@ -9,7 +9,11 @@
 # clipping at 1.0 and float32 weights; Titan logs every 10th step, PyTorch
 # reads its loss every step (on CPU, a read costs no wait).
 #
-# Usage: benchmarks/host_step.sh [steps (20)] [repeats (5)]
+# The CPU cases run in `rounds` alternations of Titan and PyTorch, their
+# windows pooled: a 2-core host's speed drifts by ±20% within an hour,
+# which one Titan run followed by one PyTorch run would read as a ratio.
+#
+# Usage: benchmarks/host_step.sh [steps (20)] [repeats (5)] [rounds (3)]
 # Env: TITAN_BENCH (default build/bin/titan_bench_host_step;
 # build-release/bin/... for numbers of record), TITAN_PYTHON (.venv/bin/python).
 set -euo pipefail
@@ -17,6 +21,7 @@ set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 steps=${1:-20}
 repeats=${2:-5}
+rounds=${3:-3}
 bench=${TITAN_BENCH:-$root/build/bin/titan_bench_host_step}
 python=${TITAN_PYTHON:-$root/.venv/bin/python}
 for tool in "$bench" "$python"; do
@@ -25,7 +30,7 @@ done
 cd "$root"
 source benchmarks/cpu_name.sh
 
-titan_json=$("$bench" "$steps" "$repeats")
+titan_json=$("$bench" "$steps" "$repeats" meta)
 reference() {  # case name, then the reference's arguments
   local name=$1; shift
   echo "{\"case\": \"$name\", \"side\": $("$python" benchmarks/host_step_reference.py --repeats "$repeats" "$@" 2>/dev/null)}"
@@ -36,17 +41,34 @@ torch_json=$(
     --vocab "$vocab" --seq 2048 --batch 8 --steps "$steps"
   reference "meta 1B" --device meta --dim 2048 --layers 16 --heads 32 --kv-heads 8 --ffn 8192 \
     --vocab 128256 --seq 2048 --batch 8 --steps "$steps"
-  reference "cpu small" --device cpu --dim 64 --layers 2 --heads 4 --kv-heads 4 --ffn 256 \
-    --vocab "$vocab" --seq 8 --batch 1 --steps $((10 * steps))
 )
+for ((round = 0; round < rounds; ++round)); do
+  titan_json+=$'\n'$("$bench" "$steps" "$repeats" cpu)
+  torch_json+=$'\n'$(reference "cpu small" --device cpu --dim 64 --layers 2 --heads 4 --kv-heads 4 --ffn 256 \
+    --vocab "$vocab" --seq 8 --batch 1 --steps $((10 * steps)))
+done
 
-"$python" - "$(cpu_name)" "$steps" "$repeats" "$titan_json" "$torch_json" <<'PYEOF'
-import json, sys
+"$python" - "$(cpu_name)" "$steps" "$repeats" "$rounds" "$titan_json" "$torch_json" <<'PYEOF'
+import json, statistics, sys
 import torch
-cpu, steps, repeats = sys.argv[1:4]
-titan = {r["case"]: r for r in map(json.loads, sys.argv[4].splitlines())}
-torch_side = {r["case"]: r["side"] for r in map(json.loads, sys.argv[5].splitlines())}
-print(f"\nhost time per step, llama3, fp32, fused AdamW, 1 thread; median of {repeats} windows; "
+cpu, steps, repeats, rounds = sys.argv[1:5]
+
+
+def pooled(records):
+    """One record per case: every round's windows pooled, their median."""
+    cases = {}
+    for case, record in records:
+        merged = cases.setdefault(case, {"windows": [], "aten_ops_per_step": record["aten_ops_per_step"]})
+        merged["windows"] += record["us_per_step_all"]
+    for merged in cases.values():
+        merged["us_per_step"] = statistics.median(merged["windows"])
+    return cases
+
+
+titan = pooled((r["case"], r) for r in map(json.loads, filter(None, sys.argv[5].splitlines())))
+torch_side = pooled((r["case"], r["side"]) for r in map(json.loads, filter(None, sys.argv[6].splitlines())))
+print(f"\nhost time per step, llama3, fp32, fused AdamW, 1 thread; median of {repeats} windows on meta, "
+      f"of {rounds} x {repeats} windows on CPU (Titan and PyTorch alternated {rounds} times); "
       f"CPU: {cpu}; torch {torch.__version__}")
 print("| case | Titan µs/step | PyTorch eager µs/step | ratio | Titan ATen ops/step | PyTorch ATen ops/step | ratio |")
 print("|---|---|---|---|---|---|---|")
