@@ -24,14 +24,14 @@ std::string configure_cpu_allocator(const std::string& mode) {
     // fragmenting around them.
     const bool threshold = mallopt(M_MMAP_THRESHOLD, 32 << 20) == 1;
     const bool no_trim = mallopt(M_TRIM_THRESHOLD, 1 << 30) == 1;  // effectively never below 1 GiB free
-    done = threshold && no_trim ? "caching (freed blocks up to 1 MiB kept by size, 256 MiB in all; glibc: blocks up "
-                                  "to 32 MiB from the heap, no heap trim)"
-                                : "caching (freed blocks up to 1 MiB kept by size, 256 MiB in all; glibc refused "
-                                  "its settings)";
+    const std::string glibc = threshold && no_trim ? "; glibc: blocks up to 32 MiB from the heap, no heap trim"
+                                                   : "; glibc refused its settings";
 #else
-    done = "caching (freed blocks up to 1 MiB kept by size, 256 MiB in all)";
+    const std::string glibc;
 #endif
     install_cpu_block_cache();
+    done = "caching (freed blocks up to " + std::to_string(kMaxCachedBlock >> 20) + " MiB kept by size, " +
+           std::to_string(kMaxCachedBytes >> 20) + " MiB in all" + glibc + ")";
   });
   return done;
 }

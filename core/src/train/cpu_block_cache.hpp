@@ -20,7 +20,7 @@ inline constexpr size_t kMaxCachedBytes = size_t{256} << 20;
 // trackers) wrap it.
 void install_cpu_block_cache();
 
-// What the cache holds now, for tests and the log.
+// What the cache holds now and how often it served an allocation (tests).
 struct CpuBlockCacheStats {
   int64_t cached_bytes = 0;
   int64_t cached_blocks = 0;
