@@ -20,10 +20,6 @@ using torch::autograd::variable_list;
 //   output      = input[M,K] @ weight[N,K]^T      input per row, weight per row (over K)
 //   grad_input  = grad_out[M,N] @ weight[N,K]     grad_out per row, weight per column (over N)
 //   grad_weight = grad_out[M,N]^T @ input[M,K]    both per column (over M)
-Quantized cast(const at::Tensor& x, const CastSpec& spec, int64_t contraction_dim, const Recipe& recipe) {
-  return quantize(x, spec, contraction_dim, recipe.round_scales_to_power_of_2);
-}
-
 at::Tensor operand(const at::Tensor& x, const CastSpec& spec, int64_t contraction_dim, const Recipe& recipe) {
   if (spec.high_precision) return x.to(at::kFloat);
   return dequantize(cast(x, spec, contraction_dim, recipe));

@@ -9,6 +9,7 @@
 #include <typeinfo>
 #include <vector>
 
+#include "float8_grouped_mm.h"
 #include "float8_linear.h"
 #include "float8_scaled_mm.h"
 #include "titan/compat.hpp"
@@ -131,8 +132,11 @@ class Float8Policy : public titan::PrecisionPolicy {
 
  private:
   // TorchTitan's float8 grouped experts (rowwise): each expert's three
-  // products through the float8 linear, looping over the experts (on CPU
-  // the exact emulation; _scaled_grouped_mm is not wired yet).
+  // products cast as the float8 linear casts them. Where the experts
+  // multiply as one grouped GEMM (experts_backend grouped_mm, the default on
+  // CUDA) all experts in one call: `_scaled_grouped_mm` on sm_90/sm_100,
+  // else `_scaled_mm` per expert, else (and on CPU) the exact emulation;
+  // where they loop, each expert through the float8 linear.
   int convert_experts(titan::CausalLM& model, const Float8Settings& settings) const {
     if (options_.moe_fqns.empty()) return 0;
     int converted = 0;
@@ -145,6 +149,10 @@ class Float8Policy : public titan::PrecisionPolicy {
       const bool emulate = settings.emulate;
       experts->matmul = [recipe, emulate](const at::Tensor& x, const at::Tensor& weight) {
         return titan::float8::float8_linear(x, weight, recipe, {}, emulate);
+      };
+      experts->grouped_matmul = [recipe, emulate](const at::Tensor& x, const at::Tensor& weights,
+                                                  const at::Tensor& group_ends, const std::vector<int64_t>& rows) {
+        return titan::float8::float8_grouped_linear(x, weights, group_ends, rows, recipe, emulate);
       };
       ++converted;
     }

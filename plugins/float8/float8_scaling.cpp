@@ -44,6 +44,10 @@ Quantized quantize(const at::Tensor& x, const CastSpec& spec, int64_t reduce_dim
 
 at::Tensor dequantize(const Quantized& q) { return decode(q.codes, q.format) / q.scale; }
 
+Quantized cast(const at::Tensor& x, const CastSpec& spec, int64_t contraction_dim, const Recipe& recipe) {
+  return quantize(x, spec, contraction_dim, recipe.round_scales_to_power_of_2);
+}
+
 const char* recipe_names() { return "tensorwise, rowwise, rowwise_with_gw_hp"; }
 
 Recipe recipe_from_name(const std::string& name) {

@@ -50,6 +50,10 @@ struct Recipe {
   bool round_scales_to_power_of_2 = false;
 };
 
+// x cast as `spec` says for a matmul contracting `contraction_dim` (the
+// dim an axiswise scale reduces), the scales rounded as `recipe` says.
+Quantized cast(const at::Tensor& x, const CastSpec& spec, int64_t contraction_dim, const Recipe& recipe);
+
 // tensorwise | rowwise | rowwise_with_gw_hp; throws naming the known ones.
 Recipe recipe_from_name(const std::string& name);
 const char* recipe_names();  // "tensorwise, rowwise, rowwise_with_gw_hp"

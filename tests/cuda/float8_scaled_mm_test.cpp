@@ -2,8 +2,9 @@
 // (`_scaled_mm`) on codes made by the float8 plugin's codec equals a float32
 // matmul of their dequantized values, tensorwise and rowwise; the float8
 // linear on `_scaled_mm` (emulate: false) equals its emulation on the same
-// CUDA tensors, forward and backward, for every recipe. Every case is skipped
-// without a CUDA device of compute capability 8.9 or newer.
+// CUDA tensors, forward and backward, for every recipe; so do the float8
+// experts' grouped products (`_scaled_grouped_mm`, or `_scaled_mm` per expert).
+// Every case is skipped without a CUDA device of compute capability 8.9 or newer.
 #include "cuda_skip.hpp"
 
 #include <cstdint>
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "float8_codec.h"
+#include "float8_grouped_mm.h"
 #include "float8_linear.h"
 #include "float8_scaled_mm.h"
 #include "float8_scaling.h"
@@ -219,4 +221,50 @@ TEST_CASE("float8 CUDA: the rowwise_with_gw_hp float8 linear on _scaled_mm equal
           "backward") {
   TITAN_REQUIRE_SCALED_MM("to run the float8 linear's matmuls on _scaled_mm");
   check_linear_on_gpu("rowwise_with_gw_hp");
+}
+
+TEST_CASE("float8 CUDA: the grouped experts' products on _scaled_grouped_mm (bfloat16) and on _scaled_mm per expert "
+          "(float32) equal their emulation on the same CUDA tensors, output and gradients") {
+  TITAN_REQUIRE_SCALED_MM("to run the float8 experts' grouped GEMMs");
+  const f8::Recipe recipe = f8::recipe_from_name("rowwise");
+  const int64_t experts = 4, k = 64, n = 96;
+  const std::vector<int64_t> rows{32, 0, 16, 48};  // multiples of 16, one expert without rows
+  const at::Tensor ends = at::tensor(std::vector<int32_t>{32, 32, 48, 96}).to(at::kCUDA);
+  for (at::ScalarType dtype : {at::kBFloat16, at::kFloat}) {
+    const bool grouped = dtype == at::kBFloat16;
+    if (grouped && !f8::grouped_scaled_mm_available()) {
+      MESSAGE("_scaled_grouped_mm not run: it needs compute capability 9.0 or 10.0");
+      continue;
+    }
+    const auto options = at::TensorOptions().device(at::kCUDA).dtype(dtype);
+    at::Tensor x = operand_values(96, k, 31).to(options).requires_grad_(true);
+    at::manual_seed(32);
+    at::Tensor w = (at::randn({experts, n, k}) * at::logspace(-1, 0.5, k)).to(options).requires_grad_(true);
+    const at::Tensor grad_out = operand_values(96, n, 33).to(options);
+    auto run = [&](bool emulate) {
+      x.mutable_grad() = at::Tensor();
+      w.mutable_grad() = at::Tensor();
+      at::Tensor out = f8::float8_grouped_linear(x, w, ends, rows, recipe, emulate);
+      out.backward(grad_out);
+      return std::vector<at::Tensor>{out.detach(), x.grad(), w.grad()};
+    };
+    std::vector<at::Tensor> gpu;
+    try {
+      gpu = run(false);
+    } catch (const titan::Error& error) {
+      REQUIRE_MESSAGE(!grouped, error.what());
+      MESSAGE("_scaled_mm refuses float32 output with rowwise scales here: " << error.what());
+      continue;
+    }
+    const std::vector<at::Tensor> emulated = run(true);
+    // bfloat16 output: one rounding of a float32 sum taken in another order (an ulp is 2^-8 of the value).
+    const double tolerance = grouped ? 1e-2 : kFp32Tolerance;
+    const std::string names[] = {"output", "grad x", "grad weights"};
+    for (size_t i = 0; i < gpu.size(); ++i) {
+      const double error = relative_error(gpu[i], emulated[i]);
+      MESSAGE((grouped ? "_scaled_grouped_mm " : "_scaled_mm per expert ") << names[i] << ": relative error " << error);
+      CHECK(error <= tolerance);
+    }
+    CHECK(gpu[2][1].abs().sum().item<double>() == 0);  // the expert without rows
+  }
 }

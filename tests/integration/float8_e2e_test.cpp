@@ -116,18 +116,19 @@ TEST_CASE("float8 (emulated): every recipe trains the debug model within 3% of t
 }
 
 TEST_CASE("float8 experts (emulated, rowwise): a small qwen3 MoE with only its experts in float8 trains within 3% of "
-          "the bf16 run (25 steps)") {
+          "the bf16 run (25 steps), and as one grouped GEMM per product exactly as the loop") {
   const int steps = 25;
   const std::string moe =
       " --set model.name=qwen3 --set model.flavor=debugmodel_moe --set model.n_kv_heads=2 --set model.head_dim=16"
       " --set model.num_experts=4 --set model.top_k=2 --set model.moe_hidden_dim=32";
   RunOutput bf16 = run_one("float8_experts_bf16", "{name: fsdp}", steps, moe + " --set training.mixed_precision_param=bfloat16");
   auto dump = titan::test::temp_dir("float8_experts");
-  auto result = titan::test::run_command(
+  const std::string float8_experts =
       "timeout 300 " + titan::test::titan_binary() + " train " + titan::test::source_dir() +
       "/configs/llama3_debugmodel.yaml --set training.local_batch_size=4 --set optimizer.lr=1e-2 --set 'plugins=["
       "{name: fsdp}, {name: float8, param_dtype: bfloat16, recipe_name: rowwise, filter_fqns: [layers, output], "
-      "moe_fqns_prototype: [experts]}]'" + sets(dump, steps) + moe);
+      "moe_fqns_prototype: [experts]}]'" + moe;
+  auto result = titan::test::run_command(float8_experts + sets(dump, steps));
   INFO(result.output);
   REQUIRE(result.exit_code == 0);
   CHECK(titan::test::has(result.output, "0 linear layers and the experts of 2 MoE layers converted"));
@@ -139,6 +140,17 @@ TEST_CASE("float8 experts (emulated, rowwise): a small qwen3 MoE with only its e
   CHECK(gap <= 0.03);
   CHECK(f8.losses.back() < f8.losses.front() - 1.0);  // it learns
   CHECK(f8.losses[steps / 2] != bf16.losses[steps / 2]);  // the experts really ran in float8
+
+  // The experts as one grouped GEMM per product (the plugin's grouped seam:
+  // `_scaled_grouped_mm` on an H100, its emulation here) train as the loop.
+  auto grouped_dump = titan::test::temp_dir("float8_experts_grouped");
+  auto grouped = titan::test::run_command(float8_experts + " --set model.experts_backend=grouped_mm" +
+                                          sets(grouped_dump, steps));
+  INFO(grouped.output);
+  REQUIRE(grouped.exit_code == 0);
+  RunOutput one_call = read_run(grouped_dump);
+  REQUIRE(one_call.losses.size() == steps);
+  for (int i = 0; i < steps; ++i) CHECK(relative(one_call.losses[i], f8.losses[i]) <= 1e-6);
 
   // Only rowwise, and only where the list finds MoE layers.
   auto refused = titan::test::run_command(

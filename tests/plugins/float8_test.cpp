@@ -7,6 +7,7 @@
 // converts by module path and refuses bad options by name.
 #include "doctest_torch.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "float8_codec.h"
+#include "float8_grouped_mm.h"
 #include "float8_linear.h"
 #include "float8_scaling.h"
 #include "titan/config.hpp"
@@ -401,6 +403,55 @@ TEST_CASE("float8 experts: each expert's three products are the float8 linear's 
     CHECK(w.grad()[1].abs().sum().item<double>() == 0);  // no rows, zero gradient
     CHECK(w.grad()[2].abs().sum().item<double>() > 0);
   }
+}
+
+TEST_CASE("float8 grouped experts (emulated): one call per product equals the loop of float8 linears, output and "
+          "every gradient, with groups padded to 16 rows and an expert without rows") {
+  at::manual_seed(5);
+  const int64_t experts = 3, dim = 32, hidden = 48;
+  auto weights = [&](int64_t out, int64_t in) { return (at::randn({experts, out, in}) * 0.2).requires_grad_(true); };
+  at::Tensor w1 = weights(hidden, dim), w2 = weights(dim, hidden), w3 = weights(hidden, dim);
+  // Columns three orders of magnitude apart, and the first expert's rows
+  // 1e4 times smaller than the last's: cast with the whole batch's column
+  // scales instead of its own (grad_weight's), they would fall below
+  // e4m3's normal range.
+  const at::Tensor row_size = at::cat({at::full({5, 1}, 1e-4), at::ones({16, 1})});
+  at::Tensor tokens = (at::randn({21, dim}) * at::logspace(-2, 1, dim) * row_size).requires_grad_(true);
+  const std::vector<int64_t> counts{5, 0, 16};
+  const f8::Recipe recipe = f8::recipe_from_name("rowwise");
+  const titan::ExpertMatmul per_expert = [&](const at::Tensor& x, const at::Tensor& w) {
+    return f8::float8_linear(x, w, recipe);
+  };
+  const titan::ExpertGroupedMatmul grouped = [&](const at::Tensor& x, const at::Tensor& w, const at::Tensor& ends,
+                                                 const std::vector<int64_t>& rows) {
+    CHECK(rows == std::vector<int64_t>{16, 0, 16});  // padded to the alignment
+    return f8::float8_grouped_linear(x, w, ends, rows, recipe, /*emulate=*/true);
+  };
+  auto run = [&](bool one_call) {
+    for (at::Tensor* t : {&w1, &w2, &w3, &tokens}) t->mutable_grad() = at::Tensor();
+    at::Tensor out = one_call ? titan::run_experts_grouped_mm(w1, w2, w3, tokens, counts, 16, grouped)
+                              : titan::run_experts_loop(w1, w2, w3, tokens, counts, per_expert);
+    out.pow(2).sum().backward();
+    return std::vector<at::Tensor>{out.detach(), tokens.grad(), w1.grad(), w2.grad(), w3.grad()};
+  };
+  const std::vector<at::Tensor> loop = run(false), one_call = run(true);
+  const std::string names[] = {"output", "grad tokens", "grad w1", "grad w2", "grad w3"};
+  for (size_t i = 0; i < loop.size(); ++i) {
+    REQUIRE(one_call[i].defined());
+    // A weight's gradient expert by expert: each is the size of its own rows.
+    const double error = i < 2 ? relative_error(one_call[i], loop[i])
+                               : std::max(relative_error(one_call[i][0], loop[i][0]),
+                                          relative_error(one_call[i][2], loop[i][2]));
+    MESSAGE(names[i] << ": grouped vs loop, max relative error " << error);
+    CHECK(error <= 1e-6);
+  }
+  for (size_t i = 2; i < loop.size(); ++i) CHECK(one_call[i][1].abs().sum().item<double>() == 0);  // no rows
+  // Float8, not float32: the quantization error shows against the plain grouped GEMM.
+  CHECK(relative_error(one_call[0], titan::run_experts_grouped_mm(w1, w2, w3, tokens, counts, 16).detach()) > 1e-4);
+  // Only rowwise casts every operand as the kernel takes them.
+  CHECK_THROWS_WITH_AS(f8::float8_grouped_linear(tokens, w1, at::zeros({3}, at::kInt), {5, 0, 16},
+                                                 f8::recipe_from_name("tensorwise"), true),
+                       doctest::Contains("float8 experts take recipe_name: rowwise"), titan::Error);
 }
 
 TEST_CASE("float8 linear: a weight cast before the call (FSDP's float8 all-gather) gives exactly the same result") {

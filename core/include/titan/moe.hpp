@@ -86,6 +86,16 @@ class Router : public torch::nn::Module {
 // precision plugin fills (float8 experts); unset, the matmul.
 using ExpertMatmul = std::function<at::Tensor(const at::Tensor& x, const at::Tensor& weight)>;
 
+// Every expert's product at once: x [rows, in] in expert order @ each
+// expert's weights [E, out, in]^T. `group_ends` (int32, on x's device) and
+// `group_rows` (the host's copy) say where each expert's rows end and how
+// many it has, each a multiple of the grouped GEMM's alignment. A seam a
+// precision plugin fills (float8 experts: `_scaled_grouped_mm`); unset,
+// at::_grouped_mm.
+using ExpertGroupedMatmul = std::function<at::Tensor(const at::Tensor& x, const at::Tensor& weights,
+                                                     const at::Tensor& group_ends,
+                                                     const std::vector<int64_t>& group_rows)>;
+
 // The routed experts as the MoE layer calls them (`experts`): each expert's
 // rows in, together in expert order, and its output rows out. Every
 // parameter is [E, ...], E the experts this rank holds: expert parallelism
@@ -109,12 +119,13 @@ class GroupedExperts : public RoutedExperts {
  public:
   GroupedExperts(int64_t num_experts, int64_t dim, int64_t hidden_dim, const MoEOptions& options,
                  const at::TensorOptions& tensor_options);
-  // With `matmul` set, always the loop over experts (the grouped GEMM
-  // multiplies in its own precision).
+  // With `matmul` set and no `grouped_matmul`, always the loop over experts
+  // (at::_grouped_mm multiplies in its own precision).
   at::Tensor forward(const at::Tensor& tokens, const std::vector<int64_t>& tokens_per_expert) override;
   std::map<std::string, int64_t> hidden_width_dims() const override { return {{"w1", 1}, {"w3", 1}, {"w2", 2}}; }
   at::Tensor w1, w2, w3;
-  ExpertMatmul matmul;
+  ExpertMatmul matmul;                // the loop's product
+  ExpertGroupedMatmul grouped_matmul;  // the grouped GEMM's, where the backend is grouped_mm
 
  private:
   ExpertsBackend backend_;
@@ -126,10 +137,11 @@ at::Tensor run_experts_loop(const at::Tensor& w1, const at::Tensor& w2, const at
                             const at::Tensor& tokens, const std::vector<int64_t>& tokens_per_expert,
                             const ExpertMatmul& matmul = {});
 // Pads each expert's group with zero rows to a multiple of `alignment`
-// (what the CUDA kernel needs), runs at::_grouped_mm, drops the padding.
+// (what the CUDA kernel needs), runs at::_grouped_mm (or `product`), drops
+// the padding.
 at::Tensor run_experts_grouped_mm(const at::Tensor& w1, const at::Tensor& w2, const at::Tensor& w3,
                                   const at::Tensor& tokens, const std::vector<int64_t>& tokens_per_expert,
-                                  int64_t alignment);
+                                  int64_t alignment, const ExpertGroupedMatmul& product = {});
 
 // Tokens grouped by expert for the experts, and what combine needs.
 struct DispatchedTokens {

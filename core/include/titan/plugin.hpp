@@ -57,7 +57,8 @@ namespace titan {
 //     training_loss (the schedules apply it), the virtual Decoder::head, CausalLM::stage_tokens and the virtual
 //     ModelSpec::head_needs_embeddings (DeepSeek-V3's multi-token prediction, under a pipeline too)
 // 20: StepHookContext::sum_over_replica_groups (MoE load balancing under fault tolerance)
-constexpr int kPluginAbiVersion = 20;
+// 21: GroupedExperts::grouped_matmul (ExpertGroupedMatmul: float8 experts' `_scaled_grouped_mm`)
+constexpr int kPluginAbiVersion = 21;
 
 // The kinds a plugin registers one factory of: name, interface, PluginKind
 // bit. The enum below (kind_model, ...), the registrar's methods (model(),

@@ -65,10 +65,10 @@ at::Tensor run_experts_loop(const at::Tensor& w1, const at::Tensor& w2, const at
 
 at::Tensor run_experts_grouped_mm(const at::Tensor& w1, const at::Tensor& w2, const at::Tensor& w3,
                                   const at::Tensor& tokens, const std::vector<int64_t>& tokens_per_expert,
-                                  int64_t alignment) {
+                                  int64_t alignment, const ExpertGroupedMatmul& product) {
   check_counts(w1, tokens, tokens_per_expert);
   if (alignment < 1) throw Error("moe experts: token group alignment must be >= 1, got " + std::to_string(alignment));
-  if (!rows_fit_grouped_mm(w1, tokens)) {
+  if (!product && !rows_fit_grouped_mm(w1, tokens)) {
     throw Error("moe experts: the grouped GEMM needs dim (" + std::to_string(w1.size(2)) + ") and the experts' hidden "
                 "size (" + std::to_string(w1.size(1)) + ") to be multiples of " +
                 std::to_string(16 / tokens.element_size()) + " for " + std::string(c10::toString(tokens.scalar_type())) +
@@ -77,7 +77,7 @@ at::Tensor run_experts_grouped_mm(const at::Tensor& w1, const at::Tensor& w2, co
   // Each group padded with rows of a zero token (index `rows`); the real
   // rows' places in the padded layout, to take the output back.
   const int64_t rows = tokens.size(0);
-  std::vector<int64_t> gather, keep, offsets;
+  std::vector<int64_t> gather, keep, offsets, group_rows;
   int64_t start = 0, padded_end = 0;
   for (int64_t count : tokens_per_expert) {
     int64_t padded = (count + alignment - 1) / alignment * alignment;
@@ -88,6 +88,7 @@ at::Tensor run_experts_grouped_mm(const at::Tensor& w1, const at::Tensor& w2, co
     start += count;
     padded_end += padded;
     offsets.push_back(padded_end);
+    group_rows.push_back(padded);
   }
   const bool padding = padded_end != rows;
   auto on_device = [&](const std::vector<int64_t>& values, at::ScalarType dtype) {
@@ -98,8 +99,11 @@ at::Tensor run_experts_grouped_mm(const at::Tensor& w1, const at::Tensor& w2, co
     x = at::cat({tokens, at::zeros({1, tokens.size(1)}, tokens.options())}, 0).index_select(0, on_device(gather, at::kLong));
   }
   at::Tensor offs = on_device(offsets, at::kInt);
-  at::Tensor h = at::silu(at::_grouped_mm(x, w1.transpose(-2, -1), offs)) * at::_grouped_mm(x, w3.transpose(-2, -1), offs);
-  at::Tensor out = at::_grouped_mm(h, w2.transpose(-2, -1), offs);
+  auto multiply = [&](const at::Tensor& a, const at::Tensor& weights) {
+    return product ? product(a, weights, offs, group_rows) : at::_grouped_mm(a, weights.transpose(-2, -1), offs);
+  };
+  at::Tensor h = at::silu(multiply(x, w1)) * multiply(x, w3);
+  at::Tensor out = multiply(h, w2);
   return padding ? out.index_select(0, on_device(keep, at::kLong)) : out;
 }
 
@@ -117,10 +121,10 @@ at::Tensor GroupedExperts::forward(const at::Tensor& tokens, const std::vector<i
   const bool cuda = tokens.is_cuda();
   bool grouped = backend_ == ExpertsBackend::grouped_mm ||
                  (backend_ == ExpertsBackend::automatic && cuda && rows_fit_grouped_mm(w1, tokens));
-  if (!grouped || matmul) return run_experts_loop(w1, w2, w3, tokens, tokens_per_expert, matmul);
+  if (!grouped || (matmul && !grouped_matmul)) return run_experts_loop(w1, w2, w3, tokens, tokens_per_expert, matmul);
   // 16 rows: the CUTLASS kernel's alignment (TorchTitan's TOKEN_GROUP_ALIGN_SIZE_M).
   int64_t alignment = alignment_ > 0 ? alignment_ : (cuda ? 16 : 1);
-  return run_experts_grouped_mm(w1, w2, w3, tokens, tokens_per_expert, alignment);
+  return run_experts_grouped_mm(w1, w2, w3, tokens, tokens_per_expert, alignment, grouped_matmul);
 }
 
 }  // namespace titan
