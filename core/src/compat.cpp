@@ -207,6 +207,11 @@ bool is_out_of_memory(const std::exception& error) {
   return c10_error && c10_error->msg().find("DefaultCPUAllocator: can't allocate memory") != std::string::npos;
 }
 
+bool autocast_enabled(c10::DeviceType device_type) {
+  // Asking about a device autocast has no key for (meta: the dry run) throws.
+  return at::autocast::is_autocast_available(device_type) && at::autocast::is_autocast_enabled(device_type);
+}
+
 AutocastScope::AutocastScope(c10::DeviceType device_type, c10::ScalarType dtype)
     : device_type_(device_type),
       was_enabled_(at::autocast::is_autocast_enabled(device_type)),

@@ -24,15 +24,15 @@ std::string shape_text(at::IntArrayRef sizes) {
   return out.str();
 }
 
+std::tuple<int, int, int> device_and_dtype(const at::Tensor& p) {
+  return {static_cast<int>(p.device().type()), p.device().index(), static_cast<int>(p.scalar_type())};
+}
+
 // _foreach_* lists and _fused_adamw_ need tensors of one device and dtype.
 template <typename Update>
 std::vector<std::vector<const Update*>> by_device_and_dtype(const std::vector<Update>& updates) {
   std::map<std::tuple<int, int, int>, std::vector<const Update*>> groups;
-  for (const auto& update : updates) {
-    const at::Tensor& p = update.state->param;
-    groups[{static_cast<int>(p.device().type()), p.device().index(), static_cast<int>(p.scalar_type())}]
-        .push_back(&update);
-  }
+  for (const auto& update : updates) groups[device_and_dtype(update.state->param)].push_back(&update);
   std::vector<std::vector<const Update*>> lists;
   for (auto& entry : groups) lists.push_back(std::move(entry.second));
   return lists;
@@ -137,30 +137,52 @@ void AdamW::apply_foreach(const std::vector<Update>& updates, double lr) const {
 
 void AdamW::apply_fused(const std::vector<Update>& updates, double lr) {
   const auto& o = options_;
-  // One kernel call per group. The kernel reads the already advanced step
-  // counts on the parameters' device: advanced there by one foreach add
-  // (as torch.optim does), not copied from the host per parameter.
+  // One kernel call per group. The kernel reads each parameter's step count
+  // on the parameters' device, not copied from the host per parameter.
   for (const auto& group : by_device_and_dtype(updates)) {
-    std::vector<at::Tensor> params, grads, exp_avgs, exp_avg_sqs, steps, advancing;
+    std::vector<at::Tensor> params, grads, exp_avgs, exp_avg_sqs;
+    std::vector<double> counts;
     for (const Update* update : group) {
       ParamState& state = *update->state;
       params.push_back(state.param);
       grads.push_back(update->grad);
       exp_avgs.push_back(state.exp_avg);
       exp_avg_sqs.push_back(state.exp_avg_sq);
-      const double t = *state.step.data_ptr<double>();
-      if (state.device_step.defined() && state.device_step_holds == t - 1) {
-        advancing.push_back(state.device_step);
-      } else {  // the first fused step, or a count loaded from a checkpoint
-        state.device_step = at::full({}, t, state.param.options().dtype(at::kFloat));
-      }
-      state.device_step_holds = t;
-      steps.push_back(state.device_step);
+      counts.push_back(*state.step.data_ptr<double>());
     }
-    if (!advancing.empty()) at::_foreach_add_(advancing, 1.0);
+    std::map<double, at::Tensor>& held = device_steps_[device_and_dtype(params.front())];
+    held = step_tensors(held, std::set<double>(counts.begin(), counts.end()), params.front().options());
+    std::vector<at::Tensor> steps;
+    for (double t : counts) steps.push_back(held.at(t));
     at::_fused_adamw_(params, grads, exp_avgs, exp_avg_sqs, /*max_exp_avg_sqs=*/{}, steps, lr, o.beta1, o.beta2,
                       o.weight_decay, o.eps, /*amsgrad=*/false, /*maximize=*/false);
   }
+}
+
+std::map<double, at::Tensor> AdamW::step_tensors(const std::map<double, at::Tensor>& held,
+                                                 const std::set<double>& counts, const at::TensorOptions& options) {
+  std::map<double, at::Tensor> next;
+  std::vector<at::Tensor> advancing;
+  for (double t : counts) {
+    auto same = held.find(t), before = held.find(t - 1);
+    if (same != held.end()) {
+      next.emplace(t, same->second);
+    } else if (before != held.end() && counts.count(t - 1) == 0) {
+      next.emplace(t, before->second);
+      advancing.push_back(before->second);
+    } else {  // the first fused step, a count loaded from a checkpoint, or a parameter that skipped steps
+      next.emplace(t, at::full({}, t, options.dtype(at::kFloat)));
+    }
+  }
+  if (advancing.empty()) return next;
+  if (options.device().is_cpu()) {
+    // The host's own memory: written, not dispatched (an add of a Scalar
+    // on CPU costs four ops, the Scalar's conversion included).
+    for (auto& [t, tensor] : next) *tensor.data_ptr<float>() = static_cast<float>(t);
+  } else {
+    at::_foreach_add_(advancing, 1.0);  // as torch.optim advances them: on the device, no copy from the host
+  }
+  return next;
 }
 
 void AdamW::zero_grad() {

@@ -2,7 +2,9 @@
 // (amsgrad off, maximize off): the update rule and its per-parameter state.
 #pragma once
 #include <map>
+#include <set>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "titan/optimizer.hpp"
@@ -37,11 +39,6 @@ class AdamW : public Optimizer {
     at::Tensor exp_avg;     // first moment, like param
     at::Tensor exp_avg_sq;  // second moment, like param
     at::Tensor step;        // 0-dim float64 on CPU: steps taken by this parameter
-    // fused: the kernel's copy of `step` (0-dim float32 on the parameter's
-    // device), advanced on the device; `device_step_holds` is the count it
-    // holds, so a step loaded from a checkpoint is copied over once.
-    at::Tensor device_step;
-    double device_step_holds = -1;
   };
   // One parameter's update with its bias-corrected scalars already known.
   struct Update {
@@ -53,9 +50,17 @@ class AdamW : public Optimizer {
   void apply_for_loop(const std::vector<Update>& updates, double lr) const;
   void apply_foreach(const std::vector<Update>& updates, double lr) const;
   void apply_fused(const std::vector<Update>& updates, double lr);
+  // fused: the step counts the kernel reads, 0-dim float32 on the group's
+  // device, one tensor per count, shared by every parameter of the group at
+  // that count (all of them, unless some skipped steps): one add a step
+  // advances them, not one per parameter. From the counts `held` holds,
+  // those that `counts` needs, advanced or made.
+  static std::map<double, at::Tensor> step_tensors(const std::map<double, at::Tensor>& held,
+                                                   const std::set<double>& counts, const at::TensorOptions& options);
 
   AdamWOptions options_;
   std::vector<ParamState> states_;
+  std::map<std::tuple<int, int, int>, std::map<double, at::Tensor>> device_steps_;  // by (device type, index, dtype)
 };
 
 }  // namespace titan::adamw

@@ -186,19 +186,26 @@ TEST_CASE("AdamW's foreach and for-loop implementations agree bit for bit") {
   CHECK(torch::equal(a2, b2));
 }
 
-TEST_CASE("AdamW's fused implementation (ATen's _fused_adamw_) agrees with foreach within 1e-6, fp32 and fp64") {
+TEST_CASE("AdamW's fused implementation (ATen's _fused_adamw_) agrees with foreach within 1e-6, fp32 and fp64, "
+          "parameters of one group at different step counts included") {
   auto foreach = adamw_factory(std::string(kOptions) + "implementation: foreach\n");
   auto fused = adamw_factory(std::string(kOptions) + "implementation: fused\n");
-  at::Tensor a1 = make_param({6, 5}, 8), a2 = make_param({7}, 9, at::kDouble);
-  at::Tensor b1 = make_param({6, 5}, 8), b2 = make_param({7}, 9, at::kDouble);
-  auto first = foreach->build({{"x", a1}, {"y", a2}});
-  auto second = fused->build({{"x", b1}, {"y", b2}});
+  at::Tensor a1 = make_param({6, 5}, 8), a2 = make_param({7}, 9, at::kDouble), a3 = make_param({4}, 10);
+  at::Tensor b1 = make_param({6, 5}, 8), b2 = make_param({7}, 9, at::kDouble), b3 = make_param({4}, 10);
+  auto first = foreach->build({{"x", a1}, {"y", a2}, {"z", a3}});
+  auto second = fused->build({{"x", b1}, {"y", b2}, {"z", b3}});
   for (int step = 1; step <= 5; ++step) {
     a1.mutable_grad() = make_grad(a1, step);
     b1.mutable_grad() = make_grad(b1, step);
     if (step != 3) {  // a parameter without a gradient keeps its step count in both
       a2.mutable_grad() = make_grad(a2, 30 + step);
       b2.mutable_grad() = make_grad(b2, 30 + step);
+    }
+    // z shares x's device and dtype (one fused call, one step tensor per
+    // count): from step 3 on the two are a count apart.
+    if (step != 2) {
+      a3.mutable_grad() = make_grad(a3, 60 + step);
+      b3.mutable_grad() = make_grad(b3, 60 + step);
     }
     first->step(0.01 * step);
     second->step(0.01 * step);
@@ -207,6 +214,8 @@ TEST_CASE("AdamW's fused implementation (ATen's _fused_adamw_) agrees with forea
   }
   CHECK(max_abs_diff(a1, b1) < 1e-6);
   CHECK(max_abs_diff(a2, b2) < 1e-12);
+  CHECK(max_abs_diff(a3, b3) < 1e-6);
+  CHECK(second->state_tensors().at("z.step").item<double>() == 4);
   CHECK(max_abs_diff(first->state_tensors().at("x.exp_avg_sq"), second->state_tensors().at("x.exp_avg_sq")) < 1e-6);
   CHECK(second->state_tensors().at("y.step").item<double>() == 4);
   CHECK_FALSE(torch::equal(a1, make_param({6, 5}, 8)));  // it did move

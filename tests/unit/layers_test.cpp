@@ -3,9 +3,11 @@
 #include "doctest_torch.hpp"
 
 #include <ATen/ATen.h>
+#include <torch/csrc/autograd/autograd.h>
 #include <torch/nn/module.h>
 #include <torch/nn/modules/container/moduledict.h>
 
+#include "titan/compat.hpp"
 #include "titan/error.hpp"
 #include "titan/layers.hpp"
 #include "titan/module_path.hpp"
@@ -108,4 +110,115 @@ TEST_CASE("layers: the core RMSNorm normalizes in fp32 and scales") {
   at::Tensor x = at::tensor({1.0f, 2.0f, 3.0f, 4.0f}).view({1, 4});
   at::Tensor expected = 2 * x / std::sqrt((1 + 4 + 9 + 16) / 4.0 + 1e-6);
   CHECK(at::allclose(norm.forward(x), expected));
+}
+
+TEST_CASE("layers: RMSNorm's one autograd node gives the composition's output bit for bit and its gradients "
+          "within 1e-6, in float32 and with bfloat16 inputs") {
+  // The composition RMSNorm ran before it became one node: autograd's own.
+  auto composition = [](const at::Tensor& input, const at::Tensor& weight, double eps) {
+    at::Tensor x = input.to(at::kFloat);
+    at::Tensor normed = x * at::rsqrt(x.pow(2).mean(-1, /*keepdim=*/true) + eps);
+    return normed.to(input.scalar_type()) * weight;
+  };
+  for (at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
+    at::manual_seed(3);
+    titan::RMSNorm norm(48, 1e-5, at::TensorOptions().dtype(dtype));
+    norm.weight.data().copy_(at::rand({48}) + 0.5);
+    // Rows far apart in size, so that each row's scale matters.
+    const at::Tensor values = (at::randn({2, 5, 48}) * at::logspace(-3, 2, 5).view({1, 5, 1})).to(dtype);
+    const at::Tensor upstream = at::randn({2, 5, 48}).to(dtype);
+    auto run = [&](bool one_node) {
+      at::Tensor x = values.clone().requires_grad_(true);
+      norm.weight.mutable_grad() = at::Tensor();
+      at::Tensor out = one_node ? norm.forward(x) : composition(x, norm.weight, norm.eps);
+      out.backward(upstream);
+      return std::vector<at::Tensor>{out.detach(), x.grad(), norm.weight.grad().clone()};
+    };
+    const std::vector<at::Tensor> node = run(true), reference = run(false);
+    INFO(c10::toString(dtype));
+    CHECK(at::equal(node[0], reference[0]));
+    for (size_t i = 1; i < node.size(); ++i) {
+      // Per row: rows 1e5 apart in size each get their own tolerance.
+      const at::Tensor a = node[i].to(at::kDouble), e = reference[i].to(at::kDouble);
+      const double error = ((a - e).abs() / e.abs().amax(-1, /*keepdim=*/true).clamp_min(1e-30)).max().item<double>();
+      const std::string what = std::string(c10::toString(dtype)) + (i == 1 ? " grad input" : " grad weight");
+      MESSAGE(what << ": relative error " << error);
+      CHECK(error <= (dtype == at::kFloat ? 1e-6 : 1e-2));
+    }
+  }
+}
+
+TEST_CASE("layers: Rotary's one autograd node gives the composition's output and input gradient bit for bit, in "
+          "float32 and bfloat16") {
+  auto composition = [](const at::Tensor& x, const at::Tensor& c, const at::Tensor& s) {
+    at::Tensor pairs = x.to(at::kFloat).reshape({x.size(0), x.size(1), x.size(2), x.size(3) / 2, 2});
+    at::Tensor even = pairs.select(-1, 0), odd = pairs.select(-1, 1);
+    return at::stack({even * c - odd * s, even * s + odd * c}, -1).flatten(3).to(x.scalar_type());
+  };
+  for (at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
+    at::manual_seed(4);
+    const at::Tensor angles = at::rand({6, 8}) * 6.3;  // [seq, half]
+    const at::Tensor cos = angles.cos(), sin = angles.sin();
+    const at::Tensor values = at::randn({2, 6, 3, 16}).to(dtype), upstream = at::randn({2, 6, 3, 16}).to(dtype);
+    auto run = [&](bool one_node) {
+      at::Tensor x = values.clone().requires_grad_(true);
+      titan::Rotary rotary;
+      at::Tensor out = one_node ? rotary.forward(x, cos, sin)
+                                : composition(x, titan::Rotary::rows_for(cos, x), titan::Rotary::rows_for(sin, x));
+      out.backward(upstream);
+      return std::make_pair(out.detach(), x.grad());
+    };
+    const auto node = run(true), reference = run(false);
+    INFO(std::string(c10::toString(dtype)));
+    CHECK(at::equal(node.first, reference.first));
+    CHECK(at::equal(node.second, reference.second));
+    CHECK(node.second.abs().sum().item<double>() > 0);
+  }
+}
+
+TEST_CASE("layers: a bias-free Linear's one autograd node gives at::linear's output and both gradients bit for bit, "
+          "and each gradient alone where only it is asked for") {
+  for (at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
+    at::manual_seed(5);
+    titan::Linear linear(48, 80, at::TensorOptions().dtype(dtype));
+    linear.weight.data().copy_(at::randn({80, 48}) * 0.1);
+    const at::Tensor values = at::randn({3, 7, 48}).to(dtype), upstream = at::randn({3, 7, 80}).to(dtype);
+    auto run = [&](bool one_node) {
+      at::Tensor x = values.clone().requires_grad_(true);
+      linear.weight.mutable_grad() = at::Tensor();
+      at::Tensor out = one_node ? linear.forward(x) : at::linear(x, linear.weight);
+      out.backward(upstream);
+      return std::vector<at::Tensor>{out.detach(), x.grad(), linear.weight.grad().clone()};
+    };
+    const std::vector<at::Tensor> node = run(true), reference = run(false);
+    INFO(std::string(c10::toString(dtype)));
+    for (size_t i = 0; i < node.size(); ++i) CHECK(at::equal(node[i], reference[i]));
+    // The input's gradient alone (a pipeline's split backward: I before W).
+    at::Tensor x = values.clone().requires_grad_(true);
+    linear.weight.mutable_grad() = at::Tensor();
+    const auto only_input = torch::autograd::grad({linear.forward(x)}, {x}, {upstream});
+    CHECK(at::equal(only_input[0], reference[1]));
+    CHECK_FALSE(linear.weight.grad().defined());
+  }
+}
+
+TEST_CASE("layers: under autocast (bfloat16 on CPU) a bias-free Linear is at::linear's, forward and backward") {
+  at::manual_seed(6);
+  titan::Linear linear(32, 16, at::TensorOptions().dtype(at::kFloat));
+  linear.weight.data().copy_(at::randn({16, 32}) * 0.1);
+  const at::Tensor values = at::randn({2, 5, 32}), upstream = at::randn({2, 5, 16});
+  auto run = [&](bool titan_linear) {
+    at::Tensor x = values.clone().requires_grad_(true);
+    linear.weight.mutable_grad() = at::Tensor();
+    at::Tensor out;
+    {
+      titan::compat::AutocastScope autocast(at::kCPU, at::kBFloat16);
+      out = titan_linear ? linear.forward(x) : at::linear(x, linear.weight);
+    }
+    out.backward(upstream.to(out.scalar_type()));
+    return std::vector<at::Tensor>{out.detach(), x.grad(), linear.weight.grad().clone()};
+  };
+  const std::vector<at::Tensor> titan_side = run(true), reference = run(false);
+  CHECK((titan_side[0].scalar_type() == at::kBFloat16));
+  for (size_t i = 0; i < titan_side.size(); ++i) CHECK(at::equal(titan_side[i], reference[i]));
 }

@@ -70,6 +70,10 @@ class AutocastScope {
   c10::ScalarType previous_dtype_;
 };
 
+// True inside an autocast region for `device_type` (an AutocastScope's);
+// false for devices autocast does not know (meta).
+bool autocast_enabled(c10::DeviceType device_type);
+
 // True when this LibTorch was built with CUDA and a device is present.
 bool cuda_available();
 // Why cuda_available() is false, in words for an error message ("no CUDA

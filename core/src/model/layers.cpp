@@ -7,6 +7,9 @@
 #include "titan/compat.hpp"
 #include "titan/error.hpp"
 #include "titan/module_path.hpp"
+#include "linear_function.hpp"
+#include "rms_norm_function.hpp"
+#include "rotary_function.hpp"
 
 namespace titan {
 
@@ -19,7 +22,9 @@ Linear::Linear(int64_t in_features, int64_t out_features, const at::TensorOption
   if (with_bias) bias = register_parameter("bias", at::empty({out_features}, options));
 }
 
-at::Tensor Linear::forward(const at::Tensor& input) { return at::linear(input, weight, bias); }
+at::Tensor Linear::forward(const at::Tensor& input) {
+  return bias.defined() ? at::linear(input, weight, bias) : linear_no_bias(input, weight);
+}
 
 Embedding::Embedding(int64_t vocab_size, int64_t dim, const at::TensorOptions& options) {
   weight = register_parameter("weight", at::empty({vocab_size, dim}, options));
@@ -41,11 +46,7 @@ RMSNorm::RMSNorm(int64_t dim, double eps_, const at::TensorOptions& options) : e
   weight = register_parameter("weight", at::empty({dim}, options));
 }
 
-at::Tensor RMSNorm::forward(const at::Tensor& input) {
-  at::Tensor x = input.to(at::kFloat);
-  at::Tensor normed = x * at::rsqrt(x.pow(2).mean(-1, /*keepdim=*/true) + eps);
-  return normed.to(input.scalar_type()) * weight;
-}
+at::Tensor RMSNorm::forward(const at::Tensor& input) { return rms_norm(input, weight, eps); }
 
 AttentionCore::~AttentionCore() = default;
 
@@ -75,12 +76,7 @@ at::Tensor Rotary::rows_for(const at::Tensor& table, const at::Tensor& x) {
 
 at::Tensor Rotary::forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
   // Same fp32 steps as TorchTitan's apply_rotary_emb (complex multiply of pairs).
-  int64_t seq = x.size(1), half = x.size(3) / 2;
-  at::Tensor pairs = x.to(at::kFloat).reshape({x.size(0), seq, x.size(2), half, 2});
-  at::Tensor even = pairs.select(-1, 0), odd = pairs.select(-1, 1);
-  at::Tensor c = rows_for(cos, x), s = rows_for(sin, x);
-  at::Tensor rotated = at::stack({even * c - odd * s, even * s + odd * c}, -1);
-  return rotated.flatten(3).to(x.scalar_type());
+  return rotate_pairs(x, rows_for(cos, x), rows_for(sin, x));
 }
 
 at::Tensor RotateHalfRotary::forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
