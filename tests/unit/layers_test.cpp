@@ -148,31 +148,41 @@ TEST_CASE("layers: RMSNorm's one autograd node gives the composition's output bi
   }
 }
 
-TEST_CASE("layers: Rotary's one autograd node gives the composition's output and input gradient bit for bit, in "
-          "float32 and bfloat16") {
-  auto composition = [](const at::Tensor& x, const at::Tensor& c, const at::Tensor& s) {
+TEST_CASE("layers: Rotary's and RotateHalfRotary's one autograd node give the composition's output and input "
+          "gradient bit for bit, in float32 and bfloat16") {
+  auto pairs = [](const at::Tensor& x, const at::Tensor& c, const at::Tensor& s) {
     at::Tensor pairs = x.to(at::kFloat).reshape({x.size(0), x.size(1), x.size(2), x.size(3) / 2, 2});
     at::Tensor even = pairs.select(-1, 0), odd = pairs.select(-1, 1);
     return at::stack({even * c - odd * s, even * s + odd * c}, -1).flatten(3).to(x.scalar_type());
   };
-  for (at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
-    at::manual_seed(4);
-    const at::Tensor angles = at::rand({6, 8}) * 6.3;  // [seq, half]
-    const at::Tensor cos = angles.cos(), sin = angles.sin();
-    const at::Tensor values = at::randn({2, 6, 3, 16}).to(dtype), upstream = at::randn({2, 6, 3, 16}).to(dtype);
-    auto run = [&](bool one_node) {
-      at::Tensor x = values.clone().requires_grad_(true);
-      titan::Rotary rotary;
-      at::Tensor out = one_node ? rotary.forward(x, cos, sin)
-                                : composition(x, titan::Rotary::rows_for(cos, x), titan::Rotary::rows_for(sin, x));
-      out.backward(upstream);
-      return std::make_pair(out.detach(), x.grad());
-    };
-    const auto node = run(true), reference = run(false);
-    INFO(std::string(c10::toString(dtype)));
-    CHECK(at::equal(node.first, reference.first));
-    CHECK(at::equal(node.second, reference.second));
-    CHECK(node.second.abs().sum().item<double>() > 0);
+  auto halves = [](const at::Tensor& x, const at::Tensor& c, const at::Tensor& s) {
+    const int64_t half = x.size(3) / 2;
+    at::Tensor xf = x.to(at::kFloat);
+    at::Tensor first = xf.narrow(3, 0, half), second = xf.narrow(3, half, half);
+    return at::cat({first * c - second * s, second * c + first * s}, 3).to(x.scalar_type());
+  };
+  for (bool rotate_half : {false, true}) {
+    for (at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
+      at::manual_seed(4);
+      const at::Tensor angles = at::rand({6, 8}) * 6.3;  // [seq, half]
+      const at::Tensor cos = angles.cos(), sin = angles.sin();
+      const at::Tensor values = at::randn({2, 6, 3, 16}).to(dtype), upstream = at::randn({2, 6, 3, 16}).to(dtype);
+      auto run = [&](bool one_node) {
+        at::Tensor x = values.clone().requires_grad_(true);
+        std::shared_ptr<titan::Rotary> rotary =
+            rotate_half ? std::make_shared<titan::RotateHalfRotary>() : std::make_shared<titan::Rotary>();
+        const at::Tensor c = titan::Rotary::rows_for(cos, x), s = titan::Rotary::rows_for(sin, x);
+        at::Tensor out = one_node ? rotary->forward(x, cos, sin) : (rotate_half ? halves(x, c, s) : pairs(x, c, s));
+        out.backward(upstream);
+        return std::make_pair(out.detach(), x.grad());
+      };
+      const auto node = run(true), reference = run(false);
+      const std::string which = (rotate_half ? "rotate_half " : "pairs ") + std::string(c10::toString(dtype));
+      INFO(which);
+      CHECK(at::equal(node.first, reference.first));
+      CHECK(at::equal(node.second, reference.second));
+      CHECK(node.second.abs().sum().item<double>() > 0);
+    }
   }
 }
 

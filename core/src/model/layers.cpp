@@ -80,11 +80,7 @@ at::Tensor Rotary::forward(const at::Tensor& x, const at::Tensor& cos, const at:
 }
 
 at::Tensor RotateHalfRotary::forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
-  const int64_t half = x.size(3) / 2;
-  at::Tensor xf = x.to(at::kFloat);
-  at::Tensor first = xf.narrow(3, 0, half), second = xf.narrow(3, half, half);
-  at::Tensor c = rows_for(cos, x), s = rows_for(sin, x);
-  return at::cat({first * c - second * s, second * c + first * s}, 3).to(x.scalar_type());
+  return rotate_halves(x, rows_for(cos, x), rows_for(sin, x));
 }
 
 SwiGLU::~SwiGLU() = default;

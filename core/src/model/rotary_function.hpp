@@ -1,5 +1,5 @@
-// Rotary's interleaved-pair rotation as one autograd node (Rotary::forward
-// calls it).
+// The rotary rotations as one autograd node each (Rotary::forward and
+// RotateHalfRotary::forward call them).
 #pragma once
 #include <ATen/core/Tensor.h>
 
@@ -13,6 +13,8 @@ namespace titan {
 // seq, heads, head_dim / 2]), in fp32, back in x's dtype. One autograd node;
 // its backward (the rotation by minus the angle) gives autograd's bits.
 at::Tensor rotate_pairs(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
+// The same for dims (i, i + head_dim / 2) (rotate_half: HF's Qwen3, GPT-OSS).
+at::Tensor rotate_halves(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
 
 }  // namespace titan
 
