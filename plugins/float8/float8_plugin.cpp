@@ -125,6 +125,14 @@ class Float8Policy : public titan::PrecisionPolicy {
                            (settings->precomputed ? " (scales precomputed, one all-reduce per step)" : "")
                      : "",
                  joined(kept));
+    if (experts > 0) {
+      spdlog::info("float8: the experts multiply {} where experts_backend is grouped_mm (CUDA's default), else "
+                   "expert by expert",
+                   settings->emulate ? "in the exact emulation"
+                   : titan::float8::grouped_scaled_mm_available()
+                       ? "as one _scaled_grouped_mm per product (bfloat16 activations; _scaled_mm per expert otherwise)"
+                       : "by _scaled_mm per expert (this GPU has no _scaled_grouped_mm: it needs sm_90 or sm_100)");
+    }
     if (converted.empty() && experts == 0) {
       spdlog::warn("float8: no linear layer was converted; the run trains in high precision");
     }

@@ -132,6 +132,8 @@ TEST_CASE("float8 experts (emulated, rowwise): a small qwen3 MoE with only its e
   INFO(result.output);
   REQUIRE(result.exit_code == 0);
   CHECK(titan::test::has(result.output, "0 linear layers and the experts of 2 MoE layers converted"));
+  CHECK(titan::test::has(result.output, "the experts multiply in the exact emulation where experts_backend is "
+                                        "grouped_mm"));
   RunOutput f8 = read_run(dump);
   REQUIRE(f8.losses.size() == steps);
   const double gap = relative(f8.losses.back(), bf16.losses.back());

@@ -232,3 +232,22 @@ TEST_CASE("layers: under autocast (bfloat16 on CPU) a bias-free Linear is at::li
   CHECK((titan_side[0].scalar_type() == at::kBFloat16));
   for (size_t i = 0; i < titan_side.size(); ++i) CHECK(at::equal(titan_side[i], reference[i]));
 }
+
+TEST_CASE("layers: SwiGLU's one autograd node gives silu(gate) * up's output and both gradients bit for bit") {
+  for (at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
+    at::manual_seed(7);
+    const at::Tensor gates = (at::randn({2, 5, 24}) * 3).to(dtype), ups = at::randn({2, 5, 24}).to(dtype);
+    const at::Tensor upstream = at::randn({2, 5, 24}).to(dtype);
+    auto run = [&](bool one_node) {
+      at::Tensor gate = gates.clone().requires_grad_(true), up = ups.clone().requires_grad_(true);
+      titan::SwiGLU swiglu;
+      at::Tensor out = one_node ? swiglu.forward(gate, up) : at::silu(gate) * up;
+      out.backward(upstream);
+      return std::vector<at::Tensor>{out.detach(), gate.grad(), up.grad()};
+    };
+    const std::vector<at::Tensor> node = run(true), reference = run(false);
+    const std::string which = c10::toString(dtype);
+    INFO(which);
+    for (size_t i = 0; i < node.size(); ++i) CHECK(at::equal(node[i], reference[i]));
+  }
+}

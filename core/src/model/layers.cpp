@@ -10,6 +10,7 @@
 #include "linear_function.hpp"
 #include "rms_norm_function.hpp"
 #include "rotary_function.hpp"
+#include "swiglu_function.hpp"
 
 namespace titan {
 
@@ -85,7 +86,7 @@ at::Tensor RotateHalfRotary::forward(const at::Tensor& x, const at::Tensor& cos,
 
 SwiGLU::~SwiGLU() = default;
 
-at::Tensor SwiGLU::forward(const at::Tensor& gate, const at::Tensor& up) { return at::silu(gate) * up; }
+at::Tensor SwiGLU::forward(const at::Tensor& gate, const at::Tensor& up) { return swiglu(gate, up); }
 
 LayerWrapper::LayerWrapper(std::shared_ptr<Layer> inner) : inner_(std::move(inner)) {
   for (const auto& item : inner_->named_parameters(/*recurse=*/false)) {
