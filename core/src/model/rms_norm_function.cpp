@@ -1,6 +1,6 @@
 // RMSNorm as one autograd node (rms_norm_function.hpp). On a small model
-// the host's work per op dominates a step, and the composition's eight
-// nodes per norm were an eighth of a CPU step's host time.
+// the host's work per node dominates a step: the composition's eight nodes
+// per norm were about a tenth of a tiny CPU step (docs/benchmarks.md).
 #include "rms_norm_function.hpp"
 
 #include <torch/csrc/autograd/custom_function.h>
