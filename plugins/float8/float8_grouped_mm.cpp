@@ -11,15 +11,9 @@
 #include <string>
 
 #include "float8_scaled_mm.h"
-#include "titan/compat.hpp"
 #include "titan/error.hpp"
 
 namespace titan::float8 {
-
-bool grouped_scaled_mm_available() {
-  const int capability = compat::cuda_compute_capability();
-  return capability == 90 || capability == 100;  // what LibTorch's kernel accepts
-}
 
 namespace {
 
@@ -34,8 +28,6 @@ Engine engine_for(const at::Tensor& x, bool emulate) {
   if (x.scalar_type() == at::kBFloat16 && grouped_scaled_mm_available()) return Engine::scaled_grouped_mm;
   return Engine::scaled_mm;
 }
-
-at::Tensor as_e4m3(const at::Tensor& codes) { return codes.view(at::kFloat8_e4m3fn); }
 
 // Codes of x [rows, C] cast per column over each expert's rows (grad_weight's
 // contraction dim): `scales` [E, C], `row_scales` the same spread over the rows.
@@ -59,12 +51,7 @@ GroupColumnCast cast_per_group_column(const at::Tensor& x, const at::Tensor& len
 at::Tensor products_by_expert(const Quantized& a, const Quantized& b, const at::Tensor& group_ends,
                               const std::vector<int64_t>& group_rows, Engine engine, c10::ScalarType out_dtype) {
   if (engine == Engine::scaled_grouped_mm) {
-    const int64_t experts = b.codes.size(0), n = b.codes.size(1);
-    at::Tensor out = at::_scaled_grouped_mm(
-        as_e4m3(a.codes.contiguous()), as_e4m3(b.codes.contiguous()).transpose(-2, -1),
-        a.scale.reciprocal().reshape({-1}).contiguous(), b.scale.reciprocal().reshape({experts, n}).contiguous(),
-        group_ends, std::nullopt, std::nullopt, at::kBFloat16, /*use_fast_accum=*/false);
-    return out.to(out_dtype);
+    return scaled_grouped_mm(a.codes, a.scale, b.codes, b.scale, group_ends).to(out_dtype);
   }
   const at::Tensor a_values = engine == Engine::emulated ? dequantize(a) : at::Tensor();
   const at::Tensor b_values = engine == Engine::emulated ? dequantize(b) : at::Tensor();
@@ -94,13 +81,8 @@ at::Tensor weight_products_by_expert(const GroupColumnCast& g, const GroupColumn
   const int64_t n = g.codes.size(1), k = x.codes.size(1);
   at::Tensor out;
   if (engine == Engine::scaled_grouped_mm) {
-    // 2d x 2d: A [N, rows] row-major, B [rows, K] column-major, one scale
-    // per (expert, row of A) and per (expert, column of B).
-    out = at::_scaled_grouped_mm(as_e4m3(g.codes.t().contiguous()), as_e4m3(x.codes.t().contiguous()).t(),
-                                 g.scales.reciprocal().reshape({-1}).contiguous(),
-                                 x.scales.reciprocal().reshape({-1}).contiguous(), group_ends, std::nullopt,
-                                 std::nullopt, at::kBFloat16, /*use_fast_accum=*/false)
-              .to(out_dtype);
+    // grad_output^T [N, rows] by x^T [K, rows], grouped along the rows.
+    out = scaled_grouped_mm(g.codes.t(), g.scales, x.codes.t(), x.scales, group_ends).to(out_dtype);
     for (int64_t e = 0; e < experts; ++e) {
       if (group_rows[static_cast<size_t>(e)] == 0) out[e].zero_();  // a group of no rows is never written
     }
@@ -131,18 +113,17 @@ Quantized transposed_experts(const Quantized& q) {  // [E, A, B] -> [E, B, A]
   return {q.codes.transpose(1, 2), q.scale.transpose(1, 2), q.format};
 }
 
-std::vector<int64_t> rows_of(AutogradContext* ctx) { return ctx->saved_data["group_rows"].toIntVector(); }
-
 struct Float8GroupedLinearFunction : torch::autograd::Function<Float8GroupedLinearFunction> {
   // x [rows, K], weights [E, N, K]; `rows_handle` a std::vector<int64_t>*
   // (copied: it does not outlive the forward).
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weights,
-                            const at::Tensor& group_ends, int64_t recipe_handle, int64_t rows_handle, bool emulate) {
+                            const at::Tensor& group_ends, int64_t recipe_handle, int64_t rows_handle,
+                            int64_t engine_id) {
     const Recipe& recipe = *reinterpret_cast<const Recipe*>(recipe_handle);
     const auto& group_rows = *reinterpret_cast<const std::vector<int64_t>*>(rows_handle);
-    const Engine engine = engine_for(x, emulate);
+    const auto engine = static_cast<Engine>(engine_id);
     ctx->saved_data["recipe"] = recipe_handle;
-    ctx->saved_data["engine"] = static_cast<int64_t>(engine);
+    ctx->saved_data["engine"] = engine_id;
     ctx->saved_data["group_rows"] = group_rows;
     ctx->save_for_backward({x, weights, group_ends});
     return products_by_expert(cast(x, recipe.input, 1, recipe), cast(weights, recipe.weight, 2, recipe), group_ends,
@@ -152,7 +133,7 @@ struct Float8GroupedLinearFunction : torch::autograd::Function<Float8GroupedLine
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const Recipe& recipe = *reinterpret_cast<const Recipe*>(ctx->saved_data["recipe"].toInt());
     const auto engine = static_cast<Engine>(ctx->saved_data["engine"].toInt());
-    const std::vector<int64_t> group_rows = rows_of(ctx);
+    const std::vector<int64_t> group_rows = ctx->saved_data["group_rows"].toIntVector();
     auto saved = ctx->get_saved_variables();
     const at::Tensor& x = saved[0];
     const at::Tensor& weights = saved[1];
@@ -212,9 +193,10 @@ void check_arguments(const at::Tensor& x, const at::Tensor& weights, const std::
 
 at::Tensor float8_grouped_linear(const at::Tensor& x, const at::Tensor& weights, const at::Tensor& group_ends,
                                  const std::vector<int64_t>& group_rows, const Recipe& recipe, bool emulate) {
-  check_arguments(x, weights, group_rows, recipe, engine_for(x, emulate));
+  const Engine engine = engine_for(x, emulate);
+  check_arguments(x, weights, group_rows, recipe, engine);
   return Float8GroupedLinearFunction::apply(x, weights, group_ends, reinterpret_cast<int64_t>(&recipe),
-                                            reinterpret_cast<int64_t>(&group_rows), emulate);
+                                            reinterpret_cast<int64_t>(&group_rows), static_cast<int64_t>(engine));
 }
 
 }  // namespace titan::float8

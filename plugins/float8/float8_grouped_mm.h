@@ -15,10 +15,6 @@
 
 namespace titan::float8 {
 
-// True when Titan was built with CUDA and the current CUDA device runs
-// `_scaled_grouped_mm` (compute capability 9.0 or 10.0).
-bool grouped_scaled_mm_available();
-
 // x [rows, K] in expert order @ weights [E, N, K]^T per expert -> [rows, N]
 // (autograd: gradients for x and weights). `group_rows` (host) are each
 // expert's rows, `group_ends` (int32, x's device) where they end; under

@@ -12,6 +12,11 @@ namespace titan::float8 {
 
 bool scaled_mm_available() { return compat::cuda_compute_capability() >= 89; }
 
+bool grouped_scaled_mm_available() {
+  const int capability = compat::cuda_compute_capability();
+  return capability == 90 || capability == 100;  // what LibTorch's kernel accepts
+}
+
 namespace {
 
 // `_scaled_mm` multiplies by the factors that turn codes back into values:
@@ -53,6 +58,32 @@ at::Tensor scaled_mm(const at::Tensor& a_codes, bool a_e5m2, const at::Tensor& a
                 (rowwise ? "rowwise" : "tensorwise") + " scales): " + error.what_without_backtrace() +
                 " (_scaled_mm needs every dim a multiple of 16; set emulate: true or filter the layer with "
                 "filter_fqns)");
+  }
+}
+
+at::Tensor scaled_grouped_mm(const at::Tensor& a_codes, const at::Tensor& a_scale, const at::Tensor& b_codes,
+                             const at::Tensor& b_scale, const at::Tensor& group_ends) {
+  if (!grouped_scaled_mm_available()) {
+    throw Error(std::string("float8: _scaled_grouped_mm needs a CUDA device of compute capability 9.0 or 10.0 (") +
+                compat::cuda_summary() + "); use the float8 plugin's emulation (emulate: true)");
+  }
+  // Row-major a, column-major b in its last two dims (b [.., N, K] row-major
+  // is its transpose column-major); one factor per row of a and b, per
+  // group where the groups run along the shared dim.
+  at::Tensor a = a_codes.contiguous().view(at::kFloat8_e4m3fn);
+  at::Tensor b = b_codes.contiguous().view(at::kFloat8_e4m3fn).transpose(-2, -1);
+  at::Tensor a_factors = dequantize_factor(a_scale).reshape({-1}).contiguous();
+  at::Tensor b_factors = (b_codes.dim() == 3 ? dequantize_factor(b_scale).reshape({b_codes.size(0), b_codes.size(1)})
+                                             : dequantize_factor(b_scale).reshape({-1}))
+                             .contiguous();
+  try {
+    return at::_scaled_grouped_mm(a, b, a_factors, b_factors, group_ends, std::nullopt, std::nullopt, at::kBFloat16,
+                                  /*use_fast_accum=*/false);
+  } catch (const c10::Error& error) {
+    throw Error("float8 scaled_grouped_mm of a " + std::to_string(a.dim()) + "-d [" + std::to_string(a.size(0)) +
+                ", " + std::to_string(a.size(1)) + "] by a " + std::to_string(b.dim()) + "-d b in " +
+                std::to_string(group_ends.numel()) + " groups: " + error.what_without_backtrace() +
+                " (every dim and group a multiple of 16; set emulate: true)");
   }
 }
 

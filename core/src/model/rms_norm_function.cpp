@@ -19,8 +19,7 @@ struct RmsNormFunction : torch::autograd::Function<RmsNormFunction> {
     const at::Tensor x = input.to(at::kFloat);
     const at::Tensor rstd = at::rsqrt((x * x).mean(-1, /*keepdim=*/true) + eps);
     const at::Tensor normed = (x * rstd).to(input.scalar_type());
-    ctx->save_for_backward({x, rstd, normed, weight});
-    ctx->saved_data["input_dtype"] = static_cast<int64_t>(input.scalar_type());
+    ctx->save_for_backward({x, rstd, normed, weight});  // normed: in the input's dtype
     return normed * weight;
   }
 
@@ -43,7 +42,7 @@ struct RmsNormFunction : torch::autograd::Function<RmsNormFunction> {
       const at::Tensor grad_square = grad_mean.expand(x.sizes()) / x.size(-1);
       const at::Tensor grad_x_factor = grad_square * x;  // x * x: each factor's, added in turn
       const at::Tensor grad_x = grad_x_rstd * rstd + grad_x_factor + grad_x_factor;
-      grad_input = grad_x.to(static_cast<at::ScalarType>(ctx->saved_data["input_dtype"].toInt()));
+      grad_input = grad_x.to(normed.scalar_type());
     }
     return {grad_input, grad_weight, at::Tensor()};
   }

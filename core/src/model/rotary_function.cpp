@@ -39,20 +39,19 @@ struct RotaryFunction : torch::autograd::Function<RotaryFunction> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
                             int64_t layout) {
     ctx->save_for_backward({cos, sin});
-    ctx->saved_data["dtype"] = static_cast<int64_t>(x.scalar_type());
     ctx->saved_data["layout"] = layout;
     return rotated(x, cos, sin, static_cast<Layout>(layout), x.scalar_type());
   }
 
   // The rotation by minus the angle: first' = g0 * c + g1 * s, second' =
   // g1 * c - g0 * s, the two terms autograd adds for each (in either order:
-  // a sum of two is the same bits).
+  // a sum of two is the same bits), in x's dtype: the output's, which the
+  // engine gives its gradient.
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const auto saved = ctx->get_saved_variables();
     const at::Tensor &c = saved[0], &s = saved[1];
-    const auto dtype = static_cast<at::ScalarType>(ctx->saved_data["dtype"].toInt());
     const auto layout = static_cast<Layout>(ctx->saved_data["layout"].toInt());
-    return {rotated(grads[0], c, -s, layout, dtype), at::Tensor(), at::Tensor(), at::Tensor()};
+    return {rotated(grads[0], c, -s, layout, grads[0].scalar_type()), at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
