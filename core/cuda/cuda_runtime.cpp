@@ -12,6 +12,7 @@
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
 #include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAException.h>
 #include <torch/csrc/cuda/memory_snapshot.h>
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #include <torch/cuda.h>
@@ -106,6 +107,12 @@ class Runtime final : public CudaRuntime {
 
   void run_on_side_stream(const c10::Device& device, const std::function<void()>& body) const override {
     on_side_stream(index_of(device), body);
+  }
+
+  bool capturing_graph(const c10::Device& device) const override {
+    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+    C10_CUDA_CHECK(cudaStreamIsCapturing(c10::cuda::getCurrentCUDAStream(index_of(device)), &status));
+    return status != cudaStreamCaptureStatusNone;
   }
 
   std::string device_name(const c10::Device& device) const override {

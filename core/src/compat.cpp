@@ -166,6 +166,10 @@ DeviceGraph::~DeviceGraph() = default;
 void DeviceGraph::capture(const std::function<void()>& body) { graph_->graph->capture(body); }
 void DeviceGraph::replay() { graph_->graph->replay(); }
 
+bool capturing_graph(const c10::Device& device) {
+  return device.is_cuda() && loaded_cuda().capturing_graph(device);
+}
+
 void run_on_side_stream(const c10::Device& device, const std::function<void()>& body) {
   if (!device.is_cuda()) return body();
   loaded_cuda().run_on_side_stream(device, body);

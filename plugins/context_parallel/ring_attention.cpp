@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "titan/error.hpp"
+#include "titan/host_to_device.hpp"
 
 namespace titan::context_parallel {
 
@@ -65,7 +66,7 @@ std::vector<Segment> segments_of(const at::Tensor& positions) {
 at::Tensor same_document(const at::Tensor& documents, const at::Tensor& query_positions, const Segment& queries,
                          const at::Tensor& key_positions, const Segment& keys) {
   auto at_positions = [&](const at::Tensor& positions, const Segment& segment) {
-    return documents.index_select(1, positions.narrow(0, segment.begin, segment.length).to(documents.device()));
+    return documents.index_select(1, host_to_device(positions.narrow(0, segment.begin, segment.length), documents.device()));
   };
   return at_positions(query_positions, queries).unsqueeze(2).eq(at_positions(key_positions, keys).unsqueeze(1)).unsqueeze(1);
 }
@@ -99,9 +100,9 @@ std::optional<at::Tensor> pair_mask(const at::Tensor& query_positions, const Seg
   }
   at::Tensor mask;
   if (visibility == PairVisibility::partial) {
-    mask = causally_visible(query_positions.narrow(0, queries.begin, queries.length),
-                            key_positions.narrow(0, keys.begin, keys.length))
-               .to(device);
+    mask = host_to_device(causally_visible(query_positions.narrow(0, queries.begin, queries.length),
+                                           key_positions.narrow(0, keys.begin, keys.length)),
+                          device);
   }
   if (!documents.defined()) return mask;
   at::Tensor documents_agree = same_document(documents, query_positions, queries, key_positions, keys);

@@ -6,6 +6,7 @@
 #include "titan/autograd_collectives.hpp"
 #include "titan/compat.hpp"
 #include "titan/error.hpp"
+#include "titan/host_to_device.hpp"
 
 namespace titan::context_parallel {
 
@@ -30,7 +31,7 @@ at::Tensor UlyssesAttention::forward(const at::Tensor& q, const at::Tensor& k, c
   const int64_t seq = q.size(2) * ranks;
   std::vector<at::Tensor> pieces;
   for (int64_t rank = 0; rank < ranks; ++rank) pieces.push_back(setup_->layout.positions(seq, rank));
-  at::Tensor rank_order = at::cat(pieces).to(q.device());  // global position of each gathered row
+  at::Tensor rank_order = host_to_device(at::cat(pieces), q.device());  // global position of each gathered row
   at::Tensor sequence_order = at::argsort(rank_order);
   auto sorted = [&](const at::Tensor& x) { return whole_sequence(x).index_select(2, sequence_order); };
   // Sorted, the rows are the whole sequence: its documents apply as they are.

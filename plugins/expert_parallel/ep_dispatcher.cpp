@@ -16,6 +16,7 @@
 
 #include "titan/autograd_collectives.hpp"
 #include "titan/error.hpp"
+#include "titan/host_to_device.hpp"
 
 namespace titan::expert_parallel {
 
@@ -97,8 +98,8 @@ DispatchedTokens AllToAllDispatcher::dispatch(const at::Tensor& x, const at::Ten
     }
   }
   const auto index_options = at::TensorOptions().dtype(at::kLong);
-  exchange->by_expert = at::tensor(by_expert, index_options).to(x.device());
-  exchange->by_sender = at::tensor(by_sender, index_options).to(x.device());
+  exchange->by_expert = host_to_device(at::tensor(by_expert, index_options), x.device());
+  exchange->by_sender = host_to_device(at::tensor(by_sender, index_options), x.device());
 
   at::Tensor arrived = all_to_all_v_autograd(sorted.tokens, ep_, exchange->send_rows, exchange->recv_rows);
   out.tokens = arrived.index_select(0, exchange->by_expert);

@@ -1,7 +1,9 @@
 // The training step reads no tensor value on the host between log steps
 // (debug.count_host_reads: a RecordFunction callback counts every
-// aten::_local_scalar_dense, i.e. each .item(), and on CUDA every
-// device-to-host copy). On a GPU each such read drains the device's queue.
+// aten::_local_scalar_dense, i.e. each .item(), and on CUDA every copy the
+// host waits for). On a GPU each such read drains the device's queue. The
+// copies (a CPU run has none) are checked on the meta device in
+// tests/unit/host_to_device_test.cpp.
 // Every layout below trains 6 steps logging every 3rd; on every rank the
 // steps 4 and 5 (between the log steps 3 and 6) must read nothing. Step 1's
 // window may read (pipeline shape headers are exchanged once). The check

@@ -106,6 +106,10 @@ class DeviceGraph {
   std::unique_ptr<Graph> graph_;
 };
 
+// Whether the current stream of a CUDA `device` is being captured into a
+// CUDA graph; false on other devices.
+bool capturing_graph(const c10::Device& device);
+
 // Runs `body` on a side stream of a CUDA `device`, after the current
 // stream's work and before its next: the warm-up a capture needs, so that
 // lazily made handles and workspaces exist outside the graph. On CPU it

@@ -54,6 +54,8 @@ class CudaRuntime {
   virtual int compute_capability() const = 0;
   virtual std::unique_ptr<CudaGraph> make_graph(const c10::Device& device) const = 0;
   virtual void run_on_side_stream(const c10::Device& device, const std::function<void()>& body) const = 0;
+  // Whether the device's current stream is capturing a graph.
+  virtual bool capturing_graph(const c10::Device& device) const = 0;
   virtual std::string device_name(const c10::Device& device) const = 0;
   virtual int64_t memory_allocated(const c10::Device& device) const = 0;
   virtual compat::DeviceMemoryStats memory_stats(const c10::Device& device) const = 0;

@@ -3,6 +3,7 @@
 
 #include "titan/data.hpp"
 #include "titan/error.hpp"
+#include "titan/host_to_device.hpp"
 
 namespace titan {
 
@@ -54,12 +55,14 @@ Microbatch microbatch_of(const at::Tensor& windows, const c10::Device& device, c
     }
   }
   Microbatch microbatch;
-  if (documents.positions) microbatch.document_positions = document_positions(inputs, documents.boundaries).to(device);
+  if (documents.positions) {
+    microbatch.document_positions = host_to_device(document_positions(inputs, documents.boundaries), device);
+  }
   if (weight_per_label > 0) {
     for (int64_t count : carrying) microbatch.row_weights.push_back(static_cast<double>(count) * weight_per_label);
   }
-  microbatch.inputs = inputs.to(device);
-  microbatch.labels = labels.to(device);
+  microbatch.inputs = host_to_device(inputs, device);
+  microbatch.labels = host_to_device(labels, device);
   return microbatch;
 }
 

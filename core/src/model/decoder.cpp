@@ -11,6 +11,7 @@
 
 #include "titan/compat.hpp"
 #include "titan/error.hpp"
+#include "titan/host_to_device.hpp"
 #include "titan/feed_forward.hpp"
 #include "titan/layers.hpp"
 #include "titan/module_path.hpp"
@@ -196,14 +197,14 @@ at::Tensor Decoder::forward(const at::Tensor& tokens) {
   const std::optional<at::Tensor> rows = has_positions() ? std::optional(positions(seq)) : std::nullopt;
   if (const at::Tensor& by_document = document_positions(); by_document.defined()) {
     // Each row's tokens by their position within their document.
-    at::Tensor mine = rows ? by_document.index_select(1, rows->to(by_document.device())) : by_document;
+    at::Tensor mine = rows ? by_document.index_select(1, host_to_device(*rows, by_document.device())) : by_document;
     at::Tensor flat = mine.reshape({-1}).to(freqs_cos_.device());
     context.cos = freqs_cos_.index_select(0, flat).view({mine.size(0), mine.size(1), -1});
     context.sin = freqs_sin_.index_select(0, flat).view({mine.size(0), mine.size(1), -1});
     context.documents = document_ids(by_document);
   } else if (rows) {
     // A piece of a longer sequence (context parallelism): its global rows.
-    at::Tensor global = rows->to(freqs_cos_.device());
+    at::Tensor global = host_to_device(*rows, freqs_cos_.device());
     context.cos = freqs_cos_.index_select(0, global);
     context.sin = freqs_sin_.index_select(0, global);
   } else {

@@ -6,6 +6,7 @@
 #include <numeric>
 
 #include "titan/error.hpp"
+#include "titan/host_to_device.hpp"
 #include "titan/moe.hpp"
 
 namespace titan {
@@ -92,7 +93,7 @@ at::Tensor run_experts_grouped_mm(const at::Tensor& w1, const at::Tensor& w2, co
   }
   const bool padding = padded_end != rows;
   auto on_device = [&](const std::vector<int64_t>& values, at::ScalarType dtype) {
-    return at::tensor(values, at::TensorOptions().dtype(at::kLong)).to(tokens.device(), dtype);
+    return host_to_device(at::tensor(values, at::TensorOptions().dtype(at::kLong)), tokens.device(), dtype);
   };
   at::Tensor x = tokens;
   if (padding) {

@@ -8,6 +8,7 @@
 #include <limits>
 
 #include "titan/error.hpp"
+#include "titan/host_to_device.hpp"
 #include "titan/moe.hpp"
 #include "titan/module_path.hpp"
 
@@ -112,7 +113,7 @@ Routing Router::forward(const at::Tensor& x) {
     if (o.force_load_balance) {
       routing.selected = slots % o.num_experts;
     } else {
-      at::Tensor experts = at::tensor(o.forced_experts, slots.options().device(at::kCPU)).to(slots.device());
+      at::Tensor experts = host_to_device(at::tensor(o.forced_experts, at::kLong), slots.device());
       routing.selected = experts.index_select(0, (slots % experts.size(0)).view(-1)).view(slots.sizes());
     }
   } else {

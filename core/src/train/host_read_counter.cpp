@@ -40,11 +40,18 @@ std::string titan_frames() {
   return text.empty() ? "(no Titan frame)" : text;
 }
 
-bool device_to_host_copy(const at::RecordFunction& fn) {
+// A copy between host memory and a device that makes the host wait: every
+// copy to the host (it reads the values), and a copy from the host without
+// non_blocking (ATen synchronizes the stream after it, so the host waits for
+// everything queued before).
+bool waiting_copy(const at::RecordFunction& fn) {
   if (!watch_copies.load() || std::strcmp(fn.name(), "aten::copy_") != 0) return false;
   auto inputs = fn.inputs();
   if (inputs.size() < 2 || !inputs[0].isTensor() || !inputs[1].isTensor()) return false;
-  return inputs[0].toTensor().is_cpu() && inputs[1].toTensor().is_cuda();
+  const bool into_host = inputs[0].toTensor().is_cpu(), from_host = inputs[1].toTensor().is_cpu();
+  if (into_host && !from_host) return true;
+  const bool non_blocking = inputs.size() > 2 && inputs[2].isBool() && inputs[2].toBool();
+  return from_host && !into_host && !non_blocking;
 }
 
 void note(const at::RecordFunction& fn) {
@@ -56,16 +63,16 @@ void note(const at::RecordFunction& fn) {
 
 }  // namespace
 
-HostReadCounter::HostReadCounter(bool cuda) {
-  watch_copies.store(cuda);
+HostReadCounter::HostReadCounter(bool on_device) {
+  watch_copies.store(on_device);
   auto callback = at::RecordFunctionCallback(
                       [](const at::RecordFunction& fn) -> std::unique_ptr<at::ObserverContext> {
-                        if (std::strcmp(fn.name(), "aten::_local_scalar_dense") == 0 || device_to_host_copy(fn)) {
+                        if (std::strcmp(fn.name(), "aten::_local_scalar_dense") == 0 || waiting_copy(fn)) {
                           note(fn);
                         }
                         return nullptr;
                       })
-                      .needsInputs(cuda)
+                      .needsInputs(on_device)
                       .scopes({at::RecordScope::FUNCTION});
   handle_ = at::addGlobalCallback(std::move(callback));
 }

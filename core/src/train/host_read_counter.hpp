@@ -1,11 +1,12 @@
 // debug.count_host_reads: every read of a tensor's value by the host during
-// training (each `.item()` / host_value, i.e. aten::_local_scalar_dense; on
-// CUDA also every device-to-host copy), counted through a global
-// RecordFunction callback, with where the first few happened. On a GPU each
-// such read drains the device's queue: the step must have none between log
-// steps. It counts the same on CPU as on CUDA, except reads through
-// `.cpu()` and data_ptr, which dispatch nothing on CPU (they are copies, and
-// counted, on CUDA).
+// training (each `.item()` / host_value, i.e. aten::_local_scalar_dense) and,
+// where the run's tensors live on a device (CUDA, or meta in tests), every
+// copy that makes the host wait for it: a copy to the host, and a copy from
+// the host without non_blocking (ATen synchronizes the stream after it).
+// Counted through a global RecordFunction callback, with where the first few
+// happened. On a GPU each of them drains the device's queue: the step must
+// have none between log steps. On the CPU the copies are not seen: there
+// `.cpu()`, `.to(device)` and data_ptr dispatch nothing.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -15,8 +16,8 @@ namespace titan {
 
 class HostReadCounter {
  public:
-  // `cuda`: also watch copies (costs input capture on every op).
-  explicit HostReadCounter(bool cuda);
+  // `on_device`: also watch copies (costs input capture on every op).
+  explicit HostReadCounter(bool on_device);
   ~HostReadCounter();
   HostReadCounter(const HostReadCounter&) = delete;
   HostReadCounter& operator=(const HostReadCounter&) = delete;

@@ -129,7 +129,7 @@ TrainingRun::TrainingRun(RunSpec& spec_, const World& world_, const RunSeams& se
                             [](const DatasetEntry& d) { return d.chat_template != ChatTemplate::none; })};
 
   profiler = std::make_unique<StepProfiler>(core.profiling, core.run_folder(), world.rank, device.is_cuda());
-  if (core.debug.count_host_reads) host_reads = std::make_unique<HostReadCounter>(device.is_cuda());
+  if (core.debug.count_host_reads) host_reads = std::make_unique<HostReadCounter>(!device.is_cpu());
   // Before the model: the CPU timeline counts its parameters too.
   memory_snapshot = std::make_unique<MemorySnapshot>(core.profiling, core.run_folder(), world.rank, device);
   observers = std::make_unique<ObserverScope>(

@@ -1,0 +1,67 @@
+// On a GPU: host memory reaches the device through page-locked memory in
+// stream order, with the values a blocking copy gives and no copy the host
+// waits for (a blocking `.to(cuda)` synchronizes the stream: the counter
+// sees it); inside a CUDA graph's capture the copy is refused. Without a
+// GPU: skipped; the meta-device checks are in tests/unit/host_to_device_test.cpp.
+#include "cuda_skip.hpp"
+
+#include <ATen/ATen.h>
+
+#include <string>
+
+#include "titan/compat.hpp"
+#include "titan/data.hpp"
+#include "titan/error.hpp"
+#include "titan/host_to_device.hpp"
+#include "train/host_read_counter.hpp"
+
+namespace {
+
+TEST_CASE("host_to_device on CUDA: the values of a blocking copy, and no copy the host waits for") {
+  TITAN_REQUIRE_CUDA("to copy host memory to a GPU");
+  const at::Device device(at::kCUDA, 0);
+  const at::Tensor host = at::randint(0, 1000, {8, 2049}, at::kLong);
+  titan::HostReadCounter counter(/*on_device=*/true);
+  const at::Tensor copied = titan::host_to_device(host, device);
+  const at::Tensor cast = titan::host_to_device(host, device, at::kInt);
+  const at::Tensor narrowed = titan::host_to_device(host.narrow(1, 1, 2048), device);  // a strided view
+  CHECK(counter.take().count == 0);
+  (void)host.to(device);  // blocking: ATen synchronizes the stream after it
+  CHECK(counter.take().count == 1);
+  CHECK(copied.is_cuda());
+  CHECK(at::equal(copied.cpu(), host));
+  CHECK(at::equal(cast.cpu(), host.to(at::kInt)));
+  CHECK(at::equal(narrowed.cpu(), host.narrow(1, 1, 2048)));
+}
+
+TEST_CASE("a microbatch reaches a GPU without a copy the host waits for") {
+  TITAN_REQUIRE_CUDA("to move a microbatch to a GPU");
+  const at::Device device(at::kCUDA, 0);
+  const at::Tensor windows = at::randint(3, 50, {4, 65}, at::kLong);
+  titan::DocumentOptions documents{{1, 2}, titan::Packing::concat_then_split, /*positions=*/true,
+                                   /*ignore_crossing_labels=*/false};
+  titan::HostReadCounter counter(/*on_device=*/true);
+  const titan::Microbatch batch = titan::microbatch_of(windows, device, documents);
+  const titan::HostReadCounter::Reads reads = counter.take();
+  CHECK_MESSAGE(reads.count == 0, (reads.sites.empty() ? std::string() : reads.sites[0]));
+  const titan::Microbatch on_host = titan::microbatch_of(windows, at::kCPU, documents);
+  CHECK(at::equal(batch.inputs.cpu(), on_host.inputs));
+  CHECK(at::equal(batch.labels.cpu(), on_host.labels));
+  CHECK(at::equal(batch.document_positions.cpu(), on_host.document_positions));
+}
+
+TEST_CASE("host_to_device refuses to copy inside a CUDA graph's capture, and the device works after") {
+  TITAN_REQUIRE_CUDA("to capture a CUDA graph");
+  const at::Device device(at::kCUDA, 0);
+  const at::Tensor host = at::arange(16, at::kFloat);
+  at::Tensor out = at::zeros({16}, at::TensorOptions().device(device));
+  titan::compat::run_on_side_stream(device, [&] { out.add_(1); });  // warm-up outside the graph
+  titan::compat::DeviceGraph graph(device);
+  CHECK_THROWS_WITH_AS(graph.capture([&] { out.add_(titan::host_to_device(host, device)); }),
+                       doctest::Contains("inside a CUDA graph's capture"), titan::Error);
+  CHECK_FALSE(titan::compat::capturing_graph(device));
+  out.add_(titan::host_to_device(host, device));
+  CHECK(at::equal(out.cpu(), host + 1));
+}
+
+}  // namespace
