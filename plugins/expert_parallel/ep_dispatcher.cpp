@@ -61,7 +61,7 @@ DispatchedTokens AllToAllDispatcher::dispatch(const at::Tensor& x, const at::Ten
 
   // This rank's rows per expert, exchanged on the device; both come to the
   // host together: the layer's one read (the splits must be host numbers).
-  at::Tensor mine = at::bincount(selected.reshape({-1}), {}, num_experts);
+  at::Tensor mine = count_per_expert(selected, num_experts);
   at::Tensor both = at::cat({mine, ep_.all_to_all(mine)}).cpu();
   sorted.tokens_per_expert.assign(both.data_ptr<int64_t>(), both.data_ptr<int64_t>() + num_experts);
   // count[s * local + l]: the rows rank s has for this rank's expert l.

@@ -14,6 +14,7 @@
 #include "titan/module_path.hpp"
 #include "titan/moe.hpp"
 #include "titan/safetensors.hpp"
+#include "train/host_read_counter.hpp"
 
 namespace {
 
@@ -361,5 +362,21 @@ TEST_SUITE("moe") {
     CHECK(router->tokens_per_expert.sum().item<double>() == 3 * 2);  // 12 if the recompute counted
     moe.forward(x).sum().backward();  // a plain forward counts too
     CHECK(router->tokens_per_expert.sum().item<double>() == 2 * 3 * 2);
+  }
+
+  TEST_CASE("the experts' rows are counted on the ids' device as at::bincount counts them, with nothing read on the "
+            "host") {
+    at::manual_seed(11);
+    const at::Tensor selected = at::randint(0, 5, {40, 3}, at::kLong);  // 7 experts: 5 and 6 get none
+    const at::Tensor counts = titan::count_per_expert(selected, 7);
+    CHECK(at::equal(counts, at::bincount(selected.view(-1), {}, 7)));
+    CHECK(counts.sum().item<int64_t>() == 40 * 3);
+    CHECK_THROWS(titan::count_per_expert(at::full({2, 1}, int64_t{7}), 7));  // an id past the experts
+    // On a device (meta here), no copy the host waits for.
+    titan::HostReadCounter counter(/*on_device=*/true);
+    const at::Tensor on_meta = titan::count_per_expert(at::empty({40, 3}, at::TensorOptions().dtype(at::kLong).device(at::kMeta)), 7);
+    CHECK(on_meta.is_meta());
+    CHECK(on_meta.sizes() == at::IntArrayRef{7});
+    CHECK(counter.take().count == 0);
   }
 }

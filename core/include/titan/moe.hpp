@@ -143,6 +143,12 @@ at::Tensor run_experts_grouped_mm(const at::Tensor& w1, const at::Tensor& w2, co
                                   const at::Tensor& tokens, const std::vector<int64_t>& tokens_per_expert,
                                   int64_t alignment, const ExpertGroupedMatmul& product = {});
 
+// How many of the selected slots (expert ids, any shape) go to each of
+// `num_experts` experts: int64 [num_experts] on their device. Nothing is read
+// on the host (at::bincount reads the ids' smallest and largest to the host
+// on CUDA, each a wait for the device).
+at::Tensor count_per_expert(const at::Tensor& selected, int64_t num_experts);
+
 // Tokens grouped by expert for the experts, and what combine needs.
 struct DispatchedTokens {
   at::Tensor tokens;                       // [rows, D], expert 0's rows first

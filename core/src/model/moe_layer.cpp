@@ -10,13 +10,18 @@
 
 namespace titan {
 
+at::Tensor count_per_expert(const at::Tensor& selected, int64_t num_experts) {
+  const at::Tensor ids = selected.reshape({-1}).to(at::kLong);
+  return at::zeros({num_experts}, ids.options()).scatter_add_(0, ids, at::ones_like(ids));
+}
+
 TokenDispatcher::~TokenDispatcher() = default;
 
 DispatchedTokens TokenDispatcher::dispatch(const at::Tensor& x, const at::Tensor& selected, int64_t num_experts,
                                            const at::Tensor& row_scale) {
   DispatchedTokens out = sort_by_expert(x, selected, row_scale);
   // The experts need the group sizes on the host (one read per MoE layer, as TorchTitan's loop).
-  at::Tensor counts = at::bincount(selected.reshape({-1}), {}, num_experts).cpu();
+  at::Tensor counts = count_per_expert(selected, num_experts).cpu();
   out.tokens_per_expert.assign(counts.data_ptr<int64_t>(), counts.data_ptr<int64_t>() + num_experts);
   return out;
 }

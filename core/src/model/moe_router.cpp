@@ -127,7 +127,7 @@ Routing Router::forward(const at::Tensor& x) {
   routing.top_scores = top * o.route_scale;
   if (first_forward()) {
     at::NoGradGuard no_grad;
-    tokens_per_expert.add_(at::bincount(routing.selected.view(-1), {}, o.num_experts).to(at::kFloat));
+    tokens_per_expert.add_(count_per_expert(routing.selected, o.num_experts).to(at::kFloat));
   }
   return routing;
 }

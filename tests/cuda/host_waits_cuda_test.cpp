@@ -1,8 +1,10 @@
-// On a GPU: host memory reaches the device through page-locked memory in
-// stream order, with the values a blocking copy gives and no copy the host
-// waits for (a blocking `.to(cuda)` synchronizes the stream: the counter
-// sees it); inside a CUDA graph's capture the copy is refused. Without a
-// GPU: skipped; the meta-device checks are in tests/unit/host_to_device_test.cpp.
+// On a GPU, what the step does without waiting for the device: host memory
+// reaches it through page-locked memory in stream order, with the values a
+// blocking copy gives (a blocking `.to(cuda)` synchronizes the stream: the
+// counter sees it), and is refused inside a CUDA graph's capture; MoE counts
+// its experts' rows with no read (at::bincount reads two). Without a GPU:
+// skipped; the meta-device checks are in tests/unit/host_to_device_test.cpp
+// and tests/unit/moe_test.cpp.
 #include "cuda_skip.hpp"
 
 #include <ATen/ATen.h>
@@ -13,6 +15,7 @@
 #include "titan/data.hpp"
 #include "titan/error.hpp"
 #include "titan/host_to_device.hpp"
+#include "titan/moe.hpp"
 #include "train/host_read_counter.hpp"
 
 namespace {
@@ -62,6 +65,18 @@ TEST_CASE("host_to_device refuses to copy inside a CUDA graph's capture, and the
   CHECK_FALSE(titan::compat::capturing_graph(device));
   out.add_(titan::host_to_device(host, device));
   CHECK(at::equal(out.cpu(), host + 1));
+}
+
+TEST_CASE("MoE counts its experts' rows on a GPU without a read: the counts at::bincount gives, which reads twice") {
+  TITAN_REQUIRE_CUDA("to count on a GPU");
+  const at::Device device(at::kCUDA, 0);
+  const at::Tensor selected = at::randint(0, 6, {64, 2}, at::kLong);  // 8 experts: the last two get none
+  titan::HostReadCounter counter(/*on_device=*/true);
+  const at::Tensor counts = titan::count_per_expert(selected.to(device, at::kLong, /*non_blocking=*/true), 8);
+  CHECK(counter.take().count == 0);
+  (void)at::bincount(selected.to(device, at::kLong, /*non_blocking=*/true).view(-1), {}, 8);
+  CHECK(counter.take().count >= 1);
+  CHECK(at::equal(counts.cpu(), at::bincount(selected.view(-1), {}, 8)));
 }
 
 }  // namespace
