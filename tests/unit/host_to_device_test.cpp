@@ -3,7 +3,7 @@
 // that do wait (train/host_read_counter.hpp). Checked here on the meta
 // device, which dispatches the same copies a CUDA device does but holds no
 // values; the page-locked CUDA path and its refusal inside a graph's capture
-// are in tests/cuda/host_to_device_cuda_test.cpp.
+// are in tests/cuda/host_waits_cuda_test.cpp.
 #include "doctest_torch.hpp"
 
 #include <ATen/ATen.h>
