@@ -144,6 +144,46 @@ TEST_CASE("titan plan: block-causal attention with first_fit packing is planned 
   CHECK(op["ranks"].size() == 1);
 }
 
+TEST_CASE("titan plan: no layout's step makes the host wait for a GPU (a copy from host memory without non_blocking, "
+          "counted on meta): one process with full AC and float8, DDP, FSDP x async TP x loss parallel, HSDP, PP x "
+          "FSDP, PP ZBVZeroBubble, CP ring and Ulysses over block-causal documents, fused kernels") {
+  struct Layout {
+    std::string name;
+    int ranks;
+    std::string config, sets;
+  };
+  const std::string documents = " --set model.attn_mask_type=block_causal --set training.packing=first_fit";
+  const std::vector<Layout> layouts = {
+      {"one_ac_float8", 1, "llama3_debugmodel.yaml",
+       " --set 'plugins=[{name: activation_checkpoint, mode: full}, {name: float8}]'"},
+      {"ddp", 2, "llama3_debugmodel_ddp.yaml", ""},
+      {"fsdp_tp_lp", 4, "llama3_debugmodel.yaml",
+       " --set 'plugins=[{name: fsdp, dp_shard: 2}, {name: tensor_parallel, tensor_parallel_degree: 2, "
+       "enable_async_tensor_parallel: true}, {name: loss_parallel}]'"},
+      {"hsdp", 4, "llama3_debugmodel_hsdp.yaml", ""},
+      {"pp_fsdp", 4, "llama3_debugmodel.yaml",
+       " --set 'plugins=[{name: fsdp, dp_shard: 2}, {name: pipeline, pipeline_parallel_degree: 2, "
+       "pipeline_parallel_microbatch_size: 1}]'"},
+      {"pp_zbv", 2, "llama3_debugmodel.yaml",
+       " --set 'plugins=[{name: pipeline, pipeline_parallel_degree: 2, pipeline_parallel_schedule: ZBVZeroBubble, "
+       "num_pp_microbatches: 2}]'"},
+      {"cp_ring_documents", 2, "llama3_debugmodel_cp.yaml", documents},
+      {"cp_ulysses_documents", 2, "llama3_debugmodel.yaml",
+       documents + " --set 'plugins=[{name: fsdp, dp_shard: 1}, {name: context_parallel, context_parallel_degree: 2, "
+                   "context_parallel_method: ulysses}]'"},
+      {"fused_kernels", 1, "llama3_debugmodel.yaml", " --set 'plugins=[{name: fused_kernels}]'"},
+  };
+  for (const auto& layout : layouts) {
+    INFO(layout.name);
+    const auto dump = titan::test::temp_dir("plan_host_waits_" + layout.name);
+    const nlohmann::json plan = dry_run(layout.ranks, config_path(layout.config), small_run_sets(dump) + layout.sets);
+    for (const auto& rank : plan["ranks"]) {
+      INFO("rank " << rank["rank"] << ": " << rank["host_wait_sites"].dump());
+      CHECK(rank["host_waits"].get<int64_t>() == 0);
+    }
+  }
+}
+
 namespace {
 
 // The dry run at 2 ranks of FSDP plus a broken test plugin: its exit status

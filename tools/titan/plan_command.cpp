@@ -96,8 +96,18 @@ void print_table(const std::string& config_path, const DryRunReport& report) {
   for (const RankPlan& rank : report.ranks) collectives += static_cast<int64_t>(rank.collectives.size());
   std::printf("job: %.3gB parameters, %lld tokens per step, model FLOPs %s per step\n", report.parameters / 1e9,
               static_cast<long long>(report.tokens_per_step), scientific(report.model_flops_per_step).c_str());
-  std::printf("collectives line up across every group (%lld calls in step %lld); every send was received\n\n",
+  std::printf("collectives line up across every group (%lld calls in step %lld); every send was received\n",
               static_cast<long long>(collectives), static_cast<long long>(report.measured_step));
+  int64_t host_waits = 0;
+  for (const RankPlan& rank : report.ranks) host_waits += rank.host_waits;
+  if (host_waits == 0) {
+    std::printf("host waits: none (no copy from host memory in step %lld makes the host wait for a GPU)\n\n",
+                static_cast<long long>(report.measured_step));
+  } else {
+    std::printf("host waits: %lld in step %lld over the simulated ranks (each a blocking copy from host memory: on a "
+                "GPU the host waits for the device's queue to drain; see the ranks below)\n\n",
+                static_cast<long long>(host_waits), static_cast<long long>(report.measured_step));
+  }
   std::printf("%-16s %9s %9s %9s %9s %9s %10s %10s  %s\n", "ranks", "params", "grads", "optim", "activ", "peak",
               "TFLOP", "recompute", "peak at");
   std::printf("%-16s %9s %9s %9s %9s %9s %10s %10s\n", "", "GiB", "GiB", "GiB", "GiB", "GiB", "", "TFLOP");
@@ -115,6 +125,10 @@ void print_table(const std::string& config_path, const DryRunReport& report) {
     std::printf("%-16s communication: %s\n", "", traffic_text(rank).c_str());
     std::printf("%-16s checkpoint: writes %s GiB of the model and optimizer state\n", "",
                 gib(rank.checkpoint_bytes).c_str());
+    if (rank.host_waits > 0) {
+      std::printf("%-16s host waits: %lld, the first at: %s\n", "", static_cast<long long>(rank.host_waits),
+                  rank.host_wait_sites.empty() ? "?" : rank.host_wait_sites.front().c_str());
+    }
   }
 }
 
@@ -144,7 +158,9 @@ nlohmann::json to_json(const std::string& config_path, const DryRunReport& repor
                      {"flops", rank.flops},
                      {"recompute_flops", rank.recompute_flops},
                      {"traffic", traffic},
-                     {"collectives", collectives}});
+                     {"collectives", collectives},
+                     {"host_waits", rank.host_waits},
+                     {"host_wait_sites", rank.host_wait_sites}});
   }
   return {{"config", config_path},          {"world_size", report.world_size},
           {"measured_step", report.measured_step}, {"mesh", report.mesh},

@@ -32,6 +32,12 @@ struct RankPlan {
   double flops = 0;             // matmul and attention FLOPs of the measured step
   double recompute_flops = 0;   // the part activation checkpointing ran twice
   std::vector<CollectiveEvent> collectives;  // the measured step's, in the order issued
+  // The measured step's ops that would make the host wait for a GPU: copies
+  // from host memory without non_blocking (ATen synchronizes the stream
+  // after one), and where the first few were. Reads of values cannot run on
+  // meta tensors at all.
+  int64_t host_waits = 0;
+  std::vector<std::string> host_wait_sites;
 
   // Bytes and calls per (mesh dim, op), e.g. {"dp_shard", "all_gather"}.
   struct Traffic {

@@ -4,11 +4,13 @@
 #include "titan/dry_run.hpp"
 
 #include <ATen/Parallel.h>
+#include <ATen/record_function.h>
 
 #include <algorithm>
 #include <chrono>
 #include <deque>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include "dry_rank.hpp"
@@ -17,6 +19,7 @@
 #include "titan/error.hpp"
 #include "titan/layout_search.hpp"
 #include "titan/run_spec.hpp"
+#include "train/host_read_counter.hpp"
 #include "train/training_run.hpp"
 
 namespace titan {
@@ -106,6 +109,33 @@ int64_t checkpoint_bytes(const CausalLM& model, Optimizer& optimizer, const Devi
   return bytes;
 }
 
+// Counts, into the thread's dry-run rank while it watches, each op that would
+// make the host wait for a GPU.
+std::unique_ptr<at::ObserverContext> note_host_wait(const at::RecordFunction& fn) {
+  DryRank* rank = current_dry_rank();
+  if (!rank || !rank->tally.watching_host_waits || !makes_host_wait(fn, /*on_device=*/true)) return nullptr;
+  DryRankTally& tally = rank->tally;
+  ++tally.host_waits;
+  if (tally.host_wait_sites.size() < 4) tally.host_wait_sites.push_back(host_wait_site(fn));
+  return nullptr;
+}
+
+// The callback, on this rank's thread (and, through LibTorch's thread-local
+// state, on the autograd threads working for it) while it lives.
+class HostWaitWatch {
+ public:
+  HostWaitWatch()
+      : handle_(at::addThreadLocalCallback(at::RecordFunctionCallback(note_host_wait)
+                                               .needsInputs(true)
+                                               .scopes({at::RecordScope::FUNCTION}))) {}
+  ~HostWaitWatch() { at::removeCallback(handle_); }
+  HostWaitWatch(const HostWaitWatch&) = delete;
+  HostWaitWatch& operator=(const HostWaitWatch&) = delete;
+
+ private:
+  at::CallbackHandle handle_;
+};
+
 void run_rank(RunSpec& spec, DryRank& dry, const DryRunOptions& options, bool check_alike, std::mutex& plugin_mutex,
               RankPlan& out) {
   DryRankScope scope(dry);
@@ -126,12 +156,16 @@ void run_rank(RunSpec& spec, DryRank& dry, const DryRunOptions& options, bool ch
   StepOutcome outcome;
   for (int64_t step = 1; step <= options.steps; ++step) {
     tally.phase = "step " + std::to_string(step);
+    std::optional<HostWaitWatch> host_waits;  // the measured step only: it captures every op's inputs
     if (step == options.steps) {
       dry.events.clear();
       tally.restart_peak();
       tally.restart_flops();
+      host_waits.emplace();
+      tally.watching_host_waits = true;
     }
     outcome = run.step(step);
+    tally.watching_host_waits = false;
   }
   out.rank = dry.rank;
   if (const DeviceMesh* mesh = run.parallel->mesh()) {
@@ -148,6 +182,8 @@ void run_rank(RunSpec& spec, DryRank& dry, const DryRunOptions& options, bool ch
   out.flops = tally.flops;
   out.recompute_flops = tally.recompute_flops;
   out.collectives = dry.events;
+  out.host_waits = tally.host_waits;
+  out.host_wait_sites = tally.host_wait_sites;
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 // One global RecordFunction callback; the counts are atomics and the sites a
-// short list under a mutex, as ops run on autograd's threads too.
+// short list under a mutex, as ops run on autograd's threads too. `titan
+// plan`'s dry run asks the same questions per simulated rank (plan/dry_run.cpp).
 #include "host_read_counter.hpp"
 
 #include <ATen/record_function.h>
@@ -23,15 +24,23 @@ std::atomic<bool> watch_copies{false};  // inputs are captured only then
 std::mutex sites_mutex;
 std::vector<std::string> sites;
 
+// A frame of the counting itself (this file's, or the dry run's callback).
+bool counting_frame(const std::string& line) {
+  for (const char* own : {"HostReadCounter", "host_wait_site", "(anonymous namespace)::note"}) {
+    if (line.find(own) != std::string::npos) return true;
+  }
+  return false;
+}
+
 // The Titan frames of the current stack, innermost first: which function
 // of ours asked for the value.
 std::string titan_frames() {
-  std::istringstream frames(c10::get_backtrace(/*frames_to_skip=*/3, /*maximum_number_of_frames=*/40));
+  std::istringstream frames(c10::get_backtrace(/*frames_to_skip=*/1, /*maximum_number_of_frames=*/48));
   std::string text, line;
   int kept = 0;
   while (std::getline(frames, line) && kept < 3) {
     const auto at = line.find("titan::");
-    if (at == std::string::npos || line.find("HostReadCounter") != std::string::npos) continue;
+    if (at == std::string::npos || counting_frame(line)) continue;
     std::string frame = line.substr(at);
     frame = frame.substr(0, frame.find(" + "));  // drop the offset
     if (frame.size() > 160) frame = frame.substr(0, 160) + "...";
@@ -45,7 +54,7 @@ std::string titan_frames() {
 // non_blocking (ATen synchronizes the stream after it, so the host waits for
 // everything queued before).
 bool waiting_copy(const at::RecordFunction& fn) {
-  if (!watch_copies.load() || std::strcmp(fn.name(), "aten::copy_") != 0) return false;
+  if (std::strcmp(fn.name(), "aten::copy_") != 0) return false;
   auto inputs = fn.inputs();
   if (inputs.size() < 2 || !inputs[0].isTensor() || !inputs[1].isTensor()) return false;
   const bool into_host = inputs[0].toTensor().is_cpu(), from_host = inputs[1].toTensor().is_cpu();
@@ -58,18 +67,24 @@ void note(const at::RecordFunction& fn) {
   reads.fetch_add(1);
   std::lock_guard<std::mutex> lock(sites_mutex);
   if (sites.size() >= kSitesKept) return;
-  sites.push_back(std::string(fn.name()) + " at '" + CallSite::current() + "' from " + titan_frames());
+  sites.push_back(host_wait_site(fn));
 }
 
 }  // namespace
+
+bool makes_host_wait(const at::RecordFunction& fn, bool on_device) {
+  return std::strcmp(fn.name(), "aten::_local_scalar_dense") == 0 || (on_device && waiting_copy(fn));
+}
+
+std::string host_wait_site(const at::RecordFunction& fn) {
+  return std::string(fn.name()) + " at '" + CallSite::current() + "' from " + titan_frames();
+}
 
 HostReadCounter::HostReadCounter(bool on_device) {
   watch_copies.store(on_device);
   auto callback = at::RecordFunctionCallback(
                       [](const at::RecordFunction& fn) -> std::unique_ptr<at::ObserverContext> {
-                        if (std::strcmp(fn.name(), "aten::_local_scalar_dense") == 0 || waiting_copy(fn)) {
-                          note(fn);
-                        }
+                        if (makes_host_wait(fn, watch_copies.load())) note(fn);
                         return nullptr;
                       })
                       .needsInputs(on_device)

@@ -12,7 +12,20 @@
 #include <string>
 #include <vector>
 
+namespace at {
+class RecordFunction;
+}
+
 namespace titan {
+
+// Whether the op `fn` makes the host wait for the device: a read of a value
+// (aten::_local_scalar_dense), or with `on_device` (the run's tensors are on
+// a device) a copy to the host or a blocking copy from it. Needs the op's
+// inputs (RecordFunctionCallback::needsInputs) for the copies.
+bool makes_host_wait(const at::RecordFunction& fn, bool on_device);
+// "aten::copy_ at 'step 4' from titan::microbatch_of(...) <- ...": the op,
+// the call site and the innermost Titan frames.
+std::string host_wait_site(const at::RecordFunction& fn);
 
 class HostReadCounter {
  public:
