@@ -22,10 +22,10 @@ c10d::ReduceOp to_c10d(ReduceOp op) {
 
 }  // namespace
 
-void wait_for(c10d::Work& work, std::chrono::milliseconds timeout, const std::string& what) {
+void wait_for(c10d::Work& work, const c10::Device& device, std::chrono::milliseconds timeout, const std::string& what) {
   bool completed = false;
   try {
-    completed = work.wait(timeout);
+    completed = device.is_cuda() ? work.wait() : work.wait(timeout);
   } catch (const c10::Error& error) {
     throw Error(what + " failed: " + error.what_without_backtrace() +
                 " (a peer rank may have died or timed out; its log has the first error)");
@@ -42,6 +42,7 @@ StartedCollective start_all_reduce(c10d::ProcessGroup& group, at::Tensor& tensor
   c10d::AllreduceOptions options;
   options.reduceOp = to_c10d(op);
   StartedCollective started;
+  started.device = tensor.device();
   started.works.push_back(group.allreduce(list, options));
   at::Tensor target = tensor;
   started.finish = [buffer, target]() mutable {
@@ -52,6 +53,7 @@ StartedCollective start_all_reduce(c10d::ProcessGroup& group, at::Tensor& tensor
 
 StartedCollective start_all_gather_into(c10d::ProcessGroup& group, at::Tensor& output, const at::Tensor& input) {
   StartedCollective started;
+  started.device = input.device();
   const int size = group.getSize();
   const int64_t n = input.size(0);
   at::Tensor in = input.contiguous();
@@ -79,7 +81,7 @@ at::Tensor reduce_scatter(c10d::ProcessGroup& group, const at::Tensor& input, Re
                           std::chrono::milliseconds timeout, const std::string& what) {
   at::Tensor output = at::empty(input.narrow(0, 0, input.size(0) / group.getSize()).sizes(), input.options());
   StartedCollective started = start_reduce_scatter_into(group, output, input, op);
-  for (auto& work : started.works) wait_for(*work, timeout, what);
+  for (auto& work : started.works) wait_for(*work, started.device, timeout, what);
   started.finish();
   return output;
 }
@@ -87,6 +89,7 @@ at::Tensor reduce_scatter(c10d::ProcessGroup& group, const at::Tensor& input, Re
 StartedCollective start_reduce_scatter_into(c10d::ProcessGroup& group, at::Tensor& output, const at::Tensor& input,
                                             ReduceOp op) {
   StartedCollective started;
+  started.device = input.device();
   at::Tensor in = input.contiguous();
   c10d::ReduceScatterOptions options;
   options.reduceOp = to_c10d(op);
@@ -102,7 +105,7 @@ void broadcast(c10d::ProcessGroup& group, at::Tensor& tensor, int root, std::chr
   c10d::BroadcastOptions options;
   options.rootRank = root;
   auto work = group.broadcast(list, options);
-  wait_for(*work, timeout, what);
+  wait_for(*work, tensor.device(), timeout, what);
   if (!buffer.is_same(tensor)) tensor.copy_(buffer);
 }
 
@@ -112,7 +115,7 @@ at::Tensor all_to_all(c10d::ProcessGroup& group, const at::Tensor& input, std::c
   at::Tensor out = at::empty_like(in);
   std::vector<int64_t> even;  // empty: equal splits
   auto work = group.alltoall_base(out, in, even, even);
-  wait_for(*work, timeout, what);
+  wait_for(*work, in.device(), timeout, what);
   return out;
 }
 
@@ -128,20 +131,20 @@ at::Tensor all_to_all_v(c10d::ProcessGroup& group, const at::Tensor& input, cons
   // c10d reads the splits as rows of dim 0, like this interface.
   std::vector<int64_t> out_splits = recv_rows, in_splits = send_rows;
   auto work = group.alltoall_base(out, in, out_splits, in_splits);
-  wait_for(*work, timeout, what);
+  wait_for(*work, in.device(), timeout, what);
   return out;
 }
 
 void send(c10d::ProcessGroup& group, const at::Tensor& tensor, int peer, std::chrono::milliseconds timeout,
           const std::string& what) {
   StartedCollective started = start_send(group, tensor, peer, 0);
-  wait_for(*started.works[0], timeout, what);
+  wait_for(*started.works[0], started.device, timeout, what);
 }
 
 void recv(c10d::ProcessGroup& group, at::Tensor& tensor, int peer, std::chrono::milliseconds timeout,
           const std::string& what) {
   StartedCollective started = start_recv(group, tensor, peer, 0);
-  wait_for(*started.works[0], timeout, what);
+  wait_for(*started.works[0], started.device, timeout, what);
   started.finish();
 }
 
@@ -150,6 +153,7 @@ StartedCollective start_send(c10d::ProcessGroup& group, const at::Tensor& tensor
   at::Tensor buffer = tensor.contiguous();
   std::vector<at::Tensor> list{buffer};
   StartedCollective started;
+  started.device = tensor.device();
   started.works.push_back(group.send(list, peer, tag));
   started.finish = [buffer] {};
   return started;
@@ -159,6 +163,7 @@ StartedCollective start_recv(c10d::ProcessGroup& group, at::Tensor& tensor, int 
   at::Tensor buffer = tensor.is_contiguous() ? tensor : at::empty_like(tensor, at::MemoryFormat::Contiguous);
   std::vector<at::Tensor> list{buffer};
   StartedCollective started;
+  started.device = tensor.device();
   started.works.push_back(group.recv(list, peer, tag));
   at::Tensor target = tensor;
   started.finish = [buffer, target]() mutable {

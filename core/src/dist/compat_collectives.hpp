@@ -18,6 +18,7 @@ namespace titan::compat {
 struct StartedCollective {
   std::vector<c10::intrusive_ptr<c10d::Work>> works;
   std::function<void()> finish;
+  c10::Device device = c10::kCPU;  // its tensors' (wait_for)
 };
 
 StartedCollective start_all_reduce(c10d::ProcessGroup& group, at::Tensor& tensor, ReduceOp op);
@@ -46,8 +47,14 @@ void recv(c10d::ProcessGroup& group, at::Tensor& tensor, int peer, std::chrono::
 StartedCollective start_send(c10d::ProcessGroup& group, const at::Tensor& tensor, int peer, int tag);
 StartedCollective start_recv(c10d::ProcessGroup& group, at::Tensor& tensor, int peer, int tag);
 
-// Waits, turning a backend failure or timeout into a titan::Error.
-void wait_for(c10d::Work& work, std::chrono::milliseconds timeout, const std::string& what);
+// Waits for a collective on tensors of `device`, turning a backend failure
+// or timeout into a titan::Error. On the host (Gloo) it waits up to
+// `timeout`. On a GPU (NCCL) it orders the current stream after the
+// collective and returns: given a timeout, NCCL's wait would block the host
+// until the GPU has run it, every collective of every step; the process
+// group's watchdog enforces the same timeout there (its construction's).
+// A barrier, which the host must wait for, passes the CPU.
+void wait_for(c10d::Work& work, const c10::Device& device, std::chrono::milliseconds timeout, const std::string& what);
 
 }  // namespace titan::compat
 #pragma GCC visibility pop

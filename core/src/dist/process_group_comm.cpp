@@ -190,7 +190,7 @@ class ProcessGroupComm : public Comm {
   void barrier() override {
     run("barrier", {}, [&] {
       auto work = group_->barrier();
-      compat::wait_for(*work, timeout_, what("barrier"));
+      compat::wait_for(*work, c10::kCPU, timeout_, what("barrier"));  // the host waits: a barrier
     });
   }
 
@@ -231,7 +231,7 @@ class ProcessGroupComm : public Comm {
       if (done_) return;
       done_ = true;
       try {
-        for (auto& work : started_.works) compat::wait_for(*work, comm_.timeout_, comm_.what(event_.op));
+        for (auto& work : started_.works) compat::wait_for(*work, started_.device, comm_.timeout_, comm_.what(event_.op));
         started_.finish();
       } catch (const Error& error) {
         comm_.end(event_, false);
