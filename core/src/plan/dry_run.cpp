@@ -120,8 +120,8 @@ std::unique_ptr<at::ObserverContext> note_host_wait(const at::RecordFunction& fn
   return nullptr;
 }
 
-// The callback, on this rank's thread (and, through LibTorch's thread-local
-// state, on the autograd threads working for it) while it lives.
+// The callback on this rank's thread while it lives (autograd runs the
+// backward of meta tensors on the calling thread, as of CPU ones).
 class HostWaitWatch {
  public:
   HostWaitWatch()
