@@ -79,4 +79,45 @@ TEST_CASE("MoE counts its experts' rows on a GPU without a read: the counts at::
   CHECK(at::equal(counts.cpu(), at::bincount(selected.view(-1), {}, 8)));
 }
 
+TEST_CASE("a MoE layer without expert parallelism trains on a GPU without a host read: its bf16 grouped GEMM is "
+          "laid out on the device, and it gives the expert loop's numbers") {
+  TITAN_REQUIRE_CUDA("to run the grouped GEMM on a GPU");
+  const int capability = titan::compat::cuda_compute_capability();
+  if (capability != 90 && capability != 100) {
+    // LibTorch's fallback for other GPUs reads the group ends on the host itself.
+    MESSAGE("TITAN_SKIPPED: at::_grouped_mm's bf16 kernel needs sm_90 or sm_100, this GPU is sm_" << capability);
+    return;
+  }
+  torch::manual_seed(17);
+  titan::MoEOptions options;
+  options.num_experts = 8;
+  options.top_k = 2;
+  options.hidden_dim = 64;
+  const at::TensorOptions bf16 = at::TensorOptions().dtype(at::kBFloat16).device(at::kCUDA);
+  titan::MoE grouped(32, options, bf16);  // experts_backend auto: the grouped GEMM on CUDA
+  titan::MoEOptions looped = options;
+  looped.backend = titan::ExpertsBackend::loop;
+  titan::MoE reference(32, looped, bf16);
+  {
+    torch::NoGradGuard no_grad;
+    auto to = grouped.named_parameters();
+    for (auto& item : reference.named_parameters()) {
+      item.value().normal_(0, 0.2);
+      to[item.key()].copy_(item.value());
+    }
+  }
+  const at::Tensor x = at::randn({4, 16, 32}, bf16);
+  const at::Tensor x_grouped = x.clone().requires_grad_();
+  titan::HostReadCounter counter(/*on_device=*/true);
+  const at::Tensor out = grouped.forward(x_grouped);
+  out.to(at::kFloat).square().sum().backward();
+  const titan::HostReadCounter::Reads reads = counter.take();
+  CHECK_MESSAGE(reads.count == 0, (reads.sites.empty() ? std::string() : reads.sites[0]));
+  const at::Tensor x_reference = x.clone().requires_grad_();
+  const at::Tensor expected = reference.forward(x_reference);
+  expected.to(at::kFloat).square().sum().backward();
+  CHECK(at::allclose(out.to(at::kFloat), expected.to(at::kFloat), 2e-2, 2e-2));
+  CHECK(at::allclose(x_grouped.grad().to(at::kFloat), x_reference.grad().to(at::kFloat), 2e-2, 2e-2));
+}
+
 }  // namespace

@@ -197,6 +197,75 @@ TEST_SUITE("moe") {
                          doctest::Contains("2 groups of 7 rows for 3 experts"), titan::Error);
   }
 
+  TEST_CASE("the grouped GEMM laid out on the device from counts left there gives the host layout's numbers, bit for "
+            "bit: outputs and the tokens' and weights' gradients") {
+    torch::manual_seed(5);
+    const int64_t experts = 4, dim = 8, hidden = 12;
+    const at::Tensor w1 = at::randn({experts, hidden, dim}).requires_grad_(),
+                     w2 = at::randn({experts, dim, hidden}).requires_grad_(),
+                     w3 = at::randn({experts, hidden, dim}).requires_grad_();
+    const std::vector<int64_t> counts = {3, 0, 6, 2};  // an expert without rows; groups padded unevenly
+    const at::Tensor tokens = at::randn({11, dim}).requires_grad_();
+    const at::Tensor grad = at::randn({11, dim});
+    auto run = [&](const at::Tensor& out) {
+      auto g = torch::autograd::grad({out}, {tokens, w1, w2, w3}, {grad});
+      return std::vector<at::Tensor>{out.detach(), g[0], g[1], g[2], g[3]};
+    };
+    for (int64_t alignment : {1, 4, 16}) {
+      CAPTURE(alignment);
+      const auto host = run(titan::run_experts_grouped_mm(w1, w2, w3, tokens, counts, alignment));
+      const auto device = run(titan::run_experts_grouped_mm_on_device(w1, w2, w3, tokens,
+                                                                      at::tensor(counts, at::kLong), alignment));
+      for (size_t i = 0; i < host.size(); ++i) {
+        CAPTURE(i);  // output, then the gradients of tokens, w1, w2, w3
+        CHECK(at::equal(host[i], device[i]));
+      }
+    }
+    CHECK_THROWS_WITH_AS(titan::run_experts_grouped_mm_on_device(w1, w2, w3, tokens, at::tensor({3, 8}, at::kLong), 4),
+                         doctest::Contains("counts of shape [2] for 4 experts"), titan::Error);
+  }
+
+  TEST_CASE("the MoE layer hands core's grouped experts their counts on the device, and reads them on the host for a "
+            "replaced dispatcher or the loop") {
+    // Experts whose host-count forward refuses: the layer must not call it.
+    struct DeviceOnly : titan::GroupedExperts {
+      using GroupedExperts::GroupedExperts;
+      at::Tensor forward(const at::Tensor&, const std::vector<int64_t>&) override {
+        throw titan::Error("the counts were read on the host");
+      }
+    };
+    struct Replaced : titan::TokenDispatcher {};  // as expert parallelism's: the host path
+    torch::manual_seed(13);
+    MoEOptions options;
+    options.num_experts = 4;
+    options.top_k = 2;
+    options.hidden_dim = 12;
+    options.backend = titan::ExpertsBackend::grouped_mm;
+    options.token_group_alignment = 4;
+    const at::TensorOptions fp32 = at::TensorOptions().dtype(at::kFloat);
+    auto experts = std::make_shared<DeviceOnly>(options.num_experts, 8, options.hidden_dim, options, fp32);
+    titan::MoE moe(8, options, fp32, experts);
+    titan::MoEOptions looped = options;
+    looped.backend = titan::ExpertsBackend::loop;
+    titan::MoE reference(8, looped, fp32);
+    {
+      torch::NoGradGuard no_grad;
+      auto from = moe.named_parameters(), to = reference.named_parameters();
+      for (auto& item : from) {
+        item.value().normal_(0, 0.5);
+        to[item.key()].copy_(item.value());
+      }
+    }
+    const at::Tensor x = at::randn({6, 8});
+    CHECK(max_diff(moe.forward(x), reference.forward(x)) <= 1e-5);
+    CHECK(experts->runs_on_device_counts(x));
+    moe.replace_module("dispatcher", std::make_shared<Replaced>());
+    CHECK_THROWS_WITH_AS(moe.forward(x), doctest::Contains("read on the host"), titan::Error);
+    experts->grouped_matmul = [](const at::Tensor& a, const at::Tensor& w, const at::Tensor& ends,
+                                 const std::vector<int64_t>&) { return at::_grouped_mm(a, w.transpose(-2, -1), ends); };
+    CHECK_FALSE(experts->runs_on_device_counts(x));  // a product seam takes the sizes on the host
+  }
+
   TEST_CASE("the MoE layer's forward and backward match a per-token PyTorch MoE") {
     const std::string python = titan::test::source_dir() + "/.venv/bin/python";
     if (titan::test::run_command("test -x " + python).exit_code != 0) {

@@ -106,6 +106,13 @@ class RoutedExperts : public torch::nn::Module {
   ~RoutedExperts() override;
   // tokens [rows, D]; tokens_per_expert sums to rows.
   virtual at::Tensor forward(const at::Tensor& tokens, const std::vector<int64_t>& tokens_per_expert) = 0;
+  // Whether forward_on_device_counts runs these tokens: the experts then take
+  // their rows' counts on the tokens' device and read nothing on the host
+  // (on a GPU a read waits for the device). Default: no, forward() does.
+  virtual bool runs_on_device_counts(const at::Tensor& tokens) const;
+  // forward() from `counts` (int64 [E] on the tokens' device, summing to
+  // rows). Default: throws (runs_on_device_counts said no).
+  virtual at::Tensor forward_on_device_counts(const at::Tensor& tokens, const at::Tensor& counts);
   // For tensor parallelism's split of each expert's width: every
   // parameter's dim along the hidden width F, or -1 for one that is added
   // after the down projection (a bias there), which a width split would
@@ -122,12 +129,19 @@ class GroupedExperts : public RoutedExperts {
   // With `matmul` set and no `grouped_matmul`, always the loop over experts
   // (at::_grouped_mm multiplies in its own precision).
   at::Tensor forward(const at::Tensor& tokens, const std::vector<int64_t>& tokens_per_expert) override;
+  // Where the grouped GEMM is at::_grouped_mm itself (no product seam set):
+  // each group's padding is laid out on the device.
+  bool runs_on_device_counts(const at::Tensor& tokens) const override;
+  at::Tensor forward_on_device_counts(const at::Tensor& tokens, const at::Tensor& counts) override;
   std::map<std::string, int64_t> hidden_width_dims() const override { return {{"w1", 1}, {"w3", 1}, {"w2", 2}}; }
   at::Tensor w1, w2, w3;
   ExpertMatmul matmul;                // the loop's product
   ExpertGroupedMatmul grouped_matmul;  // the grouped GEMM's, where the backend is grouped_mm
 
  private:
+  bool grouped(const at::Tensor& tokens) const;  // the grouped GEMM, not the loop
+  int64_t alignment(const at::Tensor& tokens) const;
+
   ExpertsBackend backend_;
   int64_t alignment_;
 };
@@ -142,6 +156,12 @@ at::Tensor run_experts_loop(const at::Tensor& w1, const at::Tensor& w2, const at
 at::Tensor run_experts_grouped_mm(const at::Tensor& w1, const at::Tensor& w2, const at::Tensor& w3,
                                   const at::Tensor& tokens, const std::vector<int64_t>& tokens_per_expert,
                                   int64_t alignment, const ExpertGroupedMatmul& product = {});
+// The same from `counts` (int64 [E]) on the tokens' device, reading nothing
+// on the host: the padded layout is computed there, in a buffer of rows +
+// E * (alignment - 1) rows whose tail past the last group the GEMM skips.
+// Bit for bit what run_experts_grouped_mm gives.
+at::Tensor run_experts_grouped_mm_on_device(const at::Tensor& w1, const at::Tensor& w2, const at::Tensor& w3,
+                                            const at::Tensor& tokens, const at::Tensor& counts, int64_t alignment);
 
 // How many of the selected slots (expert ids, any shape) go to each of
 // `num_experts` experts: int64 [num_experts] on their device. Nothing is read
@@ -154,6 +174,7 @@ struct DispatchedTokens {
   at::Tensor tokens;                       // [rows, D], expert 0's rows first
   std::vector<int64_t> tokens_per_expert;  // rows per (local) expert
   at::Tensor order;                        // [rows]: each row's (token * top_k + slot)
+  at::Tensor counts;                       // rows per expert on the tokens' device (int64; the local dispatcher's)
   // What a replacing dispatcher keeps for its combine (expert parallelism:
   // the all-to-all splits); the layer only carries it.
   std::shared_ptr<const void> exchange;
@@ -168,6 +189,11 @@ class TokenDispatcher : public torch::nn::Module {
   // (token, slot) row multiplied by it before leaving (gate before experts).
   virtual DispatchedTokens dispatch(const at::Tensor& x, const at::Tensor& selected, int64_t num_experts,
                                     const at::Tensor& row_scale);
+  // dispatch() that leaves the counts on the device (`counts`;
+  // tokens_per_expert empty), for experts that run on them: the MoE layer
+  // calls it instead when this dispatcher was not replaced.
+  DispatchedTokens dispatch_on_device(const at::Tensor& x, const at::Tensor& selected, int64_t num_experts,
+                                      const at::Tensor& row_scale);
   // The experts' rows back in (token, slot) order: [N, K, D]. Deterministic:
   // every row has one place, nothing is added concurrently.
   virtual at::Tensor combine(const at::Tensor& expert_output, const DispatchedTokens& dispatched, int64_t tokens,

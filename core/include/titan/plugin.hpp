@@ -58,7 +58,9 @@ namespace titan {
 //     ModelSpec::head_needs_embeddings (DeepSeek-V3's multi-token prediction, under a pipeline too)
 // 20: StepHookContext::sum_over_replica_groups (MoE load balancing under fault tolerance)
 // 21: GroupedExperts::grouped_matmul (ExpertGroupedMatmul: float8 experts' `_scaled_grouped_mm`)
-constexpr int kPluginAbiVersion = 21;
+// 22: RoutedExperts::runs_on_device_counts and forward_on_device_counts, DispatchedTokens::counts (MoE without
+//     a read of its counts on the host)
+constexpr int kPluginAbiVersion = 22;
 
 // The kinds a plugin registers one factory of: name, interface, PluginKind
 // bit. The enum below (kind_model, ...), the registrar's methods (model(),

@@ -1,6 +1,8 @@
 // The routed experts' SwiGLU on grouped weights: one matmul per expert, or
 // LibTorch's grouped GEMM with each expert's rows padded to the alignment
-// the CUDA kernel needs. Both give the same numbers (tests/unit/moe_test.cpp).
+// the CUDA kernel needs, laid out on the host from counts read there or on
+// the device from counts left there. All give the same numbers
+// (tests/unit/moe_test.cpp).
 #include <ATen/ATen.h>
 
 #include <numeric>
@@ -108,7 +110,49 @@ at::Tensor run_experts_grouped_mm(const at::Tensor& w1, const at::Tensor& w2, co
   return padding ? out.index_select(0, on_device(keep, at::kLong)) : out;
 }
 
+at::Tensor run_experts_grouped_mm_on_device(const at::Tensor& w1, const at::Tensor& w2, const at::Tensor& w3,
+                                            const at::Tensor& tokens, const at::Tensor& counts, int64_t alignment) {
+  if (alignment < 1) throw Error("moe experts: token group alignment must be >= 1, got " + std::to_string(alignment));
+  if (counts.dim() != 1 || counts.size(0) != w1.size(0)) {
+    throw Error("moe experts: counts of shape " + c10::str(counts.sizes()) + " for " + std::to_string(w1.size(0)) +
+                " experts; the dispatcher's counts must be one per expert");
+  }
+  if (!rows_fit_grouped_mm(w1, tokens)) {
+    throw Error("moe experts: the grouped GEMM needs dim (" + std::to_string(w1.size(2)) + ") and the experts' hidden "
+                "size (" + std::to_string(w1.size(1)) + ") to be multiples of " +
+                std::to_string(16 / tokens.element_size()) + " for " + std::string(c10::toString(tokens.scalar_type())) +
+                " (16-byte rows); change them or use experts_backend: loop");
+  }
+  const int64_t rows = tokens.size(0), experts = counts.size(0);
+  const at::Tensor sizes = counts.to(at::kLong);
+  // Each expert's group padded to a multiple of the alignment; where each
+  // sorted row lands in that layout: its place in its group after the
+  // padded groups before it. The buffer's size is a bound known on the host.
+  const at::Tensor padded = (sizes + (alignment - 1)).div(alignment, "floor") * alignment;
+  const at::Tensor padded_ends = padded.cumsum(0);
+  at::Tensor x = tokens, places;
+  if (alignment > 1) {
+    const at::Tensor expert_of_row = at::repeat_interleave(at::arange(experts, sizes.options()), sizes, 0, rows);
+    const at::Tensor shift = (padded_ends - padded) - (sizes.cumsum(0) - sizes);  // padded start - start
+    places = at::arange(rows, sizes.options()) + shift.index_select(0, expert_of_row);
+    x = at::zeros({rows + experts * (alignment - 1), tokens.size(1)}, tokens.options()).index_copy(0, places, tokens);
+  }
+  const at::Tensor offs = padded_ends.to(at::kInt);
+  auto multiply = [&](const at::Tensor& a, const at::Tensor& weights) {
+    return at::_grouped_mm(a, weights.transpose(-2, -1), offs);
+  };
+  at::Tensor h = at::silu(multiply(x, w1)) * multiply(x, w3);
+  at::Tensor out = multiply(h, w2);
+  return places.defined() ? out.index_select(0, places) : out;
+}
+
 RoutedExperts::~RoutedExperts() = default;
+
+bool RoutedExperts::runs_on_device_counts(const at::Tensor& /*tokens*/) const { return false; }
+
+at::Tensor RoutedExperts::forward_on_device_counts(const at::Tensor& /*tokens*/, const at::Tensor& /*counts*/) {
+  throw Error("moe experts: these experts take their counts on the host (runs_on_device_counts is false)");
+}
 
 GroupedExperts::GroupedExperts(int64_t num_experts, int64_t dim, int64_t hidden_dim, const MoEOptions& options,
                                const at::TensorOptions& tensor_options)
@@ -118,14 +162,30 @@ GroupedExperts::GroupedExperts(int64_t num_experts, int64_t dim, int64_t hidden_
   w3 = register_parameter("w3", at::empty({num_experts, hidden_dim, dim}, tensor_options));
 }
 
-at::Tensor GroupedExperts::forward(const at::Tensor& tokens, const std::vector<int64_t>& tokens_per_expert) {
-  const bool cuda = tokens.is_cuda();
-  bool grouped = backend_ == ExpertsBackend::grouped_mm ||
-                 (backend_ == ExpertsBackend::automatic && cuda && rows_fit_grouped_mm(w1, tokens));
-  if (!grouped || (matmul && !grouped_matmul)) return run_experts_loop(w1, w2, w3, tokens, tokens_per_expert, matmul);
+bool GroupedExperts::grouped(const at::Tensor& tokens) const {
+  const bool chosen = backend_ == ExpertsBackend::grouped_mm ||
+                      (backend_ == ExpertsBackend::automatic && tokens.is_cuda() && rows_fit_grouped_mm(w1, tokens));
+  return chosen && !(matmul && !grouped_matmul);
+}
+
+int64_t GroupedExperts::alignment(const at::Tensor& tokens) const {
   // 16 rows: the CUTLASS kernel's alignment (TorchTitan's TOKEN_GROUP_ALIGN_SIZE_M).
-  int64_t alignment = alignment_ > 0 ? alignment_ : (cuda ? 16 : 1);
-  return run_experts_grouped_mm(w1, w2, w3, tokens, tokens_per_expert, alignment, grouped_matmul);
+  return alignment_ > 0 ? alignment_ : (tokens.is_cuda() ? 16 : 1);
+}
+
+at::Tensor GroupedExperts::forward(const at::Tensor& tokens, const std::vector<int64_t>& tokens_per_expert) {
+  if (!grouped(tokens)) return run_experts_loop(w1, w2, w3, tokens, tokens_per_expert, matmul);
+  return run_experts_grouped_mm(w1, w2, w3, tokens, tokens_per_expert, alignment(tokens), grouped_matmul);
+}
+
+// A product seam (float8's grouped GEMM) takes the groups' sizes on the host.
+bool GroupedExperts::runs_on_device_counts(const at::Tensor& tokens) const {
+  return grouped(tokens) && !grouped_matmul && !matmul;
+}
+
+at::Tensor GroupedExperts::forward_on_device_counts(const at::Tensor& tokens, const at::Tensor& counts) {
+  if (!runs_on_device_counts(tokens)) return RoutedExperts::forward_on_device_counts(tokens, counts);
+  return run_experts_grouped_mm_on_device(w1, w2, w3, tokens, counts, alignment(tokens));
 }
 
 }  // namespace titan

@@ -3,6 +3,8 @@
 // put back by index, one place per row, so the combine is deterministic.
 #include <ATen/ATen.h>
 
+#include <typeinfo>
+
 #include "titan/error.hpp"
 #include "titan/feed_forward.hpp"
 #include "titan/module_path.hpp"
@@ -19,10 +21,17 @@ TokenDispatcher::~TokenDispatcher() = default;
 
 DispatchedTokens TokenDispatcher::dispatch(const at::Tensor& x, const at::Tensor& selected, int64_t num_experts,
                                            const at::Tensor& row_scale) {
-  DispatchedTokens out = sort_by_expert(x, selected, row_scale);
-  // The experts need the group sizes on the host (one read per MoE layer, as TorchTitan's loop).
-  at::Tensor counts = count_per_expert(selected, num_experts).cpu();
+  DispatchedTokens out = dispatch_on_device(x, selected, num_experts, row_scale);
+  // The experts' loop needs the group sizes on the host: one read per MoE layer, as TorchTitan's loop.
+  const at::Tensor counts = out.counts.cpu();
   out.tokens_per_expert.assign(counts.data_ptr<int64_t>(), counts.data_ptr<int64_t>() + num_experts);
+  return out;
+}
+
+DispatchedTokens TokenDispatcher::dispatch_on_device(const at::Tensor& x, const at::Tensor& selected,
+                                                     int64_t num_experts, const at::Tensor& row_scale) {
+  DispatchedTokens out = sort_by_expert(x, selected, row_scale);
+  out.counts = count_per_expert(selected, num_experts);
   return out;
 }
 
@@ -96,9 +105,16 @@ at::Tensor MoE::run(const at::Tensor& input, const at::Tensor& rows) {
   }
   const int64_t tokens = x.size(0);
   auto dispatcher = part<TokenDispatcher>(*this, "dispatcher");
+  auto experts = part<RoutedExperts>(*this, "experts");
   at::Tensor scale = options_.score_before_experts ? routing.top_scores.reshape({-1}) : at::Tensor();
-  DispatchedTokens dispatched = dispatcher->dispatch(x, routing.selected, options_.num_experts, scale);
-  at::Tensor expert_rows = part<RoutedExperts>(*this, "experts")->forward(dispatched.tokens, dispatched.tokens_per_expert);
+  // Core's own dispatcher can leave the counts on the device for experts
+  // that take them there: then nothing is read on the host. A replacing
+  // dispatcher (expert parallelism) reads them for its all-to-all anyway.
+  const bool on_device = typeid(*dispatcher) == typeid(TokenDispatcher) && experts->runs_on_device_counts(x);
+  DispatchedTokens dispatched = on_device ? dispatcher->dispatch_on_device(x, routing.selected, options_.num_experts, scale)
+                                          : dispatcher->dispatch(x, routing.selected, options_.num_experts, scale);
+  at::Tensor expert_rows = on_device ? experts->forward_on_device_counts(dispatched.tokens, dispatched.counts)
+                                     : experts->forward(dispatched.tokens, dispatched.tokens_per_expert);
   at::Tensor per_slot = dispatcher->combine(expert_rows, dispatched, tokens, top_k);  // [N, K, D]
   at::Tensor routed;
   if (options_.score_before_experts) {
