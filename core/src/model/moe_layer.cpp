@@ -110,7 +110,8 @@ at::Tensor MoE::run(const at::Tensor& input, const at::Tensor& rows) {
   // Core's own dispatcher can leave the counts on the device for experts
   // that take them there: then nothing is read on the host. A replacing
   // dispatcher (expert parallelism) reads them for its all-to-all anyway.
-  const bool on_device = typeid(*dispatcher) == typeid(TokenDispatcher) && experts->runs_on_device_counts(x);
+  const TokenDispatcher& chosen = *dispatcher;
+  const bool on_device = typeid(chosen) == typeid(TokenDispatcher) && experts->runs_on_device_counts(x);
   DispatchedTokens dispatched = on_device ? dispatcher->dispatch_on_device(x, routing.selected, options_.num_experts, scale)
                                           : dispatcher->dispatch(x, routing.selected, options_.num_experts, scale);
   at::Tensor expert_rows = on_device ? experts->forward_on_device_counts(dispatched.tokens, dispatched.counts)
