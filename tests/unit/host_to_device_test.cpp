@@ -7,7 +7,9 @@
 #include "doctest_torch.hpp"
 
 #include <ATen/ATen.h>
+#include <ATen/TensorIndexing.h>
 
+#include <functional>
 #include <string>
 
 #include "titan/data.hpp"
@@ -50,6 +52,27 @@ TEST_CASE("the host-read counter counts the copies the host waits for: to the ho
   CHECK(counter.take().count == 0);
   (void)host.sum().item<int64_t>();  // a value read by the host
   CHECK(counter.take().count == 1);
+}
+
+TEST_CASE("the host-read counter counts, on the CPU too, the ops whose CUDA kernels read values to the host") {
+  titan::HostReadCounter counter(/*on_device=*/false);
+  const at::Tensor ids = at::randint(0, 4, {12}, at::kLong);
+  const at::Tensor repeats = at::full({4}, int64_t{2}, at::kLong);
+  auto reads_of = [&](const std::function<void()>& op) {
+    (void)counter.take();
+    op();
+    return counter.take().count;
+  };
+  CHECK(reads_of([&] { (void)at::nonzero(ids); }) >= 1);
+  CHECK(reads_of([&] { (void)at::masked_select(ids, ids.gt(1)); }) >= 1);
+  CHECK(reads_of([&] { (void)at::bincount(ids, {}, 4); }) >= 1);
+  CHECK(reads_of([&] { (void)at::_unique2(ids); }) >= 1);
+  CHECK(reads_of([&] { (void)ids.index({ids.gt(1)}); }) >= 1);  // a boolean mask: nonzero inside
+  CHECK(reads_of([&] { (void)at::repeat_interleave(at::arange(4), repeats); }) >= 1);
+  // Their sync-free forms count nothing.
+  CHECK(reads_of([&] { (void)at::repeat_interleave(at::arange(4), repeats, 0, 8); }) == 0);
+  CHECK(reads_of([&] { (void)titan::count_per_expert(ids, 4); }) == 0);
+  CHECK(reads_of([&] { (void)at::where(ids.gt(1), ids, at::zeros_like(ids)); }) == 0);
 }
 
 TEST_CASE("a microbatch reaches the device without a copy the host waits for, document positions included") {

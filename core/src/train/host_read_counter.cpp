@@ -70,10 +70,27 @@ void note(const at::RecordFunction& fn) {
   sites.push_back(host_wait_site(fn));
 }
 
+// Ops whose CUDA kernels read values to the host themselves (an output
+// size that depends on them, or a range check): they wait for a GPU even
+// where the CPU does not, so they count on every device.
+bool reads_inside_on_cuda(const at::RecordFunction& fn) {
+  static const char* const always[] = {"aten::nonzero", "aten::argwhere", "aten::masked_select",
+                                       "aten::bincount", "aten::_unique",  "aten::_unique2",
+                                       "aten::unique_dim", "aten::unique_consecutive"};
+  for (const char* name : always) {
+    if (std::strcmp(fn.name(), name) == 0) return true;
+  }
+  if (std::strcmp(fn.name(), "aten::repeat_interleave") != 0) return false;
+  // With a tensor of repeats, the output's size is their sum unless given.
+  auto inputs = fn.inputs();
+  return inputs.size() >= 2 && inputs[1].isTensor() && (inputs.size() < 4 || inputs[3].isNone());
+}
+
 }  // namespace
 
 bool makes_host_wait(const at::RecordFunction& fn, bool on_device) {
-  return std::strcmp(fn.name(), "aten::_local_scalar_dense") == 0 || (on_device && waiting_copy(fn));
+  return std::strcmp(fn.name(), "aten::_local_scalar_dense") == 0 || reads_inside_on_cuda(fn) ||
+         (on_device && waiting_copy(fn));
 }
 
 std::string host_wait_site(const at::RecordFunction& fn) {
@@ -87,7 +104,7 @@ HostReadCounter::HostReadCounter(bool on_device) {
                         if (makes_host_wait(fn, watch_copies.load())) note(fn);
                         return nullptr;
                       })
-                      .needsInputs(on_device)
+                      .needsInputs(true)
                       .scopes({at::RecordScope::FUNCTION});
   handle_ = at::addGlobalCallback(std::move(callback));
 }
