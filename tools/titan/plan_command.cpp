@@ -101,11 +101,11 @@ void print_table(const std::string& config_path, const DryRunReport& report) {
   int64_t host_waits = 0;
   for (const RankPlan& rank : report.ranks) host_waits += rank.host_waits;
   if (host_waits == 0) {
-    std::printf("host waits: none (no copy from host memory in step %lld makes the host wait for a GPU)\n\n",
+    std::printf("host waits: none (nothing in step %lld would make the host wait for a GPU)\n\n",
                 static_cast<long long>(report.measured_step));
   } else {
-    std::printf("host waits: %lld in step %lld over the simulated ranks (each a blocking copy from host memory: on a "
-                "GPU the host waits for the device's queue to drain; see the ranks below)\n\n",
+    std::printf("host waits: %lld in step %lld over the simulated ranks (on a GPU the host would wait for the "
+                "device's queue to drain at each; see the ranks below)\n\n",
                 static_cast<long long>(host_waits), static_cast<long long>(report.measured_step));
   }
   std::printf("%-16s %9s %9s %9s %9s %9s %10s %10s  %s\n", "ranks", "params", "grads", "optim", "activ", "peak",

@@ -34,8 +34,8 @@ struct RankPlan {
   std::vector<CollectiveEvent> collectives;  // the measured step's, in the order issued
   // The measured step's ops that would make the host wait for a GPU: copies
   // from host memory without non_blocking (ATen synchronizes the stream
-  // after one), and where the first few were. Reads of values cannot run on
-  // meta tensors at all.
+  // after one) and ops whose CUDA kernels read values to the host, and where
+  // the first few were. Reads of values cannot run on meta tensors at all.
   int64_t host_waits = 0;
   std::vector<std::string> host_wait_sites;
 
