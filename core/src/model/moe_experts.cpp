@@ -31,6 +31,26 @@ bool rows_fit_grouped_mm(const at::Tensor& w1, const at::Tensor& tokens) {
   return (w1.size(2) * element) % 16 == 0 && (w1.size(1) * element) % 16 == 0;
 }
 
+// What both grouped layouts check before padding: the alignment, and rows
+// at::_grouped_mm takes (unless a product seam multiplies instead).
+void check_grouped(const at::Tensor& w1, const at::Tensor& tokens, int64_t alignment, bool own_product) {
+  if (alignment < 1) throw Error("moe experts: token group alignment must be >= 1, got " + std::to_string(alignment));
+  if (!own_product && !rows_fit_grouped_mm(w1, tokens)) {
+    throw Error("moe experts: the grouped GEMM needs dim (" + std::to_string(w1.size(2)) + ") and the experts' hidden "
+                "size (" + std::to_string(w1.size(1)) + ") to be multiples of " +
+                std::to_string(16 / tokens.element_size()) + " for " + std::string(c10::toString(tokens.scalar_type())) +
+                " (16-byte rows); change them or use experts_backend: loop");
+  }
+}
+
+// The experts' SwiGLU over the padded rows, each product through `multiply`.
+template <typename Multiply>
+at::Tensor grouped_swiglu(const at::Tensor& x, const at::Tensor& w1, const at::Tensor& w2, const at::Tensor& w3,
+                          const Multiply& multiply) {
+  at::Tensor h = at::silu(multiply(x, w1)) * multiply(x, w3);
+  return multiply(h, w2);
+}
+
 }  // namespace
 
 at::Tensor run_experts_loop(const at::Tensor& w1, const at::Tensor& w2, const at::Tensor& w3,
@@ -70,13 +90,7 @@ at::Tensor run_experts_grouped_mm(const at::Tensor& w1, const at::Tensor& w2, co
                                   const at::Tensor& tokens, const std::vector<int64_t>& tokens_per_expert,
                                   int64_t alignment, const ExpertGroupedMatmul& product) {
   check_counts(w1, tokens, tokens_per_expert);
-  if (alignment < 1) throw Error("moe experts: token group alignment must be >= 1, got " + std::to_string(alignment));
-  if (!product && !rows_fit_grouped_mm(w1, tokens)) {
-    throw Error("moe experts: the grouped GEMM needs dim (" + std::to_string(w1.size(2)) + ") and the experts' hidden "
-                "size (" + std::to_string(w1.size(1)) + ") to be multiples of " +
-                std::to_string(16 / tokens.element_size()) + " for " + std::string(c10::toString(tokens.scalar_type())) +
-                " (16-byte rows); change them or use experts_backend: loop");
-  }
+  check_grouped(w1, tokens, alignment, static_cast<bool>(product));
   // Each group padded with rows of a zero token (index `rows`); the real
   // rows' places in the padded layout, to take the output back.
   const int64_t rows = tokens.size(0);
@@ -102,26 +116,18 @@ at::Tensor run_experts_grouped_mm(const at::Tensor& w1, const at::Tensor& w2, co
     x = at::cat({tokens, at::zeros({1, tokens.size(1)}, tokens.options())}, 0).index_select(0, on_device(gather, at::kLong));
   }
   at::Tensor offs = on_device(offsets, at::kInt);
-  auto multiply = [&](const at::Tensor& a, const at::Tensor& weights) {
+  at::Tensor out = grouped_swiglu(x, w1, w2, w3, [&](const at::Tensor& a, const at::Tensor& weights) {
     return product ? product(a, weights, offs, group_rows) : at::_grouped_mm(a, weights.transpose(-2, -1), offs);
-  };
-  at::Tensor h = at::silu(multiply(x, w1)) * multiply(x, w3);
-  at::Tensor out = multiply(h, w2);
+  });
   return padding ? out.index_select(0, on_device(keep, at::kLong)) : out;
 }
 
 at::Tensor run_experts_grouped_mm_on_device(const at::Tensor& w1, const at::Tensor& w2, const at::Tensor& w3,
                                             const at::Tensor& tokens, const at::Tensor& counts, int64_t alignment) {
-  if (alignment < 1) throw Error("moe experts: token group alignment must be >= 1, got " + std::to_string(alignment));
+  check_grouped(w1, tokens, alignment, /*own_product=*/false);
   if (counts.dim() != 1 || counts.size(0) != w1.size(0)) {
     throw Error("moe experts: counts of shape " + c10::str(counts.sizes()) + " for " + std::to_string(w1.size(0)) +
                 " experts; the dispatcher's counts must be one per expert");
-  }
-  if (!rows_fit_grouped_mm(w1, tokens)) {
-    throw Error("moe experts: the grouped GEMM needs dim (" + std::to_string(w1.size(2)) + ") and the experts' hidden "
-                "size (" + std::to_string(w1.size(1)) + ") to be multiples of " +
-                std::to_string(16 / tokens.element_size()) + " for " + std::string(c10::toString(tokens.scalar_type())) +
-                " (16-byte rows); change them or use experts_backend: loop");
   }
   const int64_t rows = tokens.size(0), experts = counts.size(0);
   const at::Tensor sizes = counts.to(at::kLong);
@@ -138,11 +144,9 @@ at::Tensor run_experts_grouped_mm_on_device(const at::Tensor& w1, const at::Tens
     x = at::zeros({rows + experts * (alignment - 1), tokens.size(1)}, tokens.options()).index_copy(0, places, tokens);
   }
   const at::Tensor offs = padded_ends.to(at::kInt);
-  auto multiply = [&](const at::Tensor& a, const at::Tensor& weights) {
+  at::Tensor out = grouped_swiglu(x, w1, w2, w3, [&](const at::Tensor& a, const at::Tensor& weights) {
     return at::_grouped_mm(a, weights.transpose(-2, -1), offs);
-  };
-  at::Tensor h = at::silu(multiply(x, w1)) * multiply(x, w3);
-  at::Tensor out = multiply(h, w2);
+  });
   return places.defined() ? out.index_select(0, places) : out;
 }
 
