@@ -24,9 +24,8 @@ struct DryRankTally : internal::MetaTally {
   std::string phase;             // set by the driver: "build", "step 1", ...
   std::vector<std::string> ranges;  // the open ProfileRanges (forward, backward, pipeline F0 ...)
   int recomputing = 0;           // inside kRecomputeRange
-  // While watching (the measured step): the ops that would make the host
-  // wait for a GPU (train/host_read_counter.hpp), and where the first were.
-  bool watching_host_waits = false;
+  // The measured step's ops that would make the host wait for a GPU
+  // (train/host_read_counter.hpp), and where the first were.
   int64_t host_waits = 0;
   std::vector<std::string> host_wait_sites;
 

@@ -109,11 +109,11 @@ int64_t checkpoint_bytes(const CausalLM& model, Optimizer& optimizer, const Devi
   return bytes;
 }
 
-// Counts, into the thread's dry-run rank while it watches, each op that would
-// make the host wait for a GPU.
+// Counts, into the thread's dry-run rank, each op that would make the host
+// wait for a GPU.
 std::unique_ptr<at::ObserverContext> note_host_wait(const at::RecordFunction& fn) {
   DryRank* rank = current_dry_rank();
-  if (!rank || !rank->tally.watching_host_waits || !makes_host_wait(fn, /*on_device=*/true)) return nullptr;
+  if (!rank || !makes_host_wait(fn, /*on_device=*/true)) return nullptr;
   DryRankTally& tally = rank->tally;
   ++tally.host_waits;
   if (tally.host_wait_sites.size() < 4) tally.host_wait_sites.push_back(host_wait_site(fn));
@@ -162,10 +162,8 @@ void run_rank(RunSpec& spec, DryRank& dry, const DryRunOptions& options, bool ch
       tally.restart_peak();
       tally.restart_flops();
       host_waits.emplace();
-      tally.watching_host_waits = true;
     }
     outcome = run.step(step);
-    tally.watching_host_waits = false;
   }
   out.rank = dry.rank;
   if (const DeviceMesh* mesh = run.parallel->mesh()) {
