@@ -69,6 +69,7 @@ TEST_CASE("the host-read counter counts, on the CPU too, the ops whose CUDA kern
   CHECK(reads_of([&] { (void)at::_unique2(ids); }) >= 1);
   CHECK(reads_of([&] { (void)ids.index({ids.gt(1)}); }) >= 1);  // a boolean mask: nonzero inside
   CHECK(reads_of([&] { (void)at::repeat_interleave(at::arange(4), repeats); }) >= 1);
+  CHECK(reads_of([&] { (void)at::repeat_interleave(repeats); }) >= 1);
   // Their sync-free forms count nothing.
   CHECK(reads_of([&] { (void)at::repeat_interleave(at::arange(4), repeats, 0, 8); }) == 0);
   CHECK(reads_of([&] { (void)titan::count_per_expert(ids, 4); }) == 0);

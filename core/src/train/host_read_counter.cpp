@@ -20,7 +20,7 @@ namespace {
 constexpr size_t kSitesKept = 4;
 
 std::atomic<int64_t> reads{0};
-std::atomic<bool> watch_copies{false};  // inputs are captured only then
+std::atomic<bool> watch_copies{false};  // the run's tensors are on a device
 std::mutex sites_mutex;
 std::vector<std::string> sites;
 
@@ -81,9 +81,10 @@ bool reads_inside_on_cuda(const at::RecordFunction& fn) {
     if (std::strcmp(fn.name(), name) == 0) return true;
   }
   if (std::strcmp(fn.name(), "aten::repeat_interleave") != 0) return false;
-  // With a tensor of repeats, the output's size is their sum unless given.
+  // The overload on a tensor of repeats alone (the others call it): the
+  // output's size is their sum unless given.
   auto inputs = fn.inputs();
-  return inputs.size() >= 2 && inputs[1].isTensor() && (inputs.size() < 4 || inputs[3].isNone());
+  return inputs.size() == 2 && inputs[0].isTensor() && inputs[1].isNone();
 }
 
 }  // namespace
